@@ -1,0 +1,263 @@
+"""Read the CS224N minBERT task files into validated ``Example`` rows.
+
+The release's files are pandas-written, tab-separated tables with a few quirks: a leading unnamed
+index column, a second unnamed one in the SST/CFIMDB test-student files, ``"`` doubled inside
+quoted fields, and a handful of bad rows (for example a QQP pair with an empty label). We parse
+them with the ``csv`` module, which follows the same quoting rules as pandas' default writer, because
+it tells us the physical line of every row: each bad row can then be skipped and reported by line
+and field (or, with ``strict=True``, refused), columns are found by name, and every failure reaches
+the user as a one-line ``DataError`` instead of a parser stack trace.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+HOW_TO_SUPPLY = (
+    "Put the CS224N CSVs there, or point --data_dir / MINBERT_DATA at a folder holding them "
+    "(for example ../shared/data/multitask)"
+)
+MAX_LISTED_BAD_ROWS = 5
+
+
+class DataError(Exception):
+    """One-line, user-facing error (names file, and line/field where there is one)."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One data row: the sentence(s) to encode and, for labelled files, the gold label."""
+
+    id: str
+    texts: tuple[str, ...]  # 1 sentence (SST) or 2 (QQP, STS)
+    label: int | float | None  # None for unlabelled (test-student) files
+    line: int  # 1-based line number in the file (the header is line 1)
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A skipped row: where it is and what is wrong with it."""
+
+    line: int
+    field: str
+    reason: str
+
+
+@dataclass
+class ReadReport:
+    """What ``read_examples`` saw in one file, so callers can log skipped rows."""
+
+    path: Path
+    n_rows: int  # data rows seen (blank lines are not rows)
+    bad_rows: list[BadRow] = field(default_factory=list)
+
+    @property
+    def n_kept(self) -> int:
+        return self.n_rows - len(self.bad_rows)
+
+    def summary(self) -> str:
+        """E.g. ``quora-train.csv: 16214 rows, 1 skipped (line 2071: is_duplicate: empty label)``."""
+        text = f"{self.path.name}: {self.n_rows} rows, {len(self.bad_rows)} skipped"
+        if not self.bad_rows:
+            return text
+        listed = [f"line {b.line}: {b.field}: {b.reason}" for b in self.bad_rows[:MAX_LISTED_BAD_ROWS]]
+        if len(self.bad_rows) > MAX_LISTED_BAD_ROWS:
+            listed.append(f"... and {len(self.bad_rows) - MAX_LISTED_BAD_ROWS} more")
+        return f"{text} ({'; '.join(listed)})"
+
+
+def read_examples(
+    path: str | Path,
+    text_columns: Sequence[str],
+    label_column: str | None,
+    label_type: str = "class",
+    num_classes: int | None = None,
+    score_range: tuple[float, float] | None = None,
+    strict: bool = False,
+    id_column: str = "id",
+) -> tuple[list[Example], ReadReport]:
+    """Read one task file; return its valid rows and a report of the skipped ones.
+
+    ``label_type="class"`` wants a whole number in ``[0, num_classes)`` (QQP's ``0.0``/``1.0`` are
+    accepted as 0/1); ``"score"`` wants a finite float in ``score_range`` (inclusive). With
+    ``label_column=None`` the file is read as unlabelled (labels, if present, are ignored).
+    Bad rows are skipped and recorded; with ``strict=True`` the first one raises ``DataError``.
+    """
+    if label_type not in ("class", "score"):
+        raise ValueError(f"label_type must be 'class' or 'score', got {label_type!r}")
+    if not text_columns:
+        raise ValueError("text_columns must name at least one column")
+    path = Path(path)
+    rows = _csv_rows(path)
+    header_line, header = next(rows, (0, None))
+    if header is None or header == []:
+        raise DataError(f"{path}: file is empty (expected a tab-separated header row)")
+    if isinstance(header, BadRow):
+        raise DataError(f"{path}, line {header_line}: header row: {header.reason}")
+    wanted = [id_column, *text_columns] + ([label_column] if label_column is not None else [])
+    index = _column_indices(path, header, wanted)
+
+    examples: list[Example] = []
+    report = ReadReport(path=path, n_rows=0)
+    for line, row in rows:
+        if not row:  # a blank line, which pandas skips too
+            continue
+        report.n_rows += 1
+        parsed = row if isinstance(row, BadRow) else _parse_row(
+            row, line, header, index, text_columns, label_column, id_column,
+            label_type, num_classes, score_range,
+        )
+        if isinstance(parsed, Example):
+            examples.append(parsed)
+        elif strict:
+            raise DataError(f"{path}, line {parsed.line}, field {parsed.field}: {parsed.reason}")
+        else:
+            report.bad_rows.append(parsed)
+    if report.n_rows == 0:
+        raise DataError(f"{path}: header only, no data rows")
+    return examples, report
+
+
+def resolve_data_dir(cli_value: str | None, required_files: Sequence[str] = ()) -> Path:
+    """Pick the data directory: ``--data_dir`` if given, else ``$MINBERT_DATA``, else ``./data``.
+
+    There is no fallback between them (a typo in --data_dir must not silently read other data);
+    the chosen directory must exist and hold every file in ``required_files``.
+    """
+    env_value = os.environ.get("MINBERT_DATA")
+    if cli_value:
+        directory, how = Path(cli_value).expanduser(), "from --data_dir"
+    elif env_value:
+        directory, how = Path(env_value).expanduser(), "from MINBERT_DATA"
+    else:
+        directory, how = Path("data"), "default ./data"
+    if not directory.is_dir():
+        raise DataError(f"data directory not found: {directory} ({how}). {HOW_TO_SUPPLY}")
+    for name in required_files:
+        if not (directory / name).is_file():
+            raise DataError(
+                f"data file {name} not found in data directory {directory} ({how}). {HOW_TO_SUPPLY}"
+            )
+    return directory
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _csv_rows(path: Path):
+    """Yield ``(first_line, fields)`` per record; a malformed record yields ``(line, BadRow)``.
+
+    The whole file is decoded up front so a non-UTF-8 byte can be reported with its line number.
+    """
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}. {HOW_TO_SUPPLY}")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise DataError(
+            f"{path}, line {line}: not valid UTF-8 (byte 0x{raw[err.start]:02x}); "
+            "re-save the file as UTF-8"
+        ) from None
+    # strict=True turns quoting damage (text after a closing quote) into csv.Error instead of
+    # guessing; the release's files all parse under it.
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quotechar='"',
+                        doublequote=True, strict=True)
+    last_line = 0
+    while True:
+        start = last_line + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            if "unexpected end of data" in str(err):
+                raise DataError(
+                    f"{path}, line {start}: quoted field is never closed (runs to the end of the file)"
+                ) from None
+            last_line = reader.line_num
+            yield start, BadRow(start, "row", f"malformed quoting: {err}")
+            continue
+        last_line = reader.line_num
+        yield start, row
+
+
+def _column_indices(path: Path, header: list[str], wanted: Sequence[str]) -> dict[str, int]:
+    """Map each wanted column name to its position, or explain which one is missing."""
+    index: dict[str, int] = {}
+    for name in wanted:
+        positions = [i for i, h in enumerate(header) if h.strip() == name]
+        if not positions:
+            raise DataError(f"{path}: missing column '{name}' (columns found: {header})")
+        if len(positions) > 1:
+            raise DataError(f"{path}: column '{name}' appears {len(positions)} times in the header")
+        index[name] = positions[0]
+    return index
+
+
+def _parse_row(
+    row: list[str],
+    line: int,
+    header: list[str],
+    index: dict[str, int],
+    text_columns: Sequence[str],
+    label_column: str | None,
+    id_column: str,
+    label_type: str,
+    num_classes: int | None,
+    score_range: tuple[float, float] | None,
+) -> Example | BadRow:
+    """Validate one row; the first problem found (in column order id, texts, label) is reported."""
+    if len(row) > len(header):
+        return BadRow(line, "row", f"{len(row)} fields, header has {len(header)}")
+    for name, i in index.items():
+        if i >= len(row):
+            return BadRow(line, name, f"too few fields (got {len(row)}, header has {len(header)})")
+    example_id = row[index[id_column]].strip()
+    if not example_id:
+        return BadRow(line, id_column, "empty id")
+    texts = []
+    for name in text_columns:
+        text = row[index[name]].strip()
+        if not text:
+            return BadRow(line, name, "empty sentence")
+        texts.append(text)
+    label: int | float | None = None
+    if label_column is not None:
+        label = _parse_label(row[index[label_column]], label_type, num_classes, score_range)
+        if isinstance(label, str):
+            return BadRow(line, label_column, label)
+    return Example(id=example_id, texts=tuple(texts), label=label, line=line)
+
+
+def _parse_label(
+    raw: str, label_type: str, num_classes: int | None, score_range: tuple[float, float] | None
+) -> int | float | str:
+    """The label as int (class) or float (score), or a string saying why it is invalid."""
+    raw = raw.strip()
+    if not raw:
+        return "empty label"
+    try:
+        value = float(raw)
+    except ValueError:
+        return f"label {raw!r} is not a number"
+    if not math.isfinite(value):
+        return f"label {raw!r} is not a finite number"
+    if label_type == "score":
+        if score_range is not None and not score_range[0] <= value <= score_range[1]:
+            return f"score {raw} outside [{score_range[0]}, {score_range[1]}]"
+        return value
+    if not value.is_integer():
+        return f"class label {raw} is not a whole number"
+    if value < 0:
+        return f"class label {raw} is negative"
+    if num_classes is not None and value >= num_classes:
+        return f"class label {raw} out of range 0..{num_classes - 1}"
+    return int(value)

@@ -1,0 +1,98 @@
+"""Task heads on top of one shared BERT, and the multi-task model that routes a task to its head.
+
+- ``SentimentHead``: dropout + linear over the pooled sentence vector (SST, 5 classes).
+- ``PairHead``: a siamese head over two pooled vectors u, v, in two kinds:
+    * ``concat``: linear([u; v; |u − v|]) (Sentence-BERT, Reimers & Gurevych 2019, §3),
+    * ``cosine``: (cos(u, v) − b) / τ with a learned threshold b for binary logits.
+  It outputs a logit (QQP, ``output="logit"``) or a similarity on 0..5 (STS, ``output="score"``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from minbert import BertModel
+
+from .pooling import POOLING_MODES, pool
+
+PAIR_HEAD_KINDS = ("concat", "cosine")
+
+
+class SentimentHead(nn.Module):
+    """Dropout then a linear layer to ``num_classes`` logits."""
+
+    def __init__(self, in_dim: int, num_classes: int = 5, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(in_dim, num_classes)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(u))
+
+
+class PairHead(nn.Module):
+    """Scores a sentence pair from its two sentence vectors.
+
+    ``output="logit"``: one unnormalised log-odds per pair (train with BCE-with-logits).
+    ``output="score"``: a similarity on the STS scale 0..5 — ``5·sigmoid(z)`` for ``concat``,
+    ``5·cos(u, v)`` for ``cosine`` (trained with MSE; ``clip_score`` bounds predictions to 0..5).
+    """
+
+    def __init__(self, in_dim: int, kind: str = "concat", output: str = "logit",
+                 temperature: float = 0.05, dropout: float = 0.1):
+        super().__init__()
+        if kind not in PAIR_HEAD_KINDS:
+            raise ValueError(f"unknown pair head {kind!r}; choose one of {PAIR_HEAD_KINDS}")
+        if output not in ("logit", "score"):
+            raise ValueError(f"unknown pair head output {output!r}; choose logit or score")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be positive, got {temperature}")
+        self.kind, self.output, self.temperature = kind, output, temperature
+        if kind == "concat":
+            self.dropout = nn.Dropout(dropout)
+            self.classifier = nn.Linear(3 * in_dim, 1)
+        else:
+            # cos/τ alone puts the decision boundary at cos = 0, but the sentence vectors of a
+            # pretrained encoder give most question pairs a cosine well above 0: b learns the cut.
+            self.threshold = nn.Parameter(torch.zeros(()))
+
+    def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.kind == "concat":
+            features = torch.cat([u, v, (u - v).abs()], dim=-1)
+            z = self.classifier(self.dropout(features)).squeeze(-1)
+            return z if self.output == "logit" else 5.0 * torch.sigmoid(z)
+        cos = F.cosine_similarity(u, v, dim=-1)
+        if self.output == "logit":
+            return (cos - self.threshold) / self.temperature
+        return 5.0 * cos
+
+    @staticmethod
+    def clip_score(score: torch.Tensor) -> torch.Tensor:
+        return score.clamp(0.0, 5.0)
+
+
+class MultitaskBert(nn.Module):
+    """One BERT encoder shared by named task heads.
+
+    ``forward(head_name, inputs)`` encodes each tokenised sentence in ``inputs`` (one dict of
+    ``input_ids``/``attention_mask``/``token_type_ids`` per sentence), pools each, and passes the
+    vectors to the named head. ``embeddings_hook`` is forwarded to ``BertModel``.
+    """
+
+    def __init__(self, bert: BertModel, heads: dict[str, nn.Module], pooling: str = "cls"):
+        super().__init__()
+        if pooling not in POOLING_MODES:
+            raise ValueError(f"unknown pooling mode {pooling!r}; choose one of {sorted(POOLING_MODES)}")
+        self.bert = bert
+        self.heads = nn.ModuleDict(heads)
+        self.pooling = pooling
+
+    def embed(self, encoding: dict, embeddings_hook=None) -> torch.Tensor:
+        outputs = self.bert(encoding["input_ids"], encoding["attention_mask"],
+                            encoding.get("token_type_ids"), embeddings_hook=embeddings_hook)
+        return pool(outputs, encoding["attention_mask"], self.pooling)
+
+    def forward(self, head_name: str, inputs: list[dict], embeddings_hook=None) -> torch.Tensor:
+        vectors = [self.embed(encoding, embeddings_hook) for encoding in inputs]
+        return self.heads[head_name](*vectors)

@@ -1,0 +1,99 @@
+"""WordPiece tokenizer for BERT, built from a model's ``vocab.txt``.
+
+We use the ``tokenizers`` library's WordPiece implementation (the same algorithm as the
+original BERT release: basic whitespace/punctuation split, lower-casing and accent stripping
+for uncased vocabularies, then greedy longest-match-first sub-words) and add the BERT
+post-processing ourselves: ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]`` with token-type ids.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordPiece
+from tokenizers.normalizers import BertNormalizer
+from tokenizers.pre_tokenizers import BertPreTokenizer
+from tokenizers.processors import TemplateProcessing
+
+
+class BertTokenizer:
+    """Encode sentences (or sentence pairs) into padded id tensors.
+
+    ``encode_batch`` pads to the longest sequence in the batch (dynamic padding) and
+    truncates to ``max_length`` tokens including the special tokens.
+    """
+
+    def __init__(self, vocab_file: str | Path, lowercase: bool = True):
+        vocab_file = Path(vocab_file)
+        if not vocab_file.is_file():
+            raise FileNotFoundError(f"vocabulary file not found: {vocab_file}")
+        vocab = _read_vocab(vocab_file)
+        for token in ("[PAD]", "[UNK]", "[CLS]", "[SEP]"):
+            if token not in vocab:
+                raise ValueError(f"{vocab_file}: special token {token} missing from the vocabulary")
+        tok = Tokenizer(WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.normalizer = BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+        )
+        tok.pre_tokenizer = BertPreTokenizer()
+        cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
+        tok.post_processor = TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+        )
+        self.vocab = vocab
+        self.vocab_file = vocab_file
+        self.pad_token_id = vocab["[PAD]"]
+        self.cls_token_id = cls_id
+        self.sep_token_id = sep_id
+        self._tok = tok
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def tokenize(self, text: str) -> list[str]:
+        """Word pieces of one sentence, without special tokens."""
+        return self._tok.encode(text, add_special_tokens=False).tokens
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        max_length: int = 128,
+    ) -> dict[str, torch.Tensor]:
+        """Return ``input_ids``, ``attention_mask`` and ``token_type_ids`` as (B, T) long tensors.
+
+        T is the longest encoded sequence in this batch (at most ``max_length``).
+        """
+        if max_length < 3:
+            raise ValueError(f"max_length must be at least 3, got {max_length}")
+        self._tok.enable_truncation(max_length=max_length, strategy="longest_first")
+        self._tok.enable_padding(pad_id=self.pad_token_id, pad_token="[PAD]")
+        if pairs is None:
+            encodings = self._tok.encode_batch(list(texts))
+        else:
+            if len(pairs) != len(texts):
+                raise ValueError("texts and pairs must have the same length")
+            encodings = self._tok.encode_batch(list(zip(texts, pairs)))
+        return {
+            "input_ids": torch.tensor([e.ids for e in encodings], dtype=torch.long),
+            "attention_mask": torch.tensor([e.attention_mask for e in encodings], dtype=torch.long),
+            "token_type_ids": torch.tensor([e.type_ids for e in encodings], dtype=torch.long),
+        }
+
+
+def _read_vocab(vocab_file: Path) -> dict[str, int]:
+    """One token per line; the line number is the id (as in the BERT release)."""
+    vocab: dict[str, int] = {}
+    with open(vocab_file, encoding="utf-8") as f:
+        for index, line in enumerate(f):
+            token = line.rstrip("\n")
+            if token and token not in vocab:
+                vocab[token] = index
+    if not vocab:
+        raise ValueError(f"{vocab_file}: empty vocabulary")
+    return vocab

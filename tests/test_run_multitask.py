@@ -1,0 +1,159 @@
+"""End to end: run_multitask.py on the tiny fixture data with a tiny random model in HF format."""
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import run_multitask
+from minbert import BertConfig, BertModel, default_model_dir
+from training.checkpoint import load_checkpoint
+
+FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A 2-layer, 16-wide random BERT saved in HF format with the embedded WordPiece vocab."""
+    directory = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    BertModel(config).save_pretrained(directory)
+    shutil.copy(default_model_dir() / "vocab.txt", directory / "vocab.txt")
+    return directory
+
+
+def data_rows(name: str) -> int:
+    """Valid rows of a fixture file (the one bad row of quora-train.csv aside)."""
+    with open(FIXTURE_DATA / name, encoding="utf-8") as f:
+        return sum(1 for _ in f) - 1
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def run(tmp_path, model_dir, *extra, data_dir=FIXTURE_DATA, run_name="smoke"):
+    argv = ["--data_dir", str(data_dir), "--model", str(model_dir), "--epochs", "2", "--batch_size", "4",
+            "--out_dir", str(tmp_path), "--run_name", run_name, "--max_length", "32", *extra]
+    return run_multitask.main(argv)
+
+
+def test_end_to_end_writes_every_output(tmp_path, tiny_model_dir):
+    assert run(tmp_path, tiny_model_dir) == 0
+    run_dir = tmp_path / "smoke"
+    expected_rows = {
+        "sst-dev-output.csv": ("Predicted_Sentiment", data_rows("ids-sst-dev.csv")),
+        "sst-test-output.csv": ("Predicted_Sentiment", data_rows("ids-sst-test-student.csv")),
+        "para-dev-output.csv": ("Predicted_Is_Paraphrase", data_rows("quora-dev.csv")),
+        "para-test-output.csv": ("Predicted_Is_Paraphrase", data_rows("quora-test-student.csv")),
+        "sts-dev-output.csv": ("Predicted_Similiarity", data_rows("sts-dev.csv")),
+        "sts-test-output.csv": ("Predicted_Similiarity", data_rows("sts-test-student.csv")),
+    }
+    for name, (column, n_rows) in expected_rows.items():
+        rows = read_csv(run_dir / name)
+        assert len(rows) == n_rows, name
+        assert list(rows[0]) == ["id", column]
+        values = [float(r[column]) for r in rows]
+        if name.startswith("sst"):
+            assert set(values) <= {0, 1, 2, 3, 4}
+        elif name.startswith("para"):
+            assert set(values) <= {0, 1}
+        else:
+            assert all(0.0 <= v <= 5.0 for v in values)
+    # Dev ids are the dev file's ids, in file order.
+    with open(FIXTURE_DATA / "ids-sst-dev.csv", encoding="utf-8", newline="") as f:
+        gold_ids = [row["id"] for row in csv.DictReader(f, delimiter="\t")]
+    assert [r["id"] for r in read_csv(run_dir / "sst-dev-output.csv")] == gold_ids
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert len(metrics["epochs"]) == 2
+    assert set(metrics["dev"]) == {"sst", "qqp", "sts"}
+    assert metrics["best_epoch"] in (1, 2)
+    assert metrics["data"]["quora-train.csv"]["skipped"] == 1
+    assert metrics["skipped_prediction_files"] == []
+    # The best epoch's dev metrics are the ones reported (no re-computation drift).
+    best = metrics["epochs"][metrics["best_epoch"] - 1]
+    assert best["dev"] == metrics["dev"]
+    # Dev accuracy in metrics.json is the accuracy of the written predictions.
+    dev_pred = {r["id"]: int(r["Predicted_Sentiment"]) for r in read_csv(run_dir / "sst-dev-output.csv")}
+    with open(FIXTURE_DATA / "ids-sst-dev.csv", encoding="utf-8", newline="") as f:
+        gold = {row["id"]: int(row["sentiment"]) for row in csv.DictReader(f, delimiter="\t")}
+    assert metrics["dev"]["sst"] == pytest.approx(sum(dev_pred[i] == gold[i] for i in gold) / len(gold))
+
+    state, config = load_checkpoint(run_dir / "checkpoint")
+    assert config["bert"]["hidden_size"] == 16
+    assert any(k.startswith("heads.sst.") for k in state) and any(k.startswith("bert.") for k in state)
+
+
+def test_same_seed_same_predictions(tmp_path, tiny_model_dir):
+    assert run(tmp_path, tiny_model_dir, run_name="a") == 0
+    assert run(tmp_path, tiny_model_dir, run_name="b") == 0
+    for name in ("sst-dev-output.csv", "sts-dev-output.csv", "para-dev-output.csv"):
+        assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
+
+
+def test_missing_paraphrase_test_file_is_skipped(tmp_path, tiny_model_dir, capsys):
+    data_dir = tmp_path / "data"
+    shutil.copytree(FIXTURE_DATA, data_dir)
+    (data_dir / "quora-test-student.csv").unlink()
+    assert run(tmp_path, tiny_model_dir, "--epochs", "1", data_dir=data_dir) == 0
+    assert "skipping para-test-output.csv" in capsys.readouterr().out
+    run_dir = tmp_path / "smoke"
+    assert not (run_dir / "para-test-output.csv").exists()
+    assert (run_dir / "sst-test-output.csv").exists() and (run_dir / "sts-test-output.csv").exists()
+    assert json.loads((run_dir / "metrics.json").read_text())["skipped_prediction_files"] == ["para-test-output.csv"]
+
+
+def test_pretrain_option_freezes_the_encoder(tmp_path, tiny_model_dir):
+    assert run(tmp_path, tiny_model_dir, "--option", "pretrain", "--epochs", "1") == 0
+    state, _ = load_checkpoint(tmp_path / "smoke" / "checkpoint")
+    original = BertModel.from_pretrained(tiny_model_dir).state_dict()
+    for key, value in original.items():
+        assert torch.equal(state[f"bert.{key}"], value), key
+
+
+def test_missing_data_file_is_one_line_error(tmp_path, tiny_model_dir, capsys):
+    data_dir = tmp_path / "data"
+    shutil.copytree(FIXTURE_DATA, data_dir)
+    (data_dir / "sts-dev.csv").unlink()
+    assert run(tmp_path, tiny_model_dir, data_dir=data_dir) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "sts-dev.csv" in err and "--data_dir" in err
+
+
+def test_unknown_model_is_one_line_error(tmp_path, capsys):
+    assert run(tmp_path, tmp_path / "no-such-model") == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no-such-model" in err and "never downloaded" in err
+
+
+def test_existing_run_is_not_overwritten(tmp_path, tiny_model_dir, capsys):
+    run_dir = tmp_path / "smoke"
+    run_dir.mkdir()
+    (run_dir / "metrics.json").write_text("precious")
+    assert run(tmp_path, tiny_model_dir) == 1
+    assert "already holds a run" in capsys.readouterr().err
+    assert (run_dir / "metrics.json").read_text() == "precious"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--lr", "-1"], "--lr"),
+    (["--epochs", "0"], "--epochs"),
+    (["--batch_size", "0"], "--batch_size"),
+])
+def test_nonsense_values_are_rejected(tmp_path, tiny_model_dir, capsys, flags, message):
+    assert run(tmp_path, tiny_model_dir, *flags) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "smoke").exists()
+
+
+def test_unknown_pooling_is_rejected_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_multitask.parse_config(["--pooling", "average"])
+    assert exit_info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err

@@ -1,0 +1,45 @@
+"""One evaluation loop for every task: predictions, and the metric where labels exist."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .tasks import Task
+
+
+@dataclass
+class TaskPredictions:
+    ids: list[str]
+    predictions: np.ndarray
+    labels: np.ndarray | None
+
+    def score(self, task: Task) -> float | None:
+        return None if self.labels is None else task.metric(self.predictions, self.labels)
+
+
+@torch.no_grad()
+def predict(model, task: Task, loader, device: torch.device, desc: str | None = None) -> TaskPredictions:
+    """Run ``model`` over ``loader`` in eval mode and collect ``task.predict`` outputs by id."""
+    was_training = model.training
+    model.eval()
+    ids, predictions, labels = [], [], []
+    for batch in tqdm(loader, desc=desc or f"predict {task.name}", leave=False, dynamic_ncols=True):
+        inputs = [to_device(encoding, device) for encoding in batch["inputs"]]
+        output = model(task.name, inputs)
+        predictions.append(task.predict(output).float().cpu().numpy())
+        ids.extend(batch["ids"])
+        if batch["labels"] is not None:
+            labels.append(batch["labels"].float().numpy())
+    model.train(was_training)
+    return TaskPredictions(
+        ids=ids,
+        predictions=np.concatenate(predictions) if predictions else np.zeros(0),
+        labels=np.concatenate(labels) if labels else None,
+    )
+
+
+def to_device(encoding: dict, device: torch.device) -> dict:
+    return {key: value.to(device, non_blocking=True) for key, value in encoding.items()}

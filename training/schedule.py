@@ -1,0 +1,47 @@
+"""Round-robin iteration over several task loaders (one batch per task per step)."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from torch.utils.data import DataLoader
+
+
+class RoundRobinScheduler:
+    """Yield ``(task_name, batch)`` taking one batch from each task in turn.
+
+    An epoch has ``steps`` rounds; each round visits every task once, in the loaders' order.
+      - ``strategy="min"``: as many rounds as the smallest loader has batches — every task is
+        seen equally often and no task repeats within the epoch;
+      - ``strategy="exhaust"``: as many rounds as the largest loader has batches; a smaller
+        loader that runs out starts over (re-shuffled) so the larger data is fully used.
+    ``max_steps`` caps the rounds (quick runs).
+    """
+
+    def __init__(self, loaders: dict[str, DataLoader], strategy: str = "min", max_steps: int | None = None):
+        if strategy not in ("min", "exhaust"):
+            raise ValueError(f"unknown round-robin strategy {strategy!r}; choose min or exhaust")
+        if not loaders:
+            raise ValueError("no task loaders to schedule")
+        empty = [name for name, loader in loaders.items() if len(loader) == 0]
+        if empty:
+            raise ValueError(f"no training batches for task(s) {', '.join(empty)}")
+        self.loaders = loaders
+        sizes = [len(loader) for loader in loaders.values()]
+        self.steps = min(sizes) if strategy == "min" else max(sizes)
+        if max_steps is not None:
+            self.steps = min(self.steps, max_steps)
+
+    def __len__(self) -> int:
+        """Batches per epoch (rounds × tasks)."""
+        return self.steps * len(self.loaders)
+
+    def __iter__(self) -> Iterator[tuple[str, dict]]:
+        iterators = {name: iter(loader) for name, loader in self.loaders.items()}
+        for _ in range(self.steps):
+            for name, loader in self.loaders.items():
+                try:
+                    batch = next(iterators[name])
+                except StopIteration:  # only with "exhaust": start this task's data over
+                    iterators[name] = iter(loader)
+                    batch = next(iterators[name])
+                yield name, batch
