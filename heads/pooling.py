@@ -3,6 +3,8 @@
 Layer-combining modes (``first_last``, ``last4_mean``, ``second_last``, ...) first combine
 layers token by token, then average over the real (unmasked) tokens, as in the SimCSE
 "first-last avg." baseline (Gao et al. 2021, §7 and Table 10; Su et al. 2021, BERT-whitening).
+``first_last`` averages the *embeddings output* with the last layer, as SimCSE's released code
+first did; its maintainers later switched to the first Transformer layer (princeton-nlp/SimCSE#133).
 """
 from __future__ import annotations
 

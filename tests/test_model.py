@@ -12,27 +12,16 @@ keys) and agree in formula, but carry more float32 round-off: ~6e-5 (float32) / 
 float64 vs HF) by the last layers, so they are checked at atol=1e-4; any real difference in the
 math shows up at 1e-2 or more.
 """
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
 
 from minbert import BertModel, BertTokenizer
 from minbert.weights import default_model_dir
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "reference_minilm.safetensors"
 ATOL_REAL = 1e-5
 ATOL_PAD = 1e-4
-
-
-@pytest.fixture(scope="module")
-def ref():
-    with safe_open(str(FIXTURE), framework="pt") as f:
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-        meta = {k: json.loads(v) for k, v in f.metadata().items()}
-    return tensors, meta
 
 
 @pytest.fixture(scope="module")

@@ -6,26 +6,15 @@ single sentences (upper case, punctuation, accents, a made-up word split into ``
 an out-of-vocabulary emoji -> [UNK]) and one sentence pair, padded to the longest row; plus
 two truncated encodings. See ``tests/fixtures/make_reference.py``.
 """
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
 
 from minbert.tokenizer import BertTokenizer
 from minbert.weights import default_model_dir
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "reference_minilm.safetensors"
 KEYS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-@pytest.fixture(scope="module")
-def ref():
-    with safe_open(str(FIXTURE), framework="pt") as f:
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-        meta = {k: json.loads(v) for k, v in f.metadata().items()}
-    return tensors, meta
 
 
 @pytest.fixture(scope="module")

@@ -193,7 +193,7 @@ def test_unexpected_key_is_named(saved, tmp_path):
 def test_extra_layer_is_unexpected(tiny, tmp_path, saved):
     """A 3-layer checkpoint with a config that says 2 layers."""
     state = load_file(str(saved / "model.safetensors"))
-    state.update({k.replace("layer.1.", "layer.2."): v for k, v in state.items() if "layer.1." in k})
+    state.update({k.replace("layer.1.", "layer.2."): v.clone() for k, v in state.items() if "layer.1." in k})
     with pytest.raises(WeightsError, match="unexpected") as err:
         BertModel.from_pretrained(_write_weights(tmp_path / "l3", state, saved))
     assert "encoder.layer.2.output.LayerNorm.weight" in str(err.value)
@@ -273,3 +273,29 @@ def test_resolve_embedded_model(name):
 def test_resolve_local_directory_as_given(saved):
     assert resolve_model_dir(saved) == saved
     assert resolve_model_dir(str(saved)) == saved
+
+
+def test_pytorch_model_bin_that_is_not_a_checkpoint(saved):
+    (saved / "model.safetensors").unlink()
+    (saved / "pytorch_model.bin").write_bytes(b"not a checkpoint")
+    with pytest.raises(WeightsError, match="plain tensors") as err:
+        BertModel.from_pretrained(saved)
+    assert "weights_only` set to `False" not in str(err.value)  # never advise unsafe loading
+
+
+def test_pytorch_model_bin_with_a_non_tensor_value(saved):
+    state = load_file(str(saved / "model.safetensors"))
+    (saved / "model.safetensors").unlink()
+    torch.save({**state, "pooler.dense.bias": [0.0] * 8}, saved / "pytorch_model.bin")
+    with pytest.raises(WeightsError, match="tensors"):
+        BertModel.from_pretrained(saved)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"num_attention_heads": 3}, "multiple of num_attention_heads"),
+    ({"hidden_act": "swish"}, "hidden_act"),
+    ({"hiden_dropout_prob": 0.3}, "hiden_dropout_prob"),
+])
+def test_config_overrides_are_validated(saved, overrides, message):
+    with pytest.raises(WeightsError, match=message):
+        BertModel.from_pretrained(saved, **overrides)
