@@ -2,6 +2,7 @@
 
     python run_multitask.py                       # embedded model, data from $MINBERT_DATA or ./data
     python run_multitask.py --data_dir ../shared/data/multitask --pooling cls --para_head cosine
+    python run_multitask.py --pre_qqp --pooling mean --smart --scl
 
 Flags come from the config dataclasses in ``training/config.py`` (one field, one flag).
 """
@@ -13,10 +14,12 @@ import sys
 
 from data.readers import DataError
 from minbert.weights import WeightsError
-from training.config import DataConfig, ModelConfig, OutputConfig, RunConfig, TrainConfig
+from training.config import (ContrastiveConfig, DataConfig, ModelConfig, OutputConfig, RunConfig, SmartConfig,
+                             TrainConfig)
 from training.trainer import run
 
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "output": OutputConfig}
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "smart": SmartConfig,
+            "contrastive": ContrastiveConfig, "output": OutputConfig}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -100,7 +100,7 @@ def read_examples(
     if isinstance(header, BadRow):
         raise DataError(f"{path}, line {header_line}: header row: {header.reason}")
     wanted = [id_column, *text_columns] + ([label_column] if label_column is not None else [])
-    index = _column_indices(path, header, wanted)
+    index = column_indices(path, header, wanted)
 
     examples: list[Example] = []
     report = ReadReport(path=path, n_rows=0)
@@ -151,24 +151,35 @@ def resolve_data_dir(cli_value: str | None, required_files: Sequence[str] = ()) 
 
 
 def _csv_rows(path: Path):
-    """Yield ``(first_line, fields)`` per record; a malformed record yields ``(line, BadRow)``.
+    """Yield ``(first_line, fields)`` per tab-separated record of a task file."""
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}. {HOW_TO_SUPPLY}")
+    return csv_records(path, read_utf8(path), delimiter="\t")
+
+
+def read_utf8(path: Path) -> str:
+    """The file's text (a UTF-8 BOM is dropped), or a one-line ``DataError`` naming file and line.
 
     The whole file is decoded up front so a non-UTF-8 byte can be reported with its line number.
     """
     if not path.is_file():
-        raise DataError(f"data file not found: {path}. {HOW_TO_SUPPLY}")
+        raise DataError(f"data file not found: {path}")
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
         raise DataError(
             f"{path}, line {line}: not valid UTF-8 (byte 0x{raw[err.start]:02x}); "
             "re-save the file as UTF-8"
         ) from None
+
+
+def csv_records(path: Path, text: str, delimiter: str):
+    """Yield ``(first_line, fields)`` per record; a malformed record yields ``(line, BadRow)``."""
     # strict=True turns quoting damage (text after a closing quote) into csv.Error instead of
     # guessing; the release's files all parse under it.
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quotechar='"',
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quotechar='"',
                         doublequote=True, strict=True)
     last_line = 0
     while True:
@@ -189,7 +200,7 @@ def _csv_rows(path: Path):
         yield start, row
 
 
-def _column_indices(path: Path, header: list[str], wanted: Sequence[str]) -> dict[str, int]:
+def column_indices(path: Path, header: list[str], wanted: Sequence[str]) -> dict[str, int]:
     """Map each wanted column name to its position, or explain which one is missing."""
     index: dict[str, int] = {}
     for name in wanted:

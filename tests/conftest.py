@@ -1,9 +1,13 @@
 """Shared test fixtures."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors import safe_open
+
+from minbert import BertConfig, BertModel, default_model_dir
 
 REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference_minilm.safetensors"
 
@@ -16,3 +20,15 @@ def ref():
         tensors = {k: f.get_tensor(k) for k in f.keys()}
         meta = {k: json.loads(v) for k, v in f.metadata().items()}
     return tensors, meta
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A 2-layer, 16-wide random BERT saved in HF format with the embedded WordPiece vocab."""
+    directory = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    BertModel(config).save_pretrained(directory)
+    shutil.copy(default_model_dir() / "vocab.txt", directory / "vocab.txt")
+    return directory

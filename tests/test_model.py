@@ -12,7 +12,6 @@ keys) and agree in formula, but carry more float32 round-off: ~6e-5 (float32) / 
 float64 vs HF) by the last layers, so they are checked at atol=1e-4; any real difference in the
 math shows up at 1e-2 or more.
 """
-from pathlib import Path
 
 import pytest
 import torch

@@ -8,22 +8,10 @@ import pytest
 import torch
 
 import run_multitask
-from minbert import BertConfig, BertModel, default_model_dir
+from minbert import BertModel
 from training.checkpoint import load_checkpoint
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    """A 2-layer, 16-wide random BERT saved in HF format with the embedded WordPiece vocab."""
-    directory = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
-    BertModel(config).save_pretrained(directory)
-    shutil.copy(default_model_dir() / "vocab.txt", directory / "vocab.txt")
-    return directory
 
 
 def data_rows(name: str) -> int:

@@ -6,7 +6,6 @@ single sentences (upper case, punctuation, accents, a made-up word split into ``
 an out-of-vocabulary emoji -> [UNK]) and one sentence pair, padded to the longest row; plus
 two truncated encodings. See ``tests/fixtures/make_reference.py``.
 """
-from pathlib import Path
 
 import pytest
 import torch

@@ -55,6 +55,48 @@ class TrainConfig:
     max_steps_per_epoch: int | None = flag(None, "cap on round-robin steps per epoch (one step = one batch of each task)",
                                            type=int)
     device: str = flag("auto", "where to train", choices=["auto", "cpu", "cuda"])
+    pre_qqp: bool = flag(False, "before multi-task training, train encoder + paraphrase head on QQP alone")
+    pre_qqp_epochs: int = flag(1, "QQP pre-training epochs (the CS224N study used 10)")
+    pre_qqp_steps: int | None = flag(None, "QQP pre-training batches per epoch (default: all of quora-train; "
+                                           "the study used 1000)", type=int)
+    joint_loss: bool = flag(False, "one batch of every task, weighted sum of the losses, one optimizer step "
+                                   "(instead of one step per task batch)")
+    loss_weights: str = flag("1,1,1", "joint-loss weights w_sst,w_qqp,w_sts")
+    loss_weighting: str = flag("fixed", "joint-loss weights: fixed, adaptive (from last epoch's dev scores) or "
+                                        "learned (uncertainty weighting)", choices=["fixed", "adaptive", "learned"])
+
+
+@dataclass
+class SmartConfig:
+    """SMART (Jiang et al. 2020): adversarial smoothness regulariser + optional Bregman proximal term."""
+    smart: bool = flag(False, "add the SMART adversarial regulariser to every task loss")
+    smart_weight: float = flag(0.5, "weight of the regulariser")
+    smart_eps: float = flag(1e-5, "std of the initial Gaussian noise on the embeddings")
+    smart_step: float = flag(1e-3, "ascent step size on the noise")
+    smart_steps: int = flag(1, "ascent steps")
+    smart_eps_norm: float = flag(1e-6, "epsilon of the gradient normalisation")
+    smart_bregman: bool = flag(False, "add the momentum Bregman proximal point term")
+    smart_mu: float = flag(1.0, "weight of the Bregman term")
+    smart_beta: float = flag(0.99, "momentum of the Bregman EMA model")
+
+
+@dataclass
+class ContrastiveConfig:
+    """SimCSE stages (Gao et al. 2021) run before multi-task training; --temp is their temperature."""
+    ucl: bool = flag(False, "unsupervised SimCSE stage (dropout positives, in-batch negatives)")
+    ucl_data: str | None = flag(None, "one sentence per line (default: the training sets' sentences)", type=str)
+    ucl_epochs: int = flag(1, "unsupervised SimCSE epochs")
+    ucl_steps: int | None = flag(None, "cap on unsupervised SimCSE batches per epoch", type=int)
+    ucl_batch_size: int = flag(64, "unsupervised SimCSE batch size")
+    ucl_lr: float = flag(3e-5, "unsupervised SimCSE learning rate")
+    scl: bool = flag(False, "supervised SimCSE stage (positives and hard negatives)")
+    scl_data: str | None = flag(None, "CSV of sent0,sent1,hard_neg triples (default: built from QQP and STS "
+                                      "training pairs)", type=str)
+    scl_epochs: int = flag(1, "supervised SimCSE epochs")
+    scl_steps: int | None = flag(None, "cap on supervised SimCSE batches per epoch", type=int)
+    scl_batch_size: int = flag(16, "supervised SimCSE batch size")
+    scl_lr: float = flag(3e-5, "supervised SimCSE learning rate")
+    hard_negative_weight: float = flag(1.0, "alpha: weight of each anchor's own hard negative")
 
 
 @dataclass
@@ -68,6 +110,8 @@ class RunConfig:
     model: ModelConfig
     data: DataConfig
     train: TrainConfig
+    smart: SmartConfig
+    contrastive: ContrastiveConfig
     output: OutputConfig
 
     def validate(self) -> None:
@@ -83,8 +127,33 @@ class RunConfig:
             (self.data.max_length >= 3, "--max_length must be at least 3"),
             (0 <= self.model.hidden_dropout_prob < 1, "--hidden_dropout_prob must be in [0, 1)"),
             (self.model.temp > 0, "--temp must be positive"),
+            (self.train.pre_qqp_epochs >= 1, "--pre_qqp_epochs must be at least 1"),
+            (self.train.pre_qqp_steps is None or self.train.pre_qqp_steps >= 1, "--pre_qqp_steps must be at least 1"),
+            (self.smart.smart_weight >= 0 and self.smart.smart_eps >= 0 and self.smart.smart_step >= 0,
+             "--smart_weight, --smart_eps and --smart_step must not be negative"),
+            (self.smart.smart_steps >= 0, "--smart_steps must not be negative"),
+            (0 <= self.smart.smart_beta < 1, "--smart_beta must be in [0, 1)"),
+            (self.contrastive.ucl_epochs >= 1 and self.contrastive.scl_epochs >= 1,
+             "--ucl_epochs and --scl_epochs must be at least 1"),
+            (self.contrastive.ucl_batch_size >= 2 and self.contrastive.scl_batch_size >= 2,
+             "--ucl_batch_size and --scl_batch_size must be at least 2 (in-batch negatives)"),
+            (self.contrastive.ucl_lr > 0 and self.contrastive.scl_lr > 0, "--ucl_lr and --scl_lr must be positive"),
+            (self.contrastive.hard_negative_weight > 0, "--hard_negative_weight must be positive"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self.parsed_loss_weights()
+
+    def parsed_loss_weights(self) -> dict[str, float]:
+        """``--loss_weights 1,2,1`` as ``{"sst": 1.0, "qqp": 2.0, "sts": 1.0}``."""
+        parts = self.train.loss_weights.split(",")
+        try:
+            values = [float(p) for p in parts]
+        except ValueError:
+            values = []
+        if len(values) != 3 or any(v < 0 for v in values):
+            raise ValueError(f"--loss_weights must be three non-negative numbers w_sst,w_qqp,w_sts, "
+                             f"got {self.train.loss_weights!r}")
+        return dict(zip(("sst", "qqp", "sts"), values))
 

@@ -36,12 +36,18 @@ class RoundRobinScheduler:
         return self.steps * len(self.loaders)
 
     def __iter__(self) -> Iterator[tuple[str, dict]]:
+        for batches in self.rounds():
+            yield from batches.items()
+
+    def rounds(self) -> Iterator[dict[str, dict]]:
+        """One ``{task_name: batch}`` per step (the joint loss trains on a whole round at once)."""
         iterators = {name: iter(loader) for name, loader in self.loaders.items()}
         for _ in range(self.steps):
+            batches = {}
             for name, loader in self.loaders.items():
                 try:
-                    batch = next(iterators[name])
+                    batches[name] = next(iterators[name])
                 except StopIteration:  # only with "exhaust": start this task's data over
                     iterators[name] = iter(loader)
-                    batch = next(iterators[name])
-                yield name, batch
+                    batches[name] = next(iterators[name])
+            yield batches

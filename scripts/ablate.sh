@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# The ablation grid: one run_multitask.py call per row, then the results table.
+#
+# Usage: bash scripts/ablate.sh [--epochs N] [--max_steps_per_epoch M] [--out_dir DIR] [--only NAME...]
+#                               [--list] [--dry_run] [--help] [-- EXTRA FLAGS passed to every run]
+#
+#   --epochs N, --max_steps_per_epoch M   multi-task budget of every run (default: 1 epoch of 30 steps)
+#   --out_dir DIR        where the run folders go (default: predictions/ablate); each row writes
+#                        DIR/ablate-<name>/ and its log DIR/logs/ablate-<name>.log
+#   --only NAME...       run only these rows (names as --list prints them)
+#   --list               print the grid (name and flags, one row a line) and exit
+#   --dry_run            print each command instead of running it
+#   -- EXTRA...          flags appended to every run, e.g. -- --data_dir ../shared/data/multitask --device cpu
+#
+# Example (the table in the README):
+#   bash scripts/ablate.sh -- --data_dir ../shared/data/multitask
+#
+# A row whose run folder already exists is skipped (remove the folder to run it again), so an
+# interrupted grid resumes where it stopped. A failing row is reported and the loop goes on; Ctrl-C
+# stops the grid. At the end `python -m training.report DIR` prints the table and writes
+# DIR/ablation.md and DIR/ablation.csv. The exit status is 1 if any row failed. Set PYTHON to
+# choose the interpreter (default: python).
+set -u
+
+# ---- budget -------------------------------------------------------------------------------------
+# Sized so the 26 rows fit in under 2 hours on 2 CPU cores with the embedded model. The default run
+# (3 epochs x 189 steps) takes about 30 min, i.e. about 3 s per round-robin step plus ~1 min of dev
+# evaluation per epoch, so one row here is roughly 1.5 min of training + 1.5 min of evaluation,
+# prediction and start-up (~3 min); the stages add well under a minute each at 20 batches, and SMART
+# (an extra forward/backward per batch) ~2 min on its 8 rows: about 100 min in all.
+# --epochs / --max_steps_per_epoch given to this script replace the first two values.
+BUDGET=(--epochs 1 --max_steps_per_epoch 30
+        --pre_qqp_epochs 1 --pre_qqp_steps 20
+        --ucl_epochs 1 --ucl_steps 20
+        --scl_epochs 1 --scl_steps 20)
+
+# ---- the grid: "<name> <flags...>" per row (flags are split on spaces; keep values space-free) ---
+# Two baselines, then 24 ablation rows:
+#   - the CLS control (no extension; FT is the MEAN control): 1 row
+#   - each of the five extensions alone, on CLS and on MEAN pooling: 10 rows
+#   - every pair of extensions on MEAN pooling (the default pooling): 10 rows
+#   - everything but SMART (the costly one) on MEAN, and everything on CLS and on MEAN: 3 rows
+# Pooling is always given explicitly in ablation rows so the table does not depend on the default.
+GRID=(
+  "pt --option pretrain --pooling mean"
+  "ft --pooling mean"
+  "cls --pooling cls"
+  "cls-preqqp --pooling cls --pre_qqp"
+  "cls-joint --pooling cls --joint_loss"
+  "cls-smart --pooling cls --smart"
+  "cls-ucl --pooling cls --ucl"
+  "cls-scl --pooling cls --scl"
+  "mean-preqqp --pooling mean --pre_qqp"
+  "mean-joint --pooling mean --joint_loss"
+  "mean-smart --pooling mean --smart"
+  "mean-ucl --pooling mean --ucl"
+  "mean-scl --pooling mean --scl"
+  "mean-preqqp-joint --pooling mean --pre_qqp --joint_loss"
+  "mean-preqqp-smart --pooling mean --pre_qqp --smart"
+  "mean-preqqp-ucl --pooling mean --pre_qqp --ucl"
+  "mean-preqqp-scl --pooling mean --pre_qqp --scl"
+  "mean-joint-smart --pooling mean --joint_loss --smart"
+  "mean-joint-ucl --pooling mean --joint_loss --ucl"
+  "mean-joint-scl --pooling mean --joint_loss --scl"
+  "mean-smart-ucl --pooling mean --smart --ucl"
+  "mean-smart-scl --pooling mean --smart --scl"
+  "mean-ucl-scl --pooling mean --ucl --scl"
+  "mean-all-but-smart --pooling mean --pre_qqp --joint_loss --ucl --scl"
+  "cls-all --pooling cls --pre_qqp --joint_loss --smart --ucl --scl"
+  "mean-all --pooling mean --pre_qqp --joint_loss --smart --ucl --scl"
+)
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python}"
+OUT="predictions/ablate"
+ONLY=()
+EXTRA=()
+DRY_RUN=0
+
+usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
+die() { echo "ablate.sh: $*" >&2; exit 2; }
+row_name() { echo "${1%% *}"; }
+set_budget() {  # set_budget FLAG VALUE: replace FLAG's value in BUDGET (or add it)
+  local i
+  for ((i = 0; i < ${#BUDGET[@]}; i++)); do
+    if [[ "${BUDGET[i]}" == "$1" ]]; then BUDGET[i + 1]="$2"; return; fi
+  done
+  BUDGET+=("$1" "$2")
+}
+
+while (($# > 0)); do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --list) for row in "${GRID[@]}"; do echo "$row"; done; exit 0 ;;
+    --dry_run) DRY_RUN=1; shift ;;
+    --epochs|--max_steps_per_epoch)
+      (($# >= 2)) || die "$1 needs a value"; set_budget "$1" "$2"; shift 2 ;;
+    --out_dir)
+      (($# >= 2)) || die "--out_dir needs a value"; OUT="$2"; shift 2 ;;
+    --only)
+      shift
+      while (($# > 0)) && [[ "$1" != -* ]]; do ONLY+=("$1"); shift; done
+      ((${#ONLY[@]} > 0)) || die "--only needs at least one row name (see --list)" ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) die "unknown option '$1' (see --help; flags for run_multitask.py go after --)" ;;
+  esac
+done
+
+for name in "${ONLY[@]+"${ONLY[@]}"}"; do
+  found=0
+  for row in "${GRID[@]}"; do [[ "$(row_name "$row")" == "$name" ]] && found=1; done
+  ((found)) || die "no row named '$name' (see --list)"
+done
+
+selected() {  # is row name $1 to be run?
+  ((${#ONLY[@]} == 0)) && return 0
+  local name
+  for name in "${ONLY[@]}"; do [[ "$name" == "$1" ]] && return 0; done
+  return 1
+}
+
+if ((!DRY_RUN)); then
+  mkdir -p "$OUT/logs" || die "cannot create $OUT/logs"
+  echo "ablation grid -> $OUT (budget: ${BUDGET[*]}; extra: ${EXTRA[*]+"${EXTRA[*]}"})"
+fi
+grid_start=$SECONDS
+n_ok=0; n_failed=0; n_skipped=0; failed_rows=()
+for row in "${GRID[@]}"; do
+  read -r -a words <<< "$row"
+  name="${words[0]}"
+  flags=("${words[@]:1}")
+  selected "$name" || continue
+  run="ablate-$name"
+  cmd=("$PYTHON" "$ROOT/run_multitask.py" --run_name "$run" --out_dir "$OUT"
+       "${BUDGET[@]}" "${flags[@]+"${flags[@]}"}" "${EXTRA[@]+"${EXTRA[@]}"}")
+  if ((DRY_RUN)); then
+    printf '%q ' "${cmd[@]}"; echo
+    continue
+  fi
+  if [[ -d "$OUT/$run" ]] && [[ -n "$(ls -A "$OUT/$run")" ]]; then
+    printf '%-22s skipped: %s already exists (remove it to run the row again)\n' "$name" "$OUT/$run"
+    n_skipped=$((n_skipped + 1))
+    continue
+  fi
+  log="$OUT/logs/$run.log"
+  printf '%-22s running (%s) ... ' "$name" "${flags[*]+"${flags[*]}"}"
+  row_start=$SECONDS
+  "${cmd[@]}" > "$log" 2>&1
+  rc=$?
+  elapsed=$((SECONDS - row_start))
+  if ((rc == 0)); then
+    printf 'ok in %dm%02ds\n' $((elapsed / 60)) $((elapsed % 60))
+    n_ok=$((n_ok + 1))
+  else
+    printf 'FAILED (exit %d) in %dm%02ds; log: %s\n' "$rc" $((elapsed / 60)) $((elapsed % 60)) "$log"
+    tail -n 3 "$log" | sed 's/^/    /'
+    n_failed=$((n_failed + 1)); failed_rows+=("$name")
+    if ((rc == 130)); then echo "interrupted: stopping the grid"; break; fi
+  fi
+done
+
+((DRY_RUN)) && exit 0
+total=$((SECONDS - grid_start))
+printf '\n%d ok, %d failed, %d skipped in %dh%02dm%02ds\n' "$n_ok" "$n_failed" "$n_skipped" \
+  $((total / 3600)) $((total % 3600 / 60)) $((total % 60))
+((n_failed == 0)) || echo "failed rows: ${failed_rows[*]}"
+echo
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m training.report "$OUT"
+((n_failed == 0))

@@ -1,0 +1,187 @@
+"""Training objectives beyond the per-task losses of ``training.tasks``: SimCSE's contrastive
+InfoNCE loss, and the ways the joint multi-task loss weighs one task against another.
+
+The multi-task step sums one loss per task, so how the terms are weighed is a choice worth an
+ablation; every choice sits behind one small interface (``LossWeighting``), chosen by name with
+``make_loss_weighting``, so the trainer has a single code path for all of them.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from training.tasks import TASKS
+
+WEIGHTING_KINDS = ("fixed", "adaptive", "learned")
+
+
+def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float = 0.05,
+             hard_negatives: torch.Tensor | None = None, hard_negative_weight: float = 1.0) -> torch.Tensor:
+    """SimCSE's contrastive loss over a batch of (B, D) sentence vectors; returns the batch mean.
+
+    Gao, Yao & Chen 2021, "SimCSE", §3 Eq. 1 (unsupervised; ``positives`` = a second
+    dropout-noised encoding of the same sentences) and §4 Eq. 5 (supervised, with hard negatives):
+
+        l_i = -log  e^{cos(a_i, p_i)/τ} / ( Σ_j e^{cos(a_i, p_j)/τ} + Σ_j α^{1_i^j} e^{cos(a_i, h_j)/τ} )
+
+    i.e. a cross-entropy over the logits [cos(a_i, p_j)/τ | cos(a_i, h_j)/τ] (B x B, or B x 2B with
+    hard negatives) whose target is the diagonal: every other in-batch positive and every in-batch
+    hard negative is a negative for anchor i. The weight α (``hard_negative_weight``, 1_i^j = 1 only
+    for j = i) scales anchor i's own hard negative, which is adding log α to logit (i, B + i);
+    α = 1 is the plain loss.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not hard_negative_weight > 0:
+        raise ValueError(f"hard_negative_weight must be > 0, got {hard_negative_weight}")
+    _check_same_shape(anchors, positives, "positives")
+    anchors = F.normalize(anchors, dim=-1)
+    logits = anchors @ F.normalize(positives, dim=-1).T / temperature  # (B, B)
+    if hard_negatives is not None:
+        _check_same_shape(anchors, hard_negatives, "hard_negatives")
+        negative_logits = anchors @ F.normalize(hard_negatives, dim=-1).T / temperature  # (B, B)
+        if hard_negative_weight != 1.0:
+            own = torch.eye(len(anchors), dtype=logits.dtype, device=logits.device)
+            negative_logits = negative_logits + math.log(hard_negative_weight) * own
+        logits = torch.cat([logits, negative_logits], dim=1)  # (B, 2B)
+    targets = torch.arange(len(anchors), device=logits.device)
+    return F.cross_entropy(logits, targets)
+
+
+def make_loss_weighting(kind: str, task_names: list[str], weights: dict[str, float]) -> "LossWeighting":
+    """The weighting named ``kind`` ("fixed", "adaptive" or "learned") over ``task_names``, starting
+    from the base ``weights`` (one finite, non-negative number per task, no more, no fewer)."""
+    if kind not in WEIGHTING_KINDS:
+        raise ValueError(f"unknown loss weighting {kind!r}; choose one of {', '.join(WEIGHTING_KINDS)}")
+    if not task_names or len(set(task_names)) != len(task_names):
+        raise ValueError(f"task names must be non-empty and distinct, got {task_names}")
+    missing, extra = set(task_names) - set(weights), set(weights) - set(task_names)
+    if missing or extra:
+        raise ValueError(f"loss weights must name exactly the tasks {sorted(task_names)}: "
+                         f"missing {sorted(missing)}, unknown {sorted(extra)}")
+    bad = {name: w for name, w in weights.items() if not (math.isfinite(w) and w >= 0)}
+    if bad:
+        raise ValueError(f"loss weights must be finite and non-negative, got {bad}")
+    base = {name: float(weights[name]) for name in task_names}
+    return {"fixed": FixedWeighting, "adaptive": AdaptiveWeighting, "learned": LearnedWeighting}[kind](base)
+
+
+class LossWeighting(nn.Module):
+    """Combines per-task losses into the one scalar the optimizer steps on.
+
+    ``forward`` takes the losses of any non-empty subset of the tasks (the joint step passes all of
+    them; a round-robin step may pass one); a task with base weight 0 contributes nothing.
+    """
+
+    def __init__(self, base_weights: dict[str, float]):
+        super().__init__()
+        self.task_names = list(base_weights)
+        # Buffers, so the weights follow .to(device) and are saved with a state_dict.
+        self.register_buffer("base_weights", torch.tensor([base_weights[n] for n in self.task_names]))
+        self.register_buffer("weights", self.base_weights.clone())
+
+    def forward(self, losses: dict[str, torch.Tensor]) -> torch.Tensor:
+        return _total([self.weights[i] * losses[name] for i, name in self._present(losses)], losses)
+
+    def update(self, dev_metrics: dict[str, float]) -> None:
+        """Called after each epoch's dev evaluation; only adaptive weighting uses it."""
+
+    def current_weights(self) -> dict[str, float]:
+        """The multiplier each task's loss gets now (for logging to metrics.json)."""
+        return {name: float(w) for name, w in zip(self.task_names, self.weights)}
+
+    def _present(self, losses: dict[str, torch.Tensor]) -> list[tuple[int, str]]:
+        """(index, name) of each task in ``losses`` whose base weight is not 0; checks the names."""
+        unknown = set(losses) - set(self.task_names)
+        if unknown or not losses:
+            raise ValueError(f"losses must name some of the tasks {self.task_names}, got {sorted(losses)}")
+        return [(i, name) for i, name in enumerate(self.task_names)
+                if name in losses and self.base_weights[i] != 0]
+
+
+class FixedWeighting(LossWeighting):
+    """Σ_t w_t L_t with the base weights throughout."""
+
+
+class AdaptiveWeighting(LossWeighting):
+    """Σ_t w_t L_t, the weights re-set after each epoch from the dev scores: the weaker task gets more.
+
+    Each task's dev metric becomes a score s_t in [0, 1]: accuracy as it is, a Pearson r as
+    (r + 1) / 2 (the normalisation of ``training.tasks.overall_score``). With base weights b_t,
+
+        w_t = b_t (1 - s_t) · (Σ_k b_k) / (Σ_k b_k (1 - s_k))
+
+    so the weights keep the base weights' total Σ_k b_k (= n for unit base weights), and tasks that
+    score the same keep their base weights. When no weighted task has any shortfall (the denominator
+    is 0, e.g. every s_t = 1) the weights fall back to the base weights. Before the first update
+    the weights are the base weights.
+    """
+
+    def __init__(self, base_weights: dict[str, float]):
+        unknown = [name for name in base_weights if name not in TASKS]
+        if unknown:
+            raise ValueError(f"adaptive weighting needs each task's metric; unknown tasks {unknown}")
+        super().__init__(base_weights)
+
+    def update(self, dev_metrics: dict[str, float]) -> None:
+        missing = [name for name in self.task_names if name not in dev_metrics]
+        if missing:
+            raise ValueError(f"adaptive weighting needs the dev metric of every task; missing {missing}")
+        shortfall = torch.tensor([1.0 - _unit_score(name, dev_metrics[name]) for name in self.task_names],
+                                 dtype=self.base_weights.dtype, device=self.base_weights.device)
+        raw = self.base_weights * shortfall
+        if raw.sum() > 0:
+            self.weights.copy_(raw * self.base_weights.sum() / raw.sum())
+        else:
+            self.weights.copy_(self.base_weights)
+
+
+class LearnedWeighting(LossWeighting):
+    """Σ_t ( exp(-s_t) · b_t L_t + s_t ), one learned s_t = log σ_t² per task (initialised to 0).
+
+    Kendall, Gal & Cipolla 2018, "Multi-Task Learning Using Uncertainty to Weigh Losses", §3.2
+    Eq. 7 (a regression term L / (2σ²) + log σ) and Eq. 10 (a classification term L / σ² + log σ),
+    in the common simplified form: one expression for every task with the factors of 1/2 dropped,
+    and s = log σ² learned rather than σ (the paper's own advice, end of §3.2) so that the weight
+    exp(-s_t) stays positive and nothing divides by zero. The base weights b_t are kept as
+    fixed multipliers on the losses (1 by default); at init the total is Σ_t b_t L_t. A task with
+    b_t = 0 is left out entirely, as its s_t would otherwise fall without bound. The s_t are
+    parameters: add ``weighting.parameters()`` to the optimizer (without weight decay).
+    """
+
+    def __init__(self, base_weights: dict[str, float]):
+        super().__init__(base_weights)
+        self.log_variances = nn.Parameter(torch.zeros(len(self.task_names)))
+
+    def forward(self, losses: dict[str, torch.Tensor]) -> torch.Tensor:
+        s = self.log_variances
+        return _total([torch.exp(-s[i]) * self.base_weights[i] * losses[name] + s[i]
+                       for i, name in self._present(losses)], losses)
+
+    def current_weights(self) -> dict[str, float]:
+        effective = self.base_weights * torch.exp(-self.log_variances.detach())
+        return {name: float(w) for name, w in zip(self.task_names, effective)}
+
+
+def _check_same_shape(anchors: torch.Tensor, other: torch.Tensor, what: str) -> None:
+    if anchors.dim() != 2 or other.shape != anchors.shape:
+        raise ValueError(f"anchors and {what} must both be (B, D), got {tuple(anchors.shape)} "
+                         f"and {tuple(other.shape)}")
+
+
+def _total(terms: list[torch.Tensor], losses: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The sum of the terms; a zero scalar (without a graph) when every task had base weight 0."""
+    if not terms:
+        return torch.zeros((), device=next(iter(losses.values())).device)
+    return sum(terms[1:], terms[0])
+
+
+def _unit_score(name: str, value: float) -> float:
+    """A task's dev metric on a 0..1 scale: Pearson r as (r + 1) / 2, accuracy as it is."""
+    if not math.isfinite(value):
+        raise ValueError(f"dev metric of {name} is not finite: {value}")
+    score = (value + 1.0) / 2.0 if TASKS[name].metric_name == "pearson" else value
+    return min(max(score, 0.0), 1.0)

@@ -1,0 +1,204 @@
+"""The training stages, run in this order when switched on:
+
+    --ucl  unsupervised SimCSE  →  --scl  supervised SimCSE  →  --pre_qqp  QQP alone  →  multi-task
+
+Every stage has the same signature, ``stage(ctx) -> dict``, and returns its log (loss curve,
+seconds, batches); ``multitask_stage`` also returns the per-epoch dev history and the best state.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from tqdm.auto import tqdm
+
+from data.contrastive import read_sentences, read_triples, sentences_from_examples, triples_from_pairs
+from data.readers import DataError, Example
+from minbert import AdamW
+
+from .config import RunConfig
+from .evaluate import predict, to_device
+from .losses import info_nce
+from .schedule import RoundRobinScheduler
+from .task_step import TaskStep
+from .tasks import TASKS, overall_score
+
+CURVE_EVERY = 10  # batches per point of a logged loss curve
+
+
+@dataclass
+class StageContext:
+    config: RunConfig
+    model: torch.nn.Module                     # heads.MultitaskBert
+    splits: dict[str, dict[str, list[Example]]]
+    loader: Callable                           # (examples, batch_size, shuffle, seed) -> DataLoader
+    task_step: TaskStep
+    device: torch.device
+    log: Callable[[str], None]
+    on_epoch_end: Callable[[dict], None] = lambda record: None   # e.g. write metrics.json so far
+
+
+def ucl_stage(ctx: StageContext) -> dict:
+    """Unsupervised SimCSE (Gao et al. 2021, §3): each sentence encoded twice with dropout on is
+    its own positive; the other sentences of the batch are negatives (``info_nce``)."""
+    c = ctx.config.contrastive
+    if c.ucl_data:
+        corpus = read_sentences(c.ucl_data)
+    else:
+        corpus = sentences_from_examples(*(ctx.splits[name]["train"] for name in TASKS))
+    ctx.log(f"ucl: {len(corpus)} sentences from {c.ucl_data or 'the training sets'}")
+
+    def loss_fn(inputs):
+        first, second = ctx.model.embed(inputs[0]), ctx.model.embed(inputs[0])  # two dropout masks
+        return info_nce(first, second, ctx.config.model.temp)
+
+    return _contrastive_loop(ctx, "ucl", corpus, c.ucl_epochs, c.ucl_steps, c.ucl_batch_size, c.ucl_lr, loss_fn)
+
+
+def scl_stage(ctx: StageContext) -> dict:
+    """Supervised SimCSE (Gao et al. 2021, §4): (anchor, positive, hard negative) triples; every
+    in-batch positive and hard negative is a candidate, the anchor's own hard negative weighted α."""
+    c = ctx.config.contrastive
+    if c.scl_data:
+        triples, report = read_triples(c.scl_data)
+        if report.bad_rows:
+            ctx.log(f"warning: {report.summary()}")
+    else:
+        triples = triples_from_pairs(ctx.splits["qqp"]["train"], ctx.splits["sts"]["train"],
+                                     seed=ctx.config.train.seed)
+    if len(triples) < 2:
+        raise DataError(f"supervised SimCSE needs at least 2 triples, got {len(triples)}")
+    ctx.log(f"scl: {len(triples)} triples from {c.scl_data or 'QQP duplicates and STS pairs scored >= 4'}")
+
+    def loss_fn(inputs):
+        anchors, positives, negatives = (ctx.model.embed(encoding) for encoding in inputs)
+        return info_nce(anchors, positives, ctx.config.model.temp, negatives, c.hard_negative_weight)
+
+    return _contrastive_loop(ctx, "scl", triples, c.scl_epochs, c.scl_steps, c.scl_batch_size, c.scl_lr, loss_fn)
+
+
+def pre_qqp_stage(ctx: StageContext) -> dict:
+    """Train encoder + paraphrase head on QQP alone before multi-task training (the CS224N
+    study's "pre-QQP": QQP is by far the largest task, so it gets a head start)."""
+    t = ctx.config.train
+    loader = ctx.loader(ctx.splits["qqp"]["train"], ctx.config.data.batch_size, True, t.seed + 100)
+    scheduler = RoundRobinScheduler({"qqp": loader}, "min", t.pre_qqp_steps)
+    curve, started, batches = LossCurve(), time.time(), 0
+    for epoch in range(1, t.pre_qqp_epochs + 1):
+        for name, batch in tqdm(scheduler, desc=f"pre-QQP {epoch}/{t.pre_qqp_epochs}", dynamic_ncols=True):
+            curve.add(ctx.task_step.step({name: batch})[name])
+            batches += 1
+        ctx.log(f"pre-QQP epoch {epoch}: loss {curve.last_epoch_mean():.4f}")
+    return {"batches": batches, "seconds": round(time.time() - started, 1), "loss_curve": curve.points}
+
+
+def multitask_stage(ctx: StageContext) -> dict:
+    """Round-robin (or joint-loss) training on all tasks; after each epoch evaluate on dev and keep
+    the best epoch by the overall score."""
+    t = ctx.config.train
+    train_loaders = {name: ctx.loader(ctx.splits[name]["train"], ctx.config.data.batch_size, True, t.seed + i)
+                     for i, name in enumerate(TASKS)}
+    scheduler = RoundRobinScheduler(train_loaders, t.rr, t.max_steps_per_epoch)
+    weighting = ctx.task_step.weighting
+    history, best = [], {"score": -float("inf"), "epoch": None, "state": None, "dev": None}
+    for epoch in range(1, t.epochs + 1):
+        started = time.time()
+        totals = {name: [] for name in TASKS}
+        examples = 0
+        bar = tqdm(scheduler.rounds(), desc=f"epoch {epoch}/{t.epochs}", total=scheduler.steps, dynamic_ncols=True)
+        for batches in bar:
+            if t.joint_loss:
+                losses = ctx.task_step.step(batches)
+            else:
+                losses = {}
+                for name, batch in batches.items():
+                    losses.update(ctx.task_step.step({name: batch}))
+            for name, value in losses.items():
+                totals[name].append(value)
+            examples += sum(len(batch["ids"]) for batch in batches.values())
+            if len(totals["sst"]) % 20 == 0:
+                bar.set_postfix({k: f"{sum(v) / len(v):.3f}" for k, v in totals.items() if v}, refresh=False)
+        train_seconds = time.time() - started
+        dev = {name: predict(ctx.model, task, ctx.loader(ctx.splits[name]["dev"], ctx.config.data.batch_size, False, 0),
+                             ctx.device, f"dev {name}") for name, task in TASKS.items()}
+        metrics = {name: dev[name].score(task) for name, task in TASKS.items()}
+        score = overall_score(metrics)
+        record = {"epoch": epoch, "train_loss": {k: sum(v) / max(len(v), 1) for k, v in totals.items()},
+                  "dev": metrics, "dev_overall": score,
+                  "train_seconds": round(train_seconds, 1), "train_examples": examples,
+                  "train_examples_per_second": round(examples / max(train_seconds, 1e-9), 1),
+                  "eval_seconds": round(time.time() - started - train_seconds, 1)}
+        if weighting is not None:
+            record["loss_weights"] = weighting.current_weights()
+            weighting.update(metrics)
+        history.append(record)
+        improved = score > best["score"]
+        ctx.log(f"epoch {epoch}: train loss " + " ".join(f"{k} {v:.3f}" for k, v in record["train_loss"].items())
+                + f" | dev SST acc {metrics['sst']:.3f} QQP acc {metrics['qqp']:.3f} "
+                  f"STS pearson {metrics['sts']:.3f} overall {score:.3f}" + ("  (best so far)" if improved else ""))
+        if improved:
+            best = {"score": score, "epoch": epoch, "dev": dev,
+                    "state": {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}}
+        ctx.on_epoch_end({"epochs": history, "best": best, "improved": improved})
+    return {"epochs": history, "best": best}
+
+
+def _contrastive_loop(ctx: StageContext, name: str, examples: list[Example], epochs: int, max_steps,
+                      batch_size: int, lr: float, loss_fn) -> dict:
+    """Shared loop of the SimCSE stages: its own AdamW over the encoder, a logged loss curve."""
+    encoder_params = [p for p in ctx.model.bert.parameters() if p.requires_grad]
+    if not encoder_params:
+        ctx.log(f"{name}: the encoder is frozen (--option pretrain); skipping this stage")
+        return {"skipped": "encoder frozen"}
+    optimizer = AdamW(encoder_params, lr=lr, weight_decay=ctx.config.train.weight_decay)
+    loader = ctx.loader(examples, batch_size, True, ctx.config.train.seed + 200)
+    steps = len(loader) if max_steps is None else min(len(loader), max_steps)
+    curve, started, batches = LossCurve(), time.time(), 0
+    ctx.model.train()
+    for epoch in range(1, epochs + 1):
+        for i, batch in enumerate(tqdm(loader, desc=f"{name} {epoch}/{epochs}", total=steps, dynamic_ncols=True)):
+            if i >= steps:
+                break
+            if len(batch["ids"]) < 2:  # a last batch of one has no in-batch negative
+                continue
+            loss = loss_fn([to_device(encoding, ctx.device) for encoding in batch["inputs"]])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            curve.add(loss.item())
+            batches += 1
+        ctx.log(f"{name} epoch {epoch}: loss {curve.last_epoch_mean():.4f}")
+    return {"batches": batches, "seconds": round(time.time() - started, 1), "loss_curve": curve.points}
+
+
+class LossCurve:
+    """Mean loss every ``CURVE_EVERY`` batches, as ``[batch, mean]`` points for metrics.json."""
+
+    def __init__(self):
+        self.points: list[list[float]] = []
+        self._window: list[float] = []
+        self._epoch: list[float] = []
+        self._count = 0
+
+    def add(self, value: float) -> None:
+        self._count += 1
+        self._window.append(value)
+        self._epoch.append(value)
+        if len(self._window) == CURVE_EVERY:
+            self.points.append([self._count, round(sum(self._window) / CURVE_EVERY, 5)])
+            self._window = []
+
+    def last_epoch_mean(self) -> float:
+        """Mean since the previous call (one epoch), then start a new epoch."""
+        mean = sum(self._epoch) / max(len(self._epoch), 1)
+        self._epoch = []
+        return mean
+
+
+def enabled_stages(config: RunConfig) -> list[tuple[str, Callable[[StageContext], dict]]]:
+    """The stages before multi-task training that the flags switch on, in their fixed order."""
+    switches = [("ucl", config.contrastive.ucl, ucl_stage), ("scl", config.contrastive.scl, scl_stage),
+                ("pre_qqp", config.train.pre_qqp, pre_qqp_stage)]
+    return [(name, stage) for name, on, stage in switches if on]

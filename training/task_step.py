@@ -1,0 +1,54 @@
+"""One supervised training step on task batches, shared by QQP pre-training and multi-task training.
+
+``TaskStep`` owns what a step needs beyond the model: the optimizer, the SMART regulariser and
+its Bregman proximal term (Jiang et al. 2020), and the joint-loss weighting. Round-robin training
+calls ``step({task: batch})`` with one task; the joint loss calls it with one batch of every task.
+"""
+from __future__ import annotations
+
+import torch
+
+from .config import SmartConfig
+from .evaluate import to_device
+from .losses import LossWeighting
+from .smart import TASK_KINDS, BregmanProximal, smart_loss
+from .tasks import TASKS
+
+
+class TaskStep:
+    def __init__(self, model, optimizer, device: torch.device, smart: SmartConfig,
+                 weighting: LossWeighting | None = None):
+        self.model, self.optimizer, self.device, self.smart = model, optimizer, device, smart
+        self.weighting = weighting
+        self.bregman = (BregmanProximal(model, mu=smart.smart_mu, beta=smart.smart_beta)
+                        if smart.smart and smart.smart_bregman else None)
+
+    def task_loss(self, name: str, batch: dict) -> torch.Tensor:
+        """The task's loss on one batch, plus the SMART terms when ``--smart`` is on."""
+        task = TASKS[name]
+        inputs = [to_device(encoding, self.device) for encoding in batch["inputs"]]
+        output = self.model(name, inputs)
+        loss = task.loss(output, batch["labels"].to(self.device))
+        if self.smart.smart:
+            loss = loss + smart_loss(self.model, name, inputs, output, TASK_KINDS[name],
+                                     weight=self.smart.smart_weight, eps=self.smart.smart_eps,
+                                     step=self.smart.smart_step, steps=self.smart.smart_steps,
+                                     eps_norm=self.smart.smart_eps_norm)
+            if self.bregman is not None:
+                loss = loss + self.bregman.penalty(output, name, inputs, TASK_KINDS[name])
+        return loss
+
+    def step(self, batches: dict[str, dict]) -> dict[str, float]:
+        """One optimizer step on the (weighted) sum of the given task batches' losses."""
+        losses = {name: self.task_loss(name, batch) for name, batch in batches.items()}
+        if self.weighting is not None and len(losses) > 1:
+            total = self.weighting(losses)
+        else:
+            total = sum(losses.values())
+        if total.requires_grad:  # a frozen encoder under a parameter-free head has nothing to learn
+            self.optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            self.optimizer.step()
+            if self.bregman is not None:
+                self.bregman.update(self.model)
+        return {name: loss.item() for name, loss in losses.items()}
