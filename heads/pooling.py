@@ -1,33 +1,60 @@
 """Sentence vectors from BERT's hidden states: one function, ``pool``, and a table of modes.
 
-Layer-combining modes (``first_last``, ``last4_mean``, ``second_last``, ...) first combine
-layers token by token, then average over the real (unmasked) tokens, as in the SimCSE
+Layer-combining modes (``first_last``, ``last4_mean``, ``all_mean``, ``second_last``, ...) first
+combine layers token by token, then reduce over the real (unmasked) tokens, as in the SimCSE
 "first-last avg." baseline (Gao et al. 2021, §7 and Table 10; Su et al. 2021, BERT-whitening).
+The token reduction is ``reduction="mean"`` (the default, as in those papers) or ``"max"``; the
+seven-way pooling study (last, second-to-last, all layers, first-last, last two, last four
+averaged, last four concatenated; × mean/max) is therefore a loop over modes and reductions.
 ``first_last`` averages the *embeddings output* with the last layer, as SimCSE's released code
 first did; its maintainers later switched to the first Transformer layer (princeton-nlp/SimCSE#133).
+``all_mean`` likewise counts the embeddings output as a layer.
+
+Modes that do not take ``reduction``: ``cls`` and ``pooler`` pick one vector (no token reduction),
+and ``mean``/``max`` are the last layer with the reduction their name says (so the last-layer rows
+of the study are ``mean`` and ``max``). ``applied_reduction`` tells which reduction a mode used.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-# Each mode: (hidden_states tuple [embeddings, layer 1, ..., layer N], pooler output, mask (B, T)) -> (B, D)
-PoolFn = Callable[[tuple, torch.Tensor, torch.Tensor], torch.Tensor]
+TOKEN_REDUCTIONS = ("mean", "max")
+
+# (B, T, H) hidden states, (B, T) mask -> (B, H): masked_mean or masked_max
+Reduce = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def pool(outputs: dict, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """Pool a ``BertModel`` output dict into one vector per sequence using ``mode``."""
-    try:
-        fn = POOLING_MODES[mode]
-    except KeyError:
-        raise ValueError(f"unknown pooling mode {mode!r}; choose one of {sorted(POOLING_MODES)}") from None
-    return fn(outputs["hidden_states"], outputs["pooler_output"], attention_mask)
+def pool(outputs: dict, attention_mask: torch.Tensor, mode: str, reduction: str = "mean") -> torch.Tensor:
+    """Pool a ``BertModel`` output dict into one vector per sequence using ``mode``.
+
+    ``reduction`` ("mean" or "max") is how the layer-combining modes reduce over real tokens;
+    ``last4_concat`` applies it to each of the four layers before concatenating. ``cls``,
+    ``pooler``, ``mean`` and ``max`` ignore it (see ``applied_reduction``).
+    """
+    entry = _mode(mode)
+    if reduction not in _REDUCERS:
+        raise ValueError(f"unknown reduction {reduction!r}; choose one of {list(TOKEN_REDUCTIONS)}")
+    return entry.fn(outputs["hidden_states"], outputs["pooler_output"], attention_mask, _REDUCERS[reduction])
 
 
 def pooled_size(hidden_size: int, mode: str) -> int:
     """Width of the pooled vector: 4H for ``last4_concat``, H otherwise."""
     return 4 * hidden_size if mode == "last4_concat" else hidden_size
+
+
+def applied_reduction(mode: str, reduction: str = "mean") -> str | None:
+    """The token reduction ``pool(..., mode, reduction)`` really applies: ``reduction`` for the
+    layer-combining modes, the fixed one for ``mean``/``max``, ``None`` for ``cls``/``pooler``."""
+    entry = _mode(mode)
+    return reduction if entry.takes_reduction else entry.fixed_reduction
+
+
+def takes_reduction(mode: str) -> bool:
+    """Whether ``mode`` honours the ``reduction`` argument of ``pool``."""
+    return _mode(mode).takes_reduction
 
 
 def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -42,20 +69,52 @@ def masked_max(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tens
     return hidden.masked_fill(~mask, torch.finfo(hidden.dtype).min).max(dim=1).values
 
 
-def _mean_of_layers(layers: list[torch.Tensor], attention_mask: torch.Tensor) -> torch.Tensor:
-    return masked_mean(torch.stack(layers).mean(0), attention_mask)
+@dataclass(frozen=True)
+class PoolingMode:
+    """One row of the table: ``fn(hidden_states, pooler_output, mask, reduce) -> (B, D)``.
+
+    ``hidden_states`` is the tuple [embeddings output, layer 1, ..., layer N]. A mode with
+    ``fixed_reduction`` set ("mean"/"max") or ``picks_vector`` ignores ``reduce``.
+    """
+
+    fn: Callable[[tuple, torch.Tensor, torch.Tensor, Reduce], torch.Tensor]
+    fixed_reduction: str | None = None
+    picks_vector: bool = False
+
+    @property
+    def takes_reduction(self) -> bool:
+        return self.fixed_reduction is None and not self.picks_vector
 
 
-POOLING_MODES: dict[str, PoolFn] = {
+def _combine(layers, attention_mask: torch.Tensor, reduce: Reduce) -> torch.Tensor:
+    """Average ``layers`` token by token, then reduce over the real tokens."""
+    return reduce(torch.stack(list(layers)).mean(0), attention_mask)
+
+
+POOLING_MODES: dict[str, PoolingMode] = {
     # [CLS] token of the last layer, as it is (BERT §3 uses it for classification).
-    "cls": lambda hs, pooler, mask: hs[-1][:, 0],
+    "cls": PoolingMode(lambda hs, pooler, mask, reduce: hs[-1][:, 0], picks_vector=True),
     # tanh(W h_[CLS] + b): the NSP pooler output.
-    "pooler": lambda hs, pooler, mask: pooler,
-    "mean": lambda hs, pooler, mask: masked_mean(hs[-1], mask),
-    "max": lambda hs, pooler, mask: masked_max(hs[-1], mask),
-    # Average of the embeddings output and the last layer, then mean over tokens.
-    "first_last": lambda hs, pooler, mask: _mean_of_layers([hs[0], hs[-1]], mask),
-    "second_last": lambda hs, pooler, mask: masked_mean(hs[-2], mask),
-    "last4_mean": lambda hs, pooler, mask: _mean_of_layers(list(hs[-4:]), mask),
-    "last4_concat": lambda hs, pooler, mask: torch.cat([masked_mean(h, mask) for h in hs[-4:]], dim=-1),
+    "pooler": PoolingMode(lambda hs, pooler, mask, reduce: pooler, picks_vector=True),
+    # The last layer, averaged / max-pooled over tokens (the study's "last layer" rows).
+    "mean": PoolingMode(lambda hs, pooler, mask, reduce: masked_mean(hs[-1], mask), fixed_reduction="mean"),
+    "max": PoolingMode(lambda hs, pooler, mask, reduce: masked_max(hs[-1], mask), fixed_reduction="max"),
+    # Average of the embeddings output and the last layer, then reduce over tokens.
+    "first_last": PoolingMode(lambda hs, pooler, mask, reduce: _combine([hs[0], hs[-1]], mask, reduce)),
+    "second_last": PoolingMode(lambda hs, pooler, mask, reduce: reduce(hs[-2], mask)),
+    # Average of every hidden state (embeddings output and all N layers), then reduce over tokens.
+    "all_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs, mask, reduce)),
+    "last2_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs[-2:], mask, reduce)),
+    "last4_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs[-4:], mask, reduce)),
+    # Each of the last four layers reduced over tokens, side by side (4H wide).
+    "last4_concat": PoolingMode(lambda hs, pooler, mask, reduce: torch.cat([reduce(h, mask) for h in hs[-4:]], dim=-1)),
 }
+
+_REDUCERS: dict[str, Reduce] = {"mean": masked_mean, "max": masked_max}
+
+
+def _mode(mode: str) -> PoolingMode:
+    try:
+        return POOLING_MODES[mode]
+    except KeyError:
+        raise ValueError(f"unknown pooling mode {mode!r}; choose one of {sorted(POOLING_MODES)}") from None

@@ -45,6 +45,10 @@ EXPECTED = {
     "first_last": [[23, 24], [28, 29]],
     "second_last": [[33, 34], [38, 39]],              # layer 3 (+30)
     "last4_mean": [[28, 29], [33, 34]],               # layers 1..4 average to base + 25
+    # embeddings output and layers 1..4 average to base + 20 (the same as first_last on this
+    # batch; test_layer_modes_on_uneven_layers tells them apart)
+    "all_mean": [[23, 24], [28, 29]],
+    "last2_mean": [[38, 39], [43, 44]],               # layers 3, 4 average to base + 35
     "last4_concat": [[13, 14, 23, 24, 33, 34, 43, 44],
                      [18, 19, 28, 29, 38, 39, 48, 49]],  # means of layers 1, 2, 3, 4 side by side
 }
@@ -99,3 +103,82 @@ def test_unknown_mode_names_the_choices():
     assert "median" in message
     for mode in POOLING_MODES:
         assert mode in message
+
+
+# --- reduction="max" ------------------------------------------------------------------------
+# On the batch above, max over real tokens of ``base + c`` is max(base) + c: row 0 (5, 6) + c,
+# row 1 (9, 10) + c. cls, pooler, mean and max ignore the reduction.
+EXPECTED_MAX_REDUCTION = {
+    "cls": EXPECTED["cls"],
+    "pooler": EXPECTED["pooler"],
+    "mean": EXPECTED["mean"],
+    "max": EXPECTED["max"],
+    "first_last": [[25, 26], [29, 30]],        # + 20
+    "second_last": [[35, 36], [39, 40]],       # + 30
+    "all_mean": [[25, 26], [29, 30]],          # + 20
+    "last2_mean": [[40, 41], [44, 45]],        # + 35
+    "last4_mean": [[30, 31], [34, 35]],        # + 25
+    "last4_concat": [[15, 16, 25, 26, 35, 36, 45, 46],
+                     [19, 20, 29, 30, 39, 40, 49, 50]],  # max of layers 1, 2, 3, 4 side by side
+}
+
+
+def test_every_mode_has_a_max_reduction_expectation():
+    assert set(EXPECTED_MAX_REDUCTION) == set(POOLING_MODES)
+
+
+@pytest.mark.parametrize("mode", sorted(EXPECTED_MAX_REDUCTION))
+def test_max_reduction_matches_hand_computation(mode):
+    got = pool(_outputs(), MASK, mode, reduction="max")
+    expected = torch.tensor(EXPECTED_MAX_REDUCTION[mode], dtype=torch.float32)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", sorted(m for m in EXPECTED_MAX_REDUCTION if m != "pooler"))
+@pytest.mark.parametrize("pad_value", [-PAD, 0.0, 123.0])
+def test_max_reduction_never_sees_padding(mode, pad_value):
+    torch.testing.assert_close(pool(_outputs(pad_value), MASK, mode, "max"), pool(_outputs(PAD), MASK, mode, "max"),
+                               rtol=0, atol=1e-5)
+
+
+# --- layer modes on layers that are not evenly spaced ----------------------------------------
+# One sequence, H=1, three hidden states (embeddings output, layer 1, layer 2), last token PAD:
+#     embeddings: 0, 6, PAD      layer 1: 3, 5, PAD      layer 2: 9, 0, PAD
+# Token by token (layers first, then tokens):
+#     all_mean:    (0+3+9)/3 = 4,  (6+5+0)/3 = 11/3   -> mean 23/6, max 4
+#     first_last:  (0+9)/2 = 4.5,  (6+0)/2 = 3        -> mean 3.75, max 4.5
+#     last2_mean:  (3+9)/2 = 6,    (5+0)/2 = 2.5      -> mean 4.25, max 6
+#     second_last: 3, 5                               -> mean 4,    max 5
+#     last4_mean (only 3 hidden states: all of them) = all_mean
+# Reducing before combining would give all_mean max (6+5+9)/3 = 20/3, not 4.
+UNEVEN = {"all_mean": (23 / 6, 4.0), "first_last": (3.75, 4.5), "last2_mean": (4.25, 6.0),
+          "second_last": (4.0, 5.0), "last4_mean": (23 / 6, 4.0)}
+
+
+def _uneven_outputs() -> dict:
+    hs = tuple(torch.tensor([[[a], [b], [PAD]]]) for a, b in [(0.0, 6.0), (3.0, 5.0), (9.0, 0.0)])
+    return {"hidden_states": hs, "pooler_output": torch.zeros(1, 1)}
+
+
+@pytest.mark.parametrize("mode", sorted(UNEVEN))
+@pytest.mark.parametrize("reduction", ["mean", "max"])
+def test_layer_modes_on_uneven_layers(mode, reduction):
+    expected = UNEVEN[mode][0 if reduction == "mean" else 1]
+    got = pool(_uneven_outputs(), torch.tensor([[1, 1, 0]]), mode, reduction)
+    torch.testing.assert_close(got, torch.tensor([[expected]]), rtol=0, atol=1e-6)
+
+
+def test_applied_reduction_and_takes_reduction():
+    from heads.pooling import applied_reduction, takes_reduction
+    assert applied_reduction("cls", "max") is None and applied_reduction("pooler") is None
+    assert applied_reduction("mean", "max") == "mean" and applied_reduction("max", "mean") == "max"
+    for mode in ("first_last", "second_last", "all_mean", "last2_mean", "last4_mean", "last4_concat"):
+        assert takes_reduction(mode)
+        assert applied_reduction(mode, "max") == "max" and applied_reduction(mode) == "mean"
+    assert not any(takes_reduction(m) for m in ("cls", "pooler", "mean", "max"))
+
+
+def test_unknown_reduction_names_the_choices():
+    with pytest.raises(ValueError, match=r"'median'.*'mean', 'max'"):
+        pool(_outputs(), MASK, "first_last", reduction="median")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from heads import POOLING_MODES
+
 
 def flag(default, help: str, choices=None, type=None):
     """A dataclass field that is also a command-line flag."""
@@ -23,7 +25,7 @@ class ModelConfig:
     model: str | None = flag(None, "local HF-format BERT directory (config.json, vocab.txt, model.safetensors); "
                                    "default: the embedded all-MiniLM-L6-v2", type=str)
     pooling: str = flag("mean", "sentence vector from the encoder",
-                        choices=["cls", "pooler", "mean", "max", "first_last", "second_last", "last4_mean", "last4_concat"])
+                        choices=sorted(POOLING_MODES))
     para_head: str = flag("concat", "paraphrase (QQP) head: linear on [u; v; |u-v|] or (cos(u, v) - b)/temp, b learned",
                           choices=["concat", "cosine"])
     sts_head: str = flag("cosine", "similarity (STS) head: 5*sigmoid(linear[u; v; |u-v|]) or 5*cos(u, v)",

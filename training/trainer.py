@@ -77,7 +77,8 @@ def _run(config: RunConfig, run_dir: Path, device: torch.device, metrics: dict, 
                "weight_decay": 0.0}]
     optimizer = AdamW([g for g in groups if g["params"]], lr=config.train.lr, weight_decay=config.train.weight_decay)
     trained = sum(p.numel() for g in groups for p in g["params"])
-    log(f"parameters: {sum(p.numel() for p in model.parameters()):,} ({trained:,} trained, option {config.model.option})")
+    log(f"parameters: {sum(p.numel() for p in model.parameters()):,} in the model, {trained:,} trained "
+        f"(option {config.model.option})")
 
     def loader(examples, batch_size: int, shuffle: bool, seed: int = 0):
         return make_loader(examples, tokenizer, config.data.max_length, batch_size, shuffle=shuffle, seed=seed)
