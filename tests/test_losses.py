@@ -242,3 +242,105 @@ def test_factory_kinds_share_the_interface():
         weighting = make_loss_weighting(kind, TASKS3, {"sst": 1.0, "qqp": 1.0, "sts": 1.0})
         assert isinstance(weighting, LossWeighting)
         assert set(weighting.current_weights()) == set(TASKS3)
+
+
+# --- label-contrastive loss ----------------------------------------------------------------------
+# KL(T_i || softmax_j≠i(cos(e_i, e_j)/τ)), T_i uniform over row i's same-class neighbours, averaged
+# over the rows that have one. The expected values below are written out from the definition.
+
+from training.losses import label_contrastive_loss  # noqa: E402
+
+
+def test_label_contrastive_three_examples_one_class_appears_once():
+    # Directions (1, 0), (0, 1), (0.6, 0.8), given at other lengths; labels 0, 1, 1; τ = 0.5.
+    # Row 0 (class 0, alone in the batch): no target mass -> skipped.
+    # Row 1: others j=0 (cos 0), j=2 (cos 0.8) -> logits 0, 1.6; target all on j=2:
+    #        KL = -log(e^1.6 / (1 + e^1.6)) = log(1 + e^-1.6)
+    # Row 2: others j=0 (cos 0.6), j=1 (cos 0.8) -> logits 1.2, 1.6; target all on j=1:
+    #        KL = -log(e^1.6 / (e^1.2 + e^1.6)) = log(1 + e^-0.4)
+    e = torch.tensor([[2.0, 0.0], [0.0, 3.0], [3.0, 4.0]])
+    expected = (math.log(1 + math.exp(-1.6)) + math.log(1 + math.exp(-0.4))) / 2
+    loss = label_contrastive_loss(e, torch.tensor([0, 1, 1]), temperature=0.5)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_label_contrastive_four_examples_two_positives_per_row():
+    # Directions (1, 0), (0, 1), (0.6, 0.8), (-1, 0); labels 0, 0, 0, 1; τ = 1. Cosines:
+    #   c01 = 0, c02 = 0.6, c03 = -1, c12 = 0.8, c13 = 0, c23 = -0.6
+    # Rows 0..2 each have two same-class neighbours (target 1/2, 1/2), so
+    #   KL_i = Σ_pos 1/2 (log 1/2 - log p_ij) = -log 2 - (s_pos1 + s_pos2)/2 + log Σ_{j≠i} e^{s_ij}
+    # Row 3 (class 1, alone): skipped; the loss is the mean of rows 0..2.
+    e = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.6, 0.8], [-5.0, 0.0]])
+    row0 = -math.log(2) - (0.0 + 0.6) / 2 + math.log(math.exp(0.0) + math.exp(0.6) + math.exp(-1.0))
+    row1 = -math.log(2) - (0.0 + 0.8) / 2 + math.log(math.exp(0.0) + math.exp(0.8) + math.exp(0.0))
+    row2 = -math.log(2) - (0.6 + 0.8) / 2 + math.log(math.exp(0.6) + math.exp(0.8) + math.exp(-0.6))
+    loss = label_contrastive_loss(e, torch.tensor([0, 0, 0, 1]), temperature=1.0)
+    assert loss.item() == pytest.approx((row0 + row1 + row2) / 3, rel=1e-6)
+
+
+def test_label_contrastive_matches_kl_div_reference():
+    # An independent route: torch's kl_div on the rows that have positives, diagonal dropped by indexing.
+    torch.manual_seed(0)
+    e = torch.randn(8, 5, dtype=torch.float64)
+    labels = torch.tensor([0, 1, 2, 0, 1, 1, 3, 0])
+    tau = 0.2
+    z = torch.nn.functional.normalize(e, dim=-1)
+    terms = []
+    for i in range(8):
+        others = [j for j in range(8) if j != i]
+        target = (labels[others] == labels[i]).double()
+        if target.sum() == 0:
+            continue
+        log_p = torch.log_softmax(z[i] @ z[others].T / tau, dim=0)
+        terms.append(torch.nn.functional.kl_div(log_p, target / target.sum(), reduction="sum"))
+    expected = torch.stack(terms).mean()
+    assert label_contrastive_loss(e, labels, temperature=tau).item() == pytest.approx(expected.item(), rel=1e-10)
+
+
+def test_label_contrastive_is_near_zero_for_separated_classes_and_ignores_length():
+    # Class 0 along (1, 0), class 1 along (0, 1), τ = 0.05: each row's positive has logit 20, the two
+    # negatives 0, so KL = log(1 + 2 e^-20) ≈ 4e-9.
+    e = torch.tensor([[1.0, 0.0], [7.0, 0.0], [0.0, 0.3], [0.0, 2.0]], dtype=torch.float64)
+    loss = label_contrastive_loss(e, torch.tensor([0, 0, 1, 1]), temperature=0.05)
+    assert loss.item() == pytest.approx(math.log(1 + 2 * math.exp(-20.0)), rel=1e-6)
+
+
+def test_label_contrastive_all_rows_skipped_is_zero_with_a_graph():
+    for e, labels in ((torch.randn(3, 4, requires_grad=True), torch.tensor([0, 1, 2])),
+                      (torch.randn(1, 4, requires_grad=True), torch.tensor([3]))):
+        loss = label_contrastive_loss(e, labels)
+        assert loss.item() == 0.0
+        loss.backward()
+        assert e.grad is not None and torch.equal(e.grad, torch.zeros_like(e))
+
+
+def test_label_contrastive_gradients_flow_and_are_finite():
+    torch.manual_seed(1)
+    e = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([0, 0, 1, 1, 1, 2])        # class 2 appears once: a negative only
+    loss = label_contrastive_loss(e, labels, temperature=0.1)
+    loss.backward()
+    assert torch.isfinite(e.grad).all()
+    assert (e.grad.abs().sum(dim=1) > 0).all()        # every row moves, the lone one too (as a negative)
+    assert torch.autograd.gradcheck(lambda x: label_contrastive_loss(x, labels, temperature=0.1), (e.detach().clone().requires_grad_(),))
+
+
+def test_label_contrastive_pulls_same_class_together():
+    # One gradient step on the loss raises the cosine of a same-class pair.
+    e = torch.tensor([[1.0, 0.2], [0.2, 1.0], [-1.0, 0.1], [0.1, -1.0]], requires_grad=True)
+    labels = torch.tensor([0, 0, 1, 1])
+    before = torch.nn.functional.cosine_similarity(e[0], e[1], dim=0).item()
+    label_contrastive_loss(e, labels, temperature=0.5).backward()
+    moved = (e - 0.1 * e.grad).detach()
+    assert torch.nn.functional.cosine_similarity(moved[0], moved[1], dim=0).item() > before
+
+
+@pytest.mark.parametrize("embeddings, labels, temperature, message", [
+    (torch.randn(3, 2), torch.tensor([0, 1, 1]), 0.0, "temperature"),
+    (torch.randn(3), torch.tensor([0, 1, 1]), 0.05, r"\(B, D\)"),
+    (torch.randn(3, 2), torch.tensor([0, 1]), 0.05, r"\(B,\)"),
+    (torch.randn(3, 2), torch.tensor([0.0, 1.0, 1.0]), 0.05, "integer"),
+])
+def test_label_contrastive_errors(embeddings, labels, temperature, message):
+    with pytest.raises(ValueError, match=message):
+        label_contrastive_loss(embeddings, labels, temperature=temperature)

@@ -47,10 +47,11 @@ from scipy.stats import pearsonr, spearmanr
 from data.readers import BadRow, DataError, ReadReport, column_indices, read_examples, read_utf8
 from heads.pooling import POOLING_MODES, TOKEN_REDUCTIONS, applied_reduction, pool, pooled_size
 from minbert import BertConfig, BertModel, BertTokenizer, WeightsError
-from minbert.atomic import write_text_atomic
 from minbert.weights import resolve_model_dir
 
 from .checkpoint import load_checkpoint
+from .evaluate import pick_device
+from .outputs import write_json
 
 STS_INPUT = re.compile(r"^STS\.input\.(.+)\.txt$")
 STS_GOLD = re.compile(r"^STS\.gs\.(.+)\.txt$")
@@ -68,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         datasets = find_datasets(args.data)
         model, tokenizer, source = load_encoder(args.checkpoint, args.model)
-        device = _pick_device(args.device)
+        device = pick_device(args.device)
         model.to(device)
         reduction = applied_reduction(args.pooling, args.reduction)
         print(f"encoder: {source}   pooling: {args.pooling} (reduction: {reduction or 'none'})   device: {device}",
@@ -93,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = {"encoder": source, "pooling": args.pooling, "reduction": reduction,
                   "max_length": args.max_length, "batch_size": args.batch_size,
                   "wall_seconds": round(time.time() - started, 1), "datasets": results}
-        write_text_atomic(args.out, json.dumps(_json_safe(report), indent=2) + "\n")
+        write_json(Path(args.out), report)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -267,14 +268,6 @@ def _tokenizer(vocab: Path, bert: BertModel) -> BertTokenizer:
 def _first_line(err: Exception) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
-
-
-def _pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device available")
-    return torch.device(name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,17 +478,6 @@ def render_table(results: dict[str, dict]) -> str:
 
 def _pct(value: float) -> str:
     return "-" if value is None or math.isnan(value) else f"{100 * value:.2f}"
-
-
-def _json_safe(value):
-    """NaN (an undefined correlation) becomes null, so the file is strict JSON."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 if __name__ == "__main__":

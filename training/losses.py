@@ -51,6 +51,54 @@ def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float 
     return F.cross_entropy(logits, targets)
 
 
+def label_contrastive_loss(embeddings: torch.Tensor, labels: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
+    """Label-contrastive loss of a labelled single-sentence batch (SST, CFIMDB): (B, D) vectors, (B,) classes.
+
+    Contrastive fine-tuning with labels pulls together the sentences of one class and pushes apart
+    the others (supervised contrastive learning: Khosla et al. 2020, "Supervised Contrastive
+    Learning", §3.2; for fine-tuning a pretrained language model: Gunel et al. 2021, "Supervised
+    Contrastive Learning for Pre-trained Language Model Fine-tuning", §2). This is the
+    KL-to-label-similarity form of that idea: the target for each row is the batch's label
+    similarity, the prediction a softmax over the embeddings' cosine similarities,
+
+        S_ij = cos(e_i, e_j) / τ                       for j ≠ i (the diagonal is left out of the softmax)
+        T_ij = [y_i = y_j] / Σ_{k≠i} [y_i = y_k]       for j ≠ i, T_ii = 0   (rows of Y·Yᵀ, normalised)
+        L    = 1/|R| Σ_{i∈R} KL(T_i ‖ softmax_j(S_i)) = 1/|R| Σ_{i∈R} Σ_{j≠i} T_ij (log T_ij − log p_ij)
+
+    With one positive per row this is InfoNCE over the in-batch others; with several, each row's
+    target spreads evenly over its same-class neighbours (SupCon's L_out averages −log p over the
+    positives instead; the two differ by the target's entropy, a constant, so their gradients agree).
+
+    R is the set of rows whose class appears at least twice in the batch: a row whose class appears
+    only once has no same-class neighbour, so its target row is all zeros and has no distribution to
+    match. Such rows are **skipped** (left out of the sum and of |R|); they still act as negatives in
+    the other rows. If every row is skipped (B = 1, or all labels distinct) the loss is 0, returned
+    as ``embeddings.sum() * 0`` so ``backward()`` still works (all gradients are zero).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if embeddings.dim() != 2:
+        raise ValueError(f"embeddings must be (B, D), got {tuple(embeddings.shape)}")
+    if labels.dim() != 1 or len(labels) != len(embeddings):
+        raise ValueError(f"labels must be (B,) with B = {len(embeddings)}, got {tuple(labels.shape)}")
+    if labels.is_floating_point():
+        raise ValueError(f"labels must be integer class ids, got dtype {labels.dtype}")
+    n = len(embeddings)
+    diagonal = torch.eye(n, dtype=torch.bool, device=embeddings.device)
+    same = (labels.unsqueeze(0) == labels.unsqueeze(1)) & ~diagonal     # Y·Yᵀ without the diagonal
+    counts = same.sum(dim=1)
+    rows = counts > 0                                                   # R: rows with target mass
+    if not bool(rows.any()):
+        return embeddings.sum() * 0
+    unit = F.normalize(embeddings, dim=-1)
+    logits = (unit @ unit.T / temperature).masked_fill(diagonal, float("-inf"))
+    log_p = torch.log_softmax(logits, dim=1).masked_fill(diagonal, 0.0)  # 0 · log p_ii must not be 0 · -inf
+    target = same.to(log_p.dtype) / counts.clamp(min=1).unsqueeze(1).to(log_p.dtype)
+    # Σ_j T_ij log T_ij: the target is uniform over the row's counts[i] positives, so it is -log counts[i].
+    kl = -torch.log(counts.clamp(min=1).to(log_p.dtype)) - (target * log_p).sum(dim=1)
+    return kl[rows].mean()
+
+
 def make_loss_weighting(kind: str, task_names: list[str], weights: dict[str, float]) -> "LossWeighting":
     """The weighting named ``kind`` ("fixed", "adaptive" or "learned") over ``task_names``, starting
     from the base ``weights`` (one finite, non-negative number per task, no more, no fewer)."""

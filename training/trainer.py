@@ -22,7 +22,7 @@ from minbert.weights import resolve_model_dir
 
 from .checkpoint import save_checkpoint
 from .config import RunConfig
-from .evaluate import TaskPredictions, predict
+from .evaluate import TaskPredictions, pick_device, predict
 from .losses import make_loss_weighting
 from .outputs import prediction_path, write_json, write_predictions
 from .stages import StageContext, enabled_stages, multitask_stage
@@ -207,11 +207,3 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def pick_device(choice: str) -> torch.device:
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available (use --device cpu or auto)")
-    if choice == "auto":
-        choice = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(choice)

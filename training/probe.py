@@ -1,0 +1,245 @@
+"""Clustering and linear-probe evaluation of frozen sentence embeddings on a labelled single-sentence task.
+
+    python -m training.probe --task cfimdb --data_dir ../shared/data/cs224n --pooling mean
+    python -m training.probe --checkpoint predictions/<run>/checkpoint --task sst \\
+        --data_dir ../shared/data/cs224n --pooling mean --out probe-sst.json
+
+The encoder alone (no task head; ``heads.pooling`` gives the vector, ``training.evaluate_embeddings``
+loads the model and encodes) embeds the train and dev sentences, frozen. Two judgements of how well
+the embeddings separate the classes, as in contrastive fine-tuning studies that compare
+cross-entropy with label-contrastive training by their embeddings rather than by a head:
+
+- **clustering**: k-means with k = the number of classes (scikit-learn, ``n_init=10``, fixed seed),
+  on dev and on train separately, scored against the gold classes by the adjusted Rand index (ARI)
+  and adjusted mutual information (AMI). Both are 1 for a clustering equal to the classes up to
+  renaming and about 0 for one unrelated to them (they can go slightly negative).
+- **linear probe**: a multinomial logistic regression (scikit-learn, L2, C = 1, lbfgs,
+  ``max_iter=1000``, fixed seed) trained on the train embeddings; its train and dev accuracy.
+
+``--normalize`` L2-normalises the vectors first (the geometry a cosine-based contrastive loss
+shapes); by default the raw pooled vectors are used. ``--max_train N`` keeps a seeded random N of
+the training sentences (for speed: the probe is trained and train k-means run on those only).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
+
+from data.readers import DataError, Example, read_examples, resolve_data_dir
+from heads.pooling import POOLING_MODES, TOKEN_REDUCTIONS, applied_reduction
+from minbert import WeightsError
+
+from .evaluate import pick_device
+from .evaluate_embeddings import encode, load_encoder
+from .outputs import write_json
+
+DEFAULT_SEED = 11711
+
+
+@dataclass(frozen=True)
+class ProbeTask:
+    """A labelled single-sentence task as the probe needs it: where its files are and what they hold."""
+
+    name: str
+    files: dict[str, str]      # split ("train", "dev") -> file name in the data directory
+    text_column: str
+    label_column: str
+    num_classes: int
+    description: str
+
+
+# The task-as-data table: a new labelled single-sentence task is one more row.
+PROBE_TASKS: dict[str, ProbeTask] = {task.name: task for task in (
+    ProbeTask("sst", {"train": "ids-sst-train.csv", "dev": "ids-sst-dev.csv"}, "sentence", "sentiment", 5,
+              "Stanford Sentiment Treebank, 5 classes (0 negative .. 4 positive)"),
+    ProbeTask("cfimdb", {"train": "ids-cfimdb-train.csv", "dev": "ids-cfimdb-dev.csv"}, "sentence", "sentiment", 2,
+              "CFIMDB movie reviews, 2 classes (0 negative, 1 positive)"),
+)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    started = time.time()
+    task = PROBE_TASKS[args.task]
+    try:
+        if args.max_train is not None and args.max_train < 1:
+            raise ValueError(f"--max_train must be at least 1, got {args.max_train}")
+        data_dir = resolve_data_dir(args.data_dir, list(task.files.values()))
+        splits = {split: read_split(data_dir / name, task) for split, name in task.files.items()}
+        if args.max_train is not None:
+            splits["train"] = subsample(splits["train"], args.max_train, args.seed)
+        model, tokenizer, source = load_encoder(args.checkpoint, args.model)
+        device = pick_device(args.device)
+        model.to(device)
+        reduction = applied_reduction(args.pooling, args.reduction)
+        print(f"encoder: {source}   pooling: {args.pooling} (reduction: {reduction or 'none'})   device: {device}",
+              file=sys.stderr)
+        vectors, labels = {}, {}
+        encode_started = time.time()
+        for split, (examples, _) in splits.items():
+            x = encode(model, tokenizer, [e.texts[0] for e in examples], args.pooling, args.reduction,
+                       args.batch_size, args.max_length).numpy().astype(np.float64)
+            if args.normalize:
+                x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+            vectors[split], labels[split] = x, np.array([e.label for e in examples], dtype=np.int64)
+            print(f"{split}: encoded {len(examples)} sentences", file=sys.stderr)
+        encode_seconds = time.time() - encode_started
+        fit_started = time.time()
+        clustering = {split: cluster_scores(vectors[split], labels[split], task.num_classes, args.seed)
+                      for split in ("dev", "train")}
+        probe = probe_scores(vectors["train"], labels["train"], vectors["dev"], labels["dev"], args.seed)
+        fit_seconds = time.time() - fit_started
+    except (DataError, WeightsError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    report = {
+        "encoder": source, "task": task.name, "data_dir": str(data_dir), "pooling": args.pooling,
+        "reduction": reduction, "normalize": args.normalize, "max_length": args.max_length,
+        "max_train": args.max_train, "seed": args.seed, "num_classes": task.num_classes,
+        "files": {split: {"path": str(data_dir / task.files[split]), "rows": read.n_rows,
+                          "skipped": len(read.bad_rows), "used": len(labels[split])}
+                  for split, (_, read) in splits.items()},
+        "clustering": clustering, "probe": probe,
+        "seconds": {"encode": round(encode_seconds, 1), "fit": round(fit_seconds, 1),
+                    "total": round(time.time() - started, 1)},
+    }
+    print(render_table(report))
+    if args.out is not None:
+        write_json(Path(args.out), report)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m training.probe", description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--checkpoint", type=Path, default=None,
+                        help="a run's checkpoint/ folder (or the run folder holding it): its encoder, no heads")
+    source.add_argument("--model", default=None,
+                        help="local HF-format BERT directory or the embedded model's name (default: the embedded model)")
+    parser.add_argument("--task", required=True, choices=list(PROBE_TASKS),
+                        help="; ".join(f"{t.name}: {t.description}, {t.files['train']} / {t.files['dev']}"
+                                       for t in PROBE_TASKS.values()))
+    parser.add_argument("--data_dir", default=None,
+                        help="folder with the task's train and dev files (default: $MINBERT_DATA, else ./data)")
+    parser.add_argument("--pooling", default="mean", choices=list(POOLING_MODES), help="pooling mode (default: mean)")
+    parser.add_argument("--reduction", default="mean", choices=list(TOKEN_REDUCTIONS),
+                        help="token reduction of the layer-combining modes (default: mean)")
+    parser.add_argument("--normalize", action="store_true", help="L2-normalise the vectors before k-means and the probe")
+    parser.add_argument("--max_train", type=int, default=None,
+                        help="use a seeded random subset of this many training sentences (default: all)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                        help=f"seed of k-means, the probe and --max_train (default: {DEFAULT_SEED})")
+    parser.add_argument("--batch_size", type=int, default=64, help="sentences per forward pass (default: 64)")
+    parser.add_argument("--max_length", type=int, default=128, help="word pieces per sentence (default: 128)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: cuda if available")
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON to this file")
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# the two evaluations
+
+
+def cluster_scores(embeddings, labels, k: int, seed: int = DEFAULT_SEED) -> dict:
+    """k-means (k clusters, ``n_init=10``, ``random_state=seed``) on (N, D) ``embeddings``, scored
+    against the gold ``labels``: ``{"ari", "ami", "k", "n"}``."""
+    x, y = _as_matrix(embeddings), _as_labels(labels)
+    if len(x) != len(y):
+        raise ValueError(f"{len(x)} embeddings but {len(y)} labels")
+    if k < 1 or k > len(x):
+        raise ValueError(f"k-means needs 1 <= k <= number of examples, got k = {k} for {len(x)} examples")
+    clusters = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(x)
+    return {"ari": float(adjusted_rand_score(y, clusters)), "ami": float(adjusted_mutual_info_score(y, clusters)),
+            "k": int(k), "n": int(len(x))}
+
+
+def probe_scores(train_x, train_y, dev_x, dev_y, seed: int = DEFAULT_SEED) -> dict:
+    """A logistic-regression probe (L2, C = 1, lbfgs, ``max_iter=1000``, ``random_state=seed``) fitted on
+    the train embeddings: ``{"train_accuracy", "dev_accuracy", "n_train", "n_dev", "converged"}``."""
+    train_x, dev_x = _as_matrix(train_x), _as_matrix(dev_x)
+    train_y, dev_y = _as_labels(train_y), _as_labels(dev_y)
+    if len(train_x) != len(train_y) or len(dev_x) != len(dev_y):
+        raise ValueError(f"embeddings and labels differ in length: train {len(train_x)} vs {len(train_y)}, "
+                         f"dev {len(dev_x)} vs {len(dev_y)}")
+    if train_x.shape[1] != dev_x.shape[1]:
+        raise ValueError(f"train and dev embeddings differ in width: {train_x.shape[1]} vs {dev_x.shape[1]}")
+    if len(dev_x) == 0:
+        raise ValueError("the probe needs at least one dev example")
+    if len(np.unique(train_y)) < 2:
+        raise ValueError(f"the probe needs at least two classes in the training set, got {np.unique(train_y).tolist()}")
+    probe = LogisticRegression(max_iter=1000, random_state=seed).fit(train_x, train_y)
+    return {"train_accuracy": float((probe.predict(train_x) == train_y).mean()),
+            "dev_accuracy": float((probe.predict(dev_x) == dev_y).mean()),
+            "n_train": int(len(train_x)), "n_dev": int(len(dev_x)),
+            "converged": bool(np.all(probe.n_iter_ < probe.max_iter))}
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+def read_split(path: Path, task: ProbeTask):
+    """``(examples, ReadReport)`` of one labelled file; rows with a bad field are skipped and reported."""
+    examples, report = read_examples(path, (task.text_column,), task.label_column, label_type="class",
+                                     num_classes=task.num_classes)
+    if report.bad_rows:
+        print(f"note: {report.summary()}", file=sys.stderr)
+    if not examples:
+        raise DataError(f"{path}: no usable rows ({report.summary()})")
+    return examples, report
+
+
+def subsample(split: tuple[list[Example], object], n: int, seed: int):
+    """A seeded random ``n`` of the examples, kept in file order (all of them if there are no more)."""
+    examples, report = split
+    if n >= len(examples):
+        return examples, report
+    keep = np.sort(np.random.default_rng(seed).choice(len(examples), size=n, replace=False))
+    return [examples[i] for i in keep], report
+
+
+def _as_matrix(x) -> np.ndarray:
+    x = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"embeddings must be (N, D), got shape {x.shape}")
+    return x
+
+
+def _as_labels(y) -> np.ndarray:
+    y = np.asarray(y.detach().cpu() if hasattr(y, "detach") else y)
+    if y.ndim != 1:
+        raise ValueError(f"labels must be (N,), got shape {y.shape}")
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# output
+
+
+def render_table(report: dict) -> str:
+    c, p = report["clustering"], report["probe"]
+    return "\n".join([
+        f"task {report['task']} ({report['num_classes']} classes)   pooling {report['pooling']}"
+        f"{'' if report['reduction'] in (None, 'mean') else ' (' + report['reduction'] + ')'}"
+        f"{'   L2-normalised' if report['normalize'] else ''}   encoder {report['encoder']}",
+        f"{'':<34} {'n':>6} {'ARI':>8} {'AMI':>8} {'accuracy':>9}",
+        f"{'k-means (k = classes) on dev':<34} {c['dev']['n']:>6} {c['dev']['ari']:>8.4f} {c['dev']['ami']:>8.4f} {'':>9}",
+        f"{'k-means (k = classes) on train':<34} {c['train']['n']:>6} {c['train']['ari']:>8.4f} "
+        f"{c['train']['ami']:>8.4f} {'':>9}",
+        f"{'logistic-regression probe, train':<34} {p['n_train']:>6} {'':>8} {'':>8} {p['train_accuracy']:>9.4f}",
+        f"{'logistic-regression probe, dev':<34} {p['n_dev']:>6} {'':>8} {'':>8} {p['dev_accuracy']:>9.4f}",
+    ] + ([] if p["converged"] else ["note: the probe did not converge in 1000 iterations"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
