@@ -4,13 +4,17 @@ Every text column is encoded on its own (``inputs[k]`` holds the k-th sentence o
 as one ``[CLS] a [SEP] b [SEP]`` sequence: the siamese pair heads need the embeddings u and v of
 the two sentences separately. Padding is dynamic (to the longest sentence in the batch), and the
 collate function is a small top-level class so DataLoader worker processes can pickle it.
+
+With ``bucket=True`` the batches are also length-bucketed (``BucketBatchSampler``): examples of
+similar length go together, so dynamic padding pads little. Training stays random — examples are
+shuffled, sorted only within chunks of ~50 batches, and the batches are shuffled again.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .readers import Example
 
@@ -43,21 +47,100 @@ def make_loader(
     batch_size: int,
     shuffle: bool,
     seed: int = 0,
+    bucket: bool = False,
 ) -> DataLoader:
     """A DataLoader in the main process; shuffling draws from a generator seeded with ``seed``.
 
     Two loaders built with the same seed yield the same batches in the same order, epoch after
     epoch (the generator advances between epochs, so each epoch's order differs).
+
+    ``bucket=True`` batches examples of similar length together (``BucketBatchSampler``). Without
+    shuffling that changes the order of the examples (shortest first), so predictions come back
+    in a different order than the file; every batch carries its examples' ``ids``.
     """
     generator = torch.Generator().manual_seed(seed) if shuffle else None
+    dataset = ExampleDataset(examples)
+    collate = make_collate(tokenizer, max_length)
+    if bucket:
+        lengths = example_lengths(dataset.examples, tokenizer, max_length)
+        sampler = BucketBatchSampler(lengths, batch_size, shuffle, generator)
+        # the generator is passed on too so iterating never draws from torch's global RNG
+        return DataLoader(dataset, batch_sampler=sampler, generator=generator, collate_fn=collate, num_workers=0)
     return DataLoader(
-        ExampleDataset(examples),
+        dataset,
         batch_size=batch_size,
         shuffle=shuffle,
         generator=generator,
-        collate_fn=make_collate(tokenizer, max_length),
+        collate_fn=collate,
         num_workers=0,
     )
+
+
+def example_lengths(examples: Sequence[Example], tokenizer: BertTokenizer | None = None,
+                    max_length: int | None = None) -> list[int]:
+    """The bucketing key of each example: the length of its longest text.
+
+    With a tokenizer, in word pieces including [CLS] and [SEP], capped at ``max_length`` — exactly
+    the padded width that text needs; without one, in characters (a rough proxy). Measured on the
+    training sets here (shuffled buckets of 32, tokens after padding / real tokens; dynamic padding
+    without buckets: 2.06 SST, 2.43 QQP, 2.42 STS): word pieces 1.04 / 1.20 / 1.13, characters
+    1.29 / 1.53 / 1.41, whitespace-split words (summed over a pair) 1.34 / 1.63 / 1.46. For pairs
+    the longer text is a better key than the sum of both (QQP: 1.20 vs 1.41 in word pieces).
+    Tokenizing once more for the key costs ~60 µs a sentence (1 s for all of QQP train).
+    """
+    if tokenizer is None:
+        return [max(len(text) for text in ex.texts) for ex in examples]
+    cap = max_length if max_length is not None else float("inf")
+    return [int(min(max(len(tokenizer.tokenize(text)) for text in ex.texts) + 2, cap)) for ex in examples]
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of indices whose examples have similar ``lengths``.
+
+    Shuffled (training): each epoch, a random permutation of all examples is cut into chunks of
+    ``chunk_batches`` batches; each chunk is sorted by length and cut into batches; then the order
+    of all batches is shuffled. Batches are short-with-short and long-with-long, yet which examples
+    meet, and in which order batches come, changes every epoch. All randomness comes from
+    ``generator``, so a seeded generator makes epochs repeatable. Only the very last batch of the
+    epoch can be smaller than ``batch_size``.
+
+    Not shuffled (evaluation): all examples sorted by length (stable, so ties keep file order) and
+    cut into batches in that order — the order of predictions differs from the file's.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool,
+                 generator: torch.Generator | None = None, chunk_batches: int = 50):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if chunk_batches < 1:
+            raise ValueError(f"chunk_batches must be at least 1, got {chunk_batches}")
+        self.lengths = torch.as_tensor(list(lengths), dtype=torch.long)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.generator = generator
+        self.chunk_batches = chunk_batches
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if not self.shuffle:
+            order = torch.sort(self.lengths, stable=True).indices
+            yield from _cut(order.tolist(), self.batch_size)
+            return
+        permutation = torch.randperm(len(self.lengths), generator=self.generator)
+        chunk = self.batch_size * self.chunk_batches
+        batches: list[list[int]] = []
+        for start in range(0, len(permutation), chunk):
+            indices = permutation[start : start + chunk]
+            by_length = indices[torch.sort(self.lengths[indices], stable=True).indices]
+            batches.extend(_cut(by_length.tolist(), self.batch_size))
+        for i in torch.randperm(len(batches), generator=self.generator).tolist():
+            yield batches[i]
+
+
+def _cut(indices: list[int], size: int) -> list[list[int]]:
+    return [indices[i : i + size] for i in range(0, len(indices), size)]
 
 
 class ExampleCollator:

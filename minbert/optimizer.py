@@ -25,6 +25,28 @@ Note on ε: the efficient form adds ε to sqrt(v_t) *before* the bias correction
 whereas ``torch.optim.AdamW`` adds it after (denominator sqrt(v_t) / sqrt(1 - β2^t) + ε).
 The two are identical for ε = 0 and differ only by the effective size of ε early in
 training. With ``correct_bias=False`` there is no correction at all: α_t = α.
+
+Three ways to compute the same update; the first two agree bit for bit (the same element-wise
+kernels in the same order on every element):
+
+* ``_step_loop``, the readable reference: parameter after parameter, one line per equation
+  (``_update``). On the CPU a large tensor is updated in blocks of ``CPU_BLOCK`` elements, every
+  line on one block before the next block, so the four arrays (θ, g, m, v) stay in the core's
+  cache between lines instead of streaming from memory each time. Measured on the MiniLM's
+  parameters (one step, 2 threads): 72 -> 66 ms, of which the 30522 × 384 word-embedding matrix
+  51 -> 43 ms; single-threaded 136 -> 111 ms.
+* ``_step_foreach``: every line applied to a group's whole list of tensors at once with
+  ``torch._foreach_*`` ops, so Python and dispatch overhead is paid per group instead of per
+  parameter. On CUDA these are multi-tensor kernels; on the CPU PyTorch runs them tensor by
+  tensor, each line sweeping every tensor, which is slower than the blocked loop (77 ms above).
+* ``fused=True`` (opt-in): PyTorch's one-pass fused AdamW kernel (``torch._fused_adamw_``, the
+  kernel behind ``torch.optim.AdamW(fused=True)``), given ε/sqrt(1 - β2^t) so that it computes our
+  ε placement. One pass over memory instead of seven: the optimizer part of a MiniLM training step
+  measured 18 ms instead of 70 ms (B=32, 2 threads). Not bit-identical to the loop (the kernel
+  orders the arithmetic differently); ``correct_bias=False`` always takes the loop.
+
+``foreach=None`` (the default) takes the foreach path when a group's parameters all sit on one
+non-CPU device with one dtype, the blocked loop otherwise; ``foreach=True`` / ``False`` force one.
 """
 from __future__ import annotations
 
@@ -33,6 +55,11 @@ from typing import Callable, Iterable
 
 import torch
 from torch.optim import Optimizer
+
+# Elements per block of the CPU loop path: θ, g, m, v and the denominator at 64k float32 values
+# each take 1.25 MB, inside a 2 MB per-core L2 cache (among 16k..1M, 64k-256k were fastest here
+# with 1 and 2 threads).
+CPU_BLOCK = 1 << 16
 
 
 class AdamW(Optimizer):
@@ -45,6 +72,10 @@ class AdamW(Optimizer):
         eps: ε added to the denominator sqrt(v_t) for numerical stability.
         weight_decay: decoupled weight decay λ (multiplied by the learning rate).
         correct_bias: apply Adam's bias correction (Kingma & Ba 2015, §2 efficient form).
+        foreach: True = multi-tensor ``torch._foreach_*`` update, False = per-parameter loop
+            (cache-blocked on the CPU), None (default) = multi-tensor when all of a group's
+            parameters are on one non-CPU device with one dtype, else the loop.
+        fused: use PyTorch's fused AdamW kernel (see the module docstring); overrides ``foreach``.
     """
 
     def __init__(
@@ -55,6 +86,8 @@ class AdamW(Optimizer):
         eps: float = 1e-6,
         weight_decay: float = 0.0,
         correct_bias: bool = True,
+        foreach: bool | None = None,
+        fused: bool = False,
     ):
         if not lr >= 0.0:
             raise ValueError(f"Invalid learning rate: {lr} (must be >= 0)")
@@ -71,6 +104,8 @@ class AdamW(Optimizer):
             lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, correct_bias=correct_bias
         )
         super().__init__(params, defaults)
+        self.foreach = foreach
+        self.fused = fused
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None):
@@ -81,49 +116,128 @@ class AdamW(Optimizer):
                 loss = closure()
 
         for group in self.param_groups:
-            lr = group["lr"]
-            beta1, beta2 = group["betas"]
-            eps = group["eps"]
-            weight_decay = group["weight_decay"]
-
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad
-                if grad.is_sparse:
-                    raise RuntimeError(
-                        "AdamW does not support sparse gradients; use a dense embedding "
-                        "(sparse=False) or torch.optim.SparseAdam"
-                    )
-
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                state["step"] += 1
-                t = state["step"]
-
-                # Decoupled weight decay (the λ·θ term of Loshchilov & Hutter 2019, Alg. 2),
-                # with the learning rate folded in: θ ← θ - α·λ·θ.
-                if weight_decay != 0.0:
-                    p.mul_(1.0 - lr * weight_decay)
-
-                # Biased moment estimates (Kingma & Ba 2015, Alg. 1):
-                # m_t = β1·m + (1-β1)·g ;  v_t = β2·v + (1-β2)·g².
-                exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-
-                # Step size; with bias correction, the efficient form of Kingma & Ba §2:
-                # α_t = α · sqrt(1 - β2^t) / (1 - β1^t).
-                if group["correct_bias"]:
-                    step_size = lr * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
-                else:
-                    step_size = lr
-
-                # θ_t = θ - α_t · m_t / (sqrt(v_t) + ε).
-                denom = exp_avg_sq.sqrt().add_(eps)
-                p.addcdiv_(exp_avg, denom, value=-step_size)
-
+            params = [p for p in group["params"] if p.grad is not None]
+            if any(p.grad.is_sparse for p in params):
+                raise RuntimeError(
+                    "AdamW does not support sparse gradients; use a dense embedding "
+                    "(sparse=False) or torch.optim.SparseAdam"
+                )
+            if self.fused and group["correct_bias"]:
+                self._step_fused(group, params)
+                continue
+            foreach = self.foreach
+            if foreach is None:
+                kinds = {(p.device, p.dtype) for p in params}
+                foreach = len(kinds) == 1 and next(iter(kinds))[0].type != "cpu"
+            if foreach:
+                self._step_foreach(group, params)
+            else:
+                self._step_loop(group, params)
         return loss
+
+    def _state(self, p: torch.Tensor) -> dict:
+        """The parameter's moments (created as zeros on first use), with its step count advanced."""
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = 0
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["step"] += 1
+        return state
+
+    def _step_size(self, group: dict, t: int) -> float:
+        """α_t: with bias correction, the efficient form of Kingma & Ba §2,
+        α_t = α · sqrt(1 - β2^t) / (1 - β1^t); without it, α."""
+        beta1, beta2 = group["betas"]
+        if group["correct_bias"]:
+            return group["lr"] * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
+        return group["lr"]
+
+    def _step_loop(self, group: dict, params: list[torch.Tensor]) -> None:
+        """The reference: one parameter at a time (in cache-sized blocks on the CPU)."""
+        for p in params:
+            state = self._state(p)
+            step_size = self._step_size(group, state["step"])
+            for block in _blocks(p, p.grad, state["exp_avg"], state["exp_avg_sq"]):
+                _update(*block, group, step_size)
+
+    def _step_fused(self, group: dict, params: list[torch.Tensor]) -> None:
+        """The same update in one fused kernel call per (device, dtype, step count)."""
+        beta1, beta2 = group["betas"]
+        lists: dict[tuple, list[tuple[torch.Tensor, dict]]] = {}
+        for p in params:
+            state = self._state(p)
+            lists.setdefault((p.device, p.dtype, state["step"]), []).append((p, state))
+        for (device, _, t), items in lists.items():
+            ps = [p for p, _ in items]
+            # the kernel divides sqrt(v) by sqrt(1 - β2^t) before adding ε; this ε makes it ours
+            eps = group["eps"] / math.sqrt(1.0 - beta2**t)
+            steps = [torch.tensor(float(t), device=device) for _ in ps]
+            torch._fused_adamw_(ps, [p.grad for p in ps], [s["exp_avg"] for _, s in items],
+                                [s["exp_avg_sq"] for _, s in items], [], steps, lr=group["lr"],
+                                beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=eps,
+                                amsgrad=False, maximize=False)
+
+    def _step_foreach(self, group: dict, params: list[torch.Tensor]) -> None:
+        """The same update as ``_step_loop``, each line applied to a whole list of tensors at once
+        (one list per device and dtype, as the ``_foreach`` ops require)."""
+        by_kind: dict[tuple, list[torch.Tensor]] = {}
+        for p in params:
+            by_kind.setdefault((p.device, p.dtype), []).append(p)
+        for same_kind in by_kind.values():
+            self._step_foreach_list(group, same_kind)
+
+    def _step_foreach_list(self, group: dict, params: list[torch.Tensor]) -> None:
+        lr = group["lr"]
+        beta1, beta2 = group["betas"]
+        weight_decay = group["weight_decay"]
+        grads = [p.grad for p in params]
+        states = [self._state(p) for p in params]
+        exp_avgs = [s["exp_avg"] for s in states]
+        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+
+        if weight_decay != 0.0:                                   # θ ← θ - α·λ·θ
+            torch._foreach_mul_(params, 1.0 - lr * weight_decay)
+        torch._foreach_mul_(exp_avgs, beta1)                      # m ← β1·m + (1-β1)·g
+        torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)                   # v ← β2·v + (1-β2)·g²
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+        denoms = torch._foreach_sqrt(exp_avg_sqs)                 # sqrt(v) + ε
+        torch._foreach_add_(denoms, group["eps"])
+        step_sizes = [-self._step_size(group, s["step"]) for s in states]   # θ ← θ - α_t·m/(sqrt(v)+ε)
+        torch._foreach_addcdiv_(params, exp_avgs, denoms, step_sizes)
+
+
+def _update(p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+            group: dict, step_size: float) -> None:
+    """One AdamW step on one tensor (or one block of it), in place; one line per equation."""
+    lr, weight_decay, eps = group["lr"], group["weight_decay"], group["eps"]
+    beta1, beta2 = group["betas"]
+
+    # Decoupled weight decay (the λ·θ term of Loshchilov & Hutter 2019, Alg. 2),
+    # with the learning rate folded in: θ ← θ - α·λ·θ.
+    if weight_decay != 0.0:
+        p.mul_(1.0 - lr * weight_decay)
+
+    # Biased moment estimates (Kingma & Ba 2015, Alg. 1):
+    # m_t = β1·m + (1-β1)·g ;  v_t = β2·v + (1-β2)·g².
+    exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+
+    # θ_t = θ - α_t · m_t / (sqrt(v_t) + ε), α_t the bias-corrected step size.
+    denom = exp_avg_sq.sqrt().add_(eps)
+    p.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+def _blocks(*tensors: torch.Tensor):
+    """Matching flat slices of ``CPU_BLOCK`` elements of same-shaped contiguous CPU tensors, or
+    the whole tensors where blocking does not apply (small, on a GPU, or non-contiguous)."""
+    first = tensors[0]
+    n = first.numel()
+    if (n <= CPU_BLOCK or first.device.type != "cpu"
+            or not all(t.is_contiguous() and t.shape == first.shape for t in tensors)):
+        yield tensors
+        return
+    flat = [t.view(-1) for t in tensors]
+    for start in range(0, n, CPU_BLOCK):
+        yield tuple(t[start : start + CPU_BLOCK] for t in flat)

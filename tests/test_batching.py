@@ -110,3 +110,122 @@ def test_shuffle_is_repeatable_with_the_same_seed(tokenizer, sst):
     assert sorted(first_a) == sorted(ex.id for ex in sst)  # a permutation
     assert first_a != [ex.id for ex in sst] and first_c != first_a
     assert epoch_ids(a) == epoch_ids(b)  # the second epoch is repeatable too
+
+
+# --- length-bucketed batching --------------------------------------------------------------------
+
+from data.batching import BucketBatchSampler, example_lengths  # noqa: E402
+
+
+def _mixed_lengths(n: int = 203) -> list[int]:
+    g = torch.Generator().manual_seed(3)
+    return torch.randint(3, 120, (n,), generator=g).tolist()
+
+
+def _padding(batches, lengths) -> int:
+    """Padded positions: Σ over batches of (batch size × longest − Σ lengths)."""
+    return sum(len(b) * max(lengths[i] for i in b) - sum(lengths[i] for i in b) for b in batches)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_bucket_sampler_yields_every_example_once_in_full_batches(shuffle):
+    lengths = _mixed_lengths()
+    sampler = BucketBatchSampler(lengths, batch_size=8, shuffle=shuffle,
+                                 generator=torch.Generator().manual_seed(0), chunk_batches=5)
+    for _ in range(2):  # two epochs
+        batches = list(sampler)
+        assert len(batches) == len(sampler) == 26  # ceil(203 / 8)
+        assert sorted(i for b in batches for i in b) == list(range(203))
+        sizes = sorted(len(b) for b in batches)
+        assert sizes == [3] + [8] * 25  # only one short batch per epoch
+
+
+def test_bucket_sampler_without_shuffle_is_sorted_by_length():
+    lengths = _mixed_lengths()
+    batches = list(BucketBatchSampler(lengths, batch_size=8, shuffle=False))
+    flat = [i for b in batches for i in b]
+    assert [lengths[i] for i in flat] == sorted(lengths)
+    assert flat == sorted(range(len(lengths)), key=lambda i: lengths[i])  # ties keep file order
+    assert batches == list(BucketBatchSampler(lengths, batch_size=8, shuffle=False))
+
+
+def test_bucket_sampler_is_repeatable_and_random_with_a_seed():
+    lengths = _mixed_lengths()
+
+    def epochs(seed, n=2):
+        sampler = BucketBatchSampler(lengths, 8, True, torch.Generator().manual_seed(seed), chunk_batches=5)
+        return [list(sampler) for _ in range(n)]
+
+    a, b, c = epochs(1), epochs(1), epochs(2)
+    assert a == b  # same seed: same batches, epoch after epoch
+    assert a[0] != a[1]  # the generator advances: each epoch differs
+    assert a[0] != c[0]
+    # the batch order is shuffled, not shortest-first
+    maxima = [max(lengths[i] for i in batch) for batch in a[0]]
+    assert maxima != sorted(maxima)
+
+
+def test_bucketing_reduces_padding():
+    lengths = _mixed_lengths()
+    g = torch.Generator().manual_seed(0)
+    perm = torch.randperm(len(lengths), generator=g).tolist()
+    plain = [perm[i : i + 8] for i in range(0, len(perm), 8)]
+    shuffled = list(BucketBatchSampler(lengths, 8, True, torch.Generator().manual_seed(0), chunk_batches=5))
+    ordered = list(BucketBatchSampler(lengths, 8, False))
+    assert _padding(shuffled, lengths) < 0.3 * _padding(plain, lengths)
+    assert _padding(ordered, lengths) <= _padding(shuffled, lengths)
+    # within a batch lengths are close: the mean spread is a fraction of an unbucketed batch's
+
+    def mean_spread(batches):
+        return sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+
+    assert mean_spread(shuffled) < 0.3 * mean_spread(plain)
+
+
+def test_bucket_sampler_rejects_bad_sizes():
+    with pytest.raises(ValueError):
+        BucketBatchSampler([1, 2], batch_size=0, shuffle=False)
+    with pytest.raises(ValueError):
+        BucketBatchSampler([1, 2], batch_size=2, shuffle=True, chunk_batches=0)
+
+
+def test_example_lengths_in_word_pieces_and_characters(tokenizer, sts):
+    pieces = example_lengths(sts, tokenizer, max_length=128)
+    assert pieces == [max(len(tokenizer.tokenize(t)) + 2 for t in ex.texts) for ex in sts]
+    assert max(example_lengths(sts, tokenizer, max_length=8)) == 8  # capped like the encoding
+    assert example_lengths(sts) == [max(len(t) for t in ex.texts) for ex in sts]
+
+
+def test_bucketed_loader_pads_less_and_keeps_every_example(tokenizer, sst):
+    def padded_tokens(loader):
+        return sum(batch["inputs"][0]["input_ids"].numel() for batch in loader)
+
+    plain = make_loader(sst, tokenizer, max_length=64, batch_size=4, shuffle=True, seed=5)
+    bucketed = make_loader(sst, tokenizer, max_length=64, batch_size=4, shuffle=True, seed=5, bucket=True)
+    assert sorted(epoch_ids(bucketed)) == sorted(ex.id for ex in sst)
+    assert [len(b["ids"]) for b in bucketed].count(4) == 5
+    assert padded_tokens(bucketed) < padded_tokens(plain)
+    again = make_loader(sst, tokenizer, max_length=64, batch_size=4, shuffle=True, seed=5, bucket=True)
+    assert epoch_ids(again) == epoch_ids(make_loader(sst, tokenizer, 64, 4, shuffle=True, seed=5, bucket=True))
+
+
+def test_bucketed_evaluation_loader_is_sorted_and_carries_ids(tokenizer, sts):
+    loader = make_loader(sts, tokenizer, max_length=64, batch_size=3, shuffle=False, bucket=True)
+    by_id = {ex.id: ex for ex in sts}
+    widths = []
+    for batch in loader:
+        for k in range(2):
+            # each batch's ids line up with its rows: the encoding equals encoding those examples
+            expected = tokenizer.encode_batch([by_id[i].texts[k] for i in batch["ids"]], max_length=64)
+            assert torch.equal(batch["inputs"][k]["input_ids"], expected["input_ids"])
+        widths.append(max(batch["inputs"][k]["input_ids"].shape[1] for k in range(2)))
+    assert widths == sorted(widths)
+    assert sorted(epoch_ids(loader)) == sorted(ex.id for ex in sts)
+
+
+def test_bucketed_loader_leaves_global_rng_alone(tokenizer, sst):
+    torch.manual_seed(0)
+    expected = torch.rand(1)
+    torch.manual_seed(0)
+    list(make_loader(sst, tokenizer, max_length=32, batch_size=4, shuffle=True, seed=1, bucket=True))
+    assert torch.equal(torch.rand(1), expected)

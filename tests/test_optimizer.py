@@ -62,11 +62,15 @@ def _train(opt_cls, dtype, kind="mlp", steps=200, eps=1e-6, lr=1e-2, weight_deca
     return [p.detach().clone() for p in model.parameters()], loss.item()
 
 
-def test_matches_torch_adamw_with_zero_eps():
+FOREACH = pytest.mark.parametrize("foreach", [False, True, None], ids=["loop", "foreach", "auto"])
+
+
+@FOREACH
+def test_matches_torch_adamw_with_zero_eps(foreach):
     # ε = 0: both compute lr·sqrt(bc2)/bc1 · m/sqrt(v), only in a different order, so they agree
     # to float64 round-off (measured max difference ~1e-15 after 200 steps). No gradient entry is
     # exactly zero on this problem, so there is no 0/0.
-    ours, loss_ours = _train(AdamW, torch.float64, eps=0.0)
+    ours, loss_ours = _train(AdamW, torch.float64, eps=0.0, foreach=foreach)
     ref, loss_ref = _train(torch.optim.AdamW, torch.float64, eps=0.0)
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
@@ -77,7 +81,8 @@ def test_matches_torch_adamw_with_zero_eps():
     assert loss_ours == pytest.approx(loss_ref, rel=1e-10)
 
 
-def test_close_to_torch_adamw_with_default_eps():
+@FOREACH
+def test_close_to_torch_adamw_with_default_eps(foreach):
     # ε = 1e-6 on both, float32, linear regression (gradients of order 0.1..10). Our effective
     # ε is ε/sqrt(1-β2^t) (see module docstring): ~3.2e-5 at t=1, ~2.3e-6 at t=200. Against
     # sqrt(v̂) ≈ |g| ≳ 0.1 that changes an update of size ≤ lr by a relative ≲ 3e-4, i.e.
@@ -85,7 +90,7 @@ def test_close_to_torch_adamw_with_default_eps():
     # difference is ~1.3e-5 (at step 10), ~1.3e-6 after 200 steps. atol=1e-4 leaves a margin
     # while still catching any real algorithmic difference (those show up at ≥ 1e-3).
     # (On the MLP, whose gradients include entries ~1e-5, the same ε shift reaches ~1e-3.)
-    ours, _ = _train(AdamW, torch.float32, kind="linear", eps=1e-6)
+    ours, _ = _train(AdamW, torch.float32, kind="linear", eps=1e-6, foreach=foreach)
     ref, _ = _train(torch.optim.AdamW, torch.float32, kind="linear", eps=1e-6)
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
@@ -215,3 +220,119 @@ def test_defaults():
 def test_invalid_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         AdamW([torch.nn.Parameter(torch.zeros(1))], **kwargs)
+
+
+# --- the multi-tensor (foreach) path ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("correct_bias", [True, False])
+def test_foreach_and_loop_paths_are_bit_identical(correct_bias):
+    # same element-wise kernels in the same order, so not just close: equal
+    loop, loss_loop = _train(AdamW, torch.float32, foreach=False, correct_bias=correct_bias)
+    fused, loss_fused = _train(AdamW, torch.float32, foreach=True, correct_bias=correct_bias)
+    for a, b in zip(loop, fused):
+        assert torch.equal(a, b)
+    assert loss_loop == loss_fused
+
+
+def test_foreach_handles_mixed_dtypes_and_missing_grads():
+    # one group holding float32 and float64 tensors and one without a gradient: foreach=True
+    # updates list by list, foreach=None falls back to the loop; both equal the loop path
+    def run(foreach):
+        torch.manual_seed(0)
+        a = torch.nn.Parameter(torch.randn(5))
+        b = torch.nn.Parameter(torch.randn(3, dtype=torch.float64))
+        c = torch.nn.Parameter(torch.randn(2))
+        c0 = c.detach().clone()
+        opt = AdamW([a, b, c], lr=0.1, weight_decay=0.1, foreach=foreach)
+        for _ in range(3):
+            opt.zero_grad()
+            (a.pow(2).sum() + b.pow(3).sum()).backward()
+            opt.step()
+        return a.detach(), b.detach(), c.detach(), c0
+
+    ref = run(False)
+    for foreach in (True, None):
+        for x, y in zip(run(foreach), ref):
+            assert torch.equal(x, y)
+    assert torch.equal(ref[2], ref[3])  # no gradient: untouched, not even decayed
+
+
+def test_foreach_rejects_sparse_gradients_too():
+    emb = torch.nn.Embedding(10, 4, sparse=True)
+    opt = AdamW(emb.parameters(), lr=0.1, foreach=True)
+    emb(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(RuntimeError, match="sparse"):
+        opt.step()
+
+
+def test_foreach_state_dict_loads_into_loop_optimizer():
+    # the state layout is the same for both paths, so checkpoints move between them
+    model, x, y = _make_problem(torch.float64)
+    opt = AdamW(_param_groups(model, 1e-2, 0.01), lr=1e-2, foreach=True)
+    model2, _, _ = _make_problem(torch.float64)
+    opt2 = AdamW(_param_groups(model2, 1e-2, 0.01), lr=1e-2, foreach=False)
+    for m, o in ((model, opt), (model2, opt2)):
+        for _ in range(4):
+            o.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            o.step()
+    for key in ("step", "exp_avg", "exp_avg_sq"):
+        for s1, s2 in zip(opt.state_dict()["state"].values(), opt2.state_dict()["state"].values()):
+            assert s1[key] == s2[key] if key == "step" else torch.equal(s1[key], s2[key])
+
+
+def test_blocked_cpu_loop_equals_whole_tensor_update(monkeypatch):
+    # the CPU loop path updates big tensors block by block; element-wise math is the same, so
+    # the result must equal one whole-tensor update exactly, including a ragged last block
+    import minbert.optimizer as optimizer_module
+
+    def run(block):
+        monkeypatch.setattr(optimizer_module, "CPU_BLOCK", block)
+        torch.manual_seed(0)
+        big = torch.nn.Parameter(torch.randn(37, 29))          # 1073 elements
+        small = torch.nn.Parameter(torch.randn(5))
+        opt = AdamW([big, small], lr=0.05, weight_decay=0.1, foreach=False)
+        for step in range(4):
+            opt.zero_grad()
+            (big.sin().sum() * (step + 1) + small.pow(2).sum()).backward()
+            opt.step()
+        return big.detach().clone(), opt.state[big]["exp_avg_sq"].clone()
+
+    whole = run(1 << 30)
+    for block in (64, 100, 1073):
+        for a, b in zip(run(block), whole):
+            assert torch.equal(a, b)
+
+
+def test_auto_uses_the_loop_on_cpu():
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = AdamW([p], lr=0.1)
+    called = []
+    opt._step_loop = lambda group, params: called.append("loop")
+    opt._step_foreach = lambda group, params: called.append("foreach")
+    p.grad = torch.ones(3)
+    opt.step()
+    assert called == ["loop"]
+
+
+def test_fused_kernel_path_matches_loop_and_torch():
+    # float64, ε = 0: the same update as the loop and as torch.optim.AdamW up to round-off
+    fused, loss_fused = _train(AdamW, torch.float64, eps=0.0, fused=True)
+    loop, _ = _train(AdamW, torch.float64, eps=0.0, foreach=False)
+    ref, loss_ref = _train(torch.optim.AdamW, torch.float64, eps=0.0)
+    for a, b, c in zip(fused, loop, ref):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+        torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-13)
+    assert loss_fused == pytest.approx(loss_ref, rel=1e-10)
+
+
+def test_fused_kernel_path_keeps_our_eps_placement():
+    # ε large enough to matter: the fused path must follow our placement (ε before the bias
+    # correction), i.e. equal the loop, not torch's placement
+    fused, _ = _train(AdamW, torch.float64, eps=1e-3, fused=True, steps=20)
+    loop, _ = _train(AdamW, torch.float64, eps=1e-3, foreach=False, steps=20)
+    ref, _ = _train(torch.optim.AdamW, torch.float64, eps=1e-3, steps=20)
+    for a, b in zip(fused, loop):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert max((a - c).abs().max().item() for a, c in zip(fused, ref)) > 1e-6
