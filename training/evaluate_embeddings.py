@@ -68,12 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     try:
         datasets = find_datasets(args.data)
-        model, tokenizer, source = load_encoder(args.checkpoint, args.model)
-        device = pick_device(args.device)
-        model.to(device)
-        reduction = applied_reduction(args.pooling, args.reduction)
-        print(f"encoder: {source}   pooling: {args.pooling} (reduction: {reduction or 'none'})   device: {device}",
-              file=sys.stderr)
+        model, tokenizer, source, reduction = open_encoder(args)
         if args.reduction != "mean" and reduction != args.reduction:
             print(f"note: --reduction {args.reduction} does not apply to pooling {args.pooling}", file=sys.stderr)
         results = {}
@@ -209,6 +204,18 @@ def _correlate(pred: np.ndarray, gold: np.ndarray) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------------------
 # the encoder
+
+
+def open_encoder(args) -> tuple[BertModel, BertTokenizer, str, str | None]:
+    """The encoder named by ``--checkpoint``/``--model``, moved to ``--device``, and the token
+    reduction that ``--pooling``/``--reduction`` amount to; says on stderr what is used."""
+    model, tokenizer, source = load_encoder(args.checkpoint, args.model)
+    device = pick_device(args.device)
+    model.to(device)
+    reduction = applied_reduction(args.pooling, args.reduction)
+    print(f"encoder: {source}   pooling: {args.pooling} (reduction: {reduction or 'none'})   device: {device}",
+          file=sys.stderr)
+    return model, tokenizer, source, reduction
 
 
 def load_encoder(checkpoint: Path | None, model: str | None) -> tuple[BertModel, BertTokenizer, str]:

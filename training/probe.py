@@ -35,11 +35,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
 
 from data.readers import DataError, Example, read_examples, resolve_data_dir
-from heads.pooling import POOLING_MODES, TOKEN_REDUCTIONS, applied_reduction
+from heads.pooling import POOLING_MODES, TOKEN_REDUCTIONS
 from minbert import WeightsError
 
-from .evaluate import pick_device
-from .evaluate_embeddings import encode, load_encoder
+from .evaluate_embeddings import encode, open_encoder
 from .outputs import write_json
 
 DEFAULT_SEED = 11711
@@ -77,12 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         splits = {split: read_split(data_dir / name, task) for split, name in task.files.items()}
         if args.max_train is not None:
             splits["train"] = subsample(splits["train"], args.max_train, args.seed)
-        model, tokenizer, source = load_encoder(args.checkpoint, args.model)
-        device = pick_device(args.device)
-        model.to(device)
-        reduction = applied_reduction(args.pooling, args.reduction)
-        print(f"encoder: {source}   pooling: {args.pooling} (reduction: {reduction or 'none'})   device: {device}",
-              file=sys.stderr)
+        model, tokenizer, source, reduction = open_encoder(args)
         vectors, labels = {}, {}
         encode_started = time.time()
         for split, (examples, _) in splits.items():
