@@ -112,6 +112,7 @@ def test_missing_data_file_is_one_line_error(tmp_path, tiny_model_dir, capsys):
     assert run(tmp_path, tiny_model_dir, data_dir=data_dir) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "sts-dev.csv" in err and "--data_dir" in err
+    assert not (tmp_path / "smoke").exists()  # no run folder for a run that could not start
 
 
 def test_unknown_model_is_one_line_error(tmp_path, capsys):

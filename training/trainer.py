@@ -40,13 +40,16 @@ def run(config: RunConfig, log=print) -> dict:
     started = time.time()
     seed_everything(config.train.seed)
     device = pick_device(config.train.device)
+    # Missing data or weights are reported before a run folder exists (nothing is left behind).
+    data_dir = resolve_data_dir(config.data.data_dir, [t.files[s] for t in TASKS.values() for s in ("train", "dev")])
+    model_dir = resolve_model_dir(config.model.model)
     run_dir = make_run_dir(config)
     metrics = {"run_name": run_dir.name, "status": "running", "config": config_dict(config),
                "started": datetime.now().isoformat(timespec="seconds")}
     write_json(run_dir / "metrics.json", metrics)
     log(f"run folder: {run_dir}")
     try:
-        _run(config, run_dir, device, metrics, started, log)
+        _run(config, data_dir, model_dir, run_dir, device, metrics, started, log)
     except BaseException as err:
         metrics.update(status="failed", error=f"{type(err).__name__}: {err}",
                        wall_seconds=round(time.time() - started, 1))
@@ -55,9 +58,8 @@ def run(config: RunConfig, log=print) -> dict:
     return metrics
 
 
-def _run(config: RunConfig, run_dir: Path, device: torch.device, metrics: dict, started: float, log) -> None:
-    data_dir = resolve_data_dir(config.data.data_dir, [t.files[s] for t in TASKS.values() for s in ("train", "dev")])
-    model_dir = resolve_model_dir(config.model.model)
+def _run(config: RunConfig, data_dir: Path, model_dir: Path, run_dir: Path, device: torch.device, metrics: dict,
+         started: float, log) -> None:
     tokenizer = BertTokenizer(model_dir / "vocab.txt")
     log(f"data: {data_dir}   model: {model_dir}   device: {device}")
     splits, data_report = read_all_splits(data_dir, config.data.strict, log)
