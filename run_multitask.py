@@ -14,12 +14,9 @@ import sys
 
 from data.readers import DataError
 from minbert.weights import WeightsError
-from training.config import (ContrastiveConfig, DataConfig, ModelConfig, OutputConfig, RunConfig, SmartConfig,
-                             TrainConfig)
+from training.config import SECTIONS, RunConfig
+from training.resume import ResumeError
 from training.trainer import run
-
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "smart": SmartConfig,
-            "contrastive": ContrastiveConfig, "output": OutputConfig}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +47,7 @@ def main(argv=None) -> int:
         config = parse_config(argv)
         config.validate()
         run(config)
-    except (DataError, WeightsError, ValueError, FileExistsError, FileNotFoundError) as err:
+    except (DataError, WeightsError, ResumeError, ValueError, FileExistsError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -105,6 +105,12 @@ class ContrastiveConfig:
 class OutputConfig:
     out_dir: str = flag("predictions", "parent folder of run folders")
     run_name: str | None = flag(None, "run folder name (default: built from the main flags)", type=str)
+    save_every: int = flag(200, "write a resumable checkpoint every N optimizer steps (0: only at epoch ends)")
+    keep_checkpoints: int = flag(2, "resumable checkpoints kept (the newest)")
+    resume: str | None = flag(None, "continue the run in this folder from its newest checkpoint, with the "
+                                    "configuration saved there (other flags are ignored)", type=str)
+    quiet: bool = flag(False, "no progress bars; only one line per epoch and the final summary")
+    log_file: str | None = flag(None, "also append every log line to this file", type=str)
 
 
 @dataclass
@@ -115,6 +121,11 @@ class RunConfig:
     smart: SmartConfig
     contrastive: ContrastiveConfig
     output: OutputConfig
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        """Inverse of ``dataclasses.asdict`` (a saved run configuration)."""
+        return cls(**{name: section(**data[name]) for name, section in SECTIONS.items()})
 
     def validate(self) -> None:
         """Reject nonsense values with one line naming the flag."""
@@ -141,6 +152,8 @@ class RunConfig:
              "--ucl_batch_size and --scl_batch_size must be at least 2 (in-batch negatives)"),
             (self.contrastive.ucl_lr > 0 and self.contrastive.scl_lr > 0, "--ucl_lr and --scl_lr must be positive"),
             (self.contrastive.hard_negative_weight > 0, "--hard_negative_weight must be positive"),
+            (self.output.save_every >= 0, "--save_every must not be negative"),
+            (self.output.keep_checkpoints >= 1, "--keep_checkpoints must be at least 1"),
         ]
         for ok, message in checks:
             if not ok:
@@ -159,3 +172,8 @@ class RunConfig:
                              f"got {self.train.loss_weights!r}")
         return dict(zip(("sst", "qqp", "sts"), values))
 
+
+
+# The sections of a RunConfig: field name -> dataclass (the flag groups of run_multitask.py).
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "smart": SmartConfig,
+            "contrastive": ContrastiveConfig, "output": OutputConfig}

@@ -19,14 +19,26 @@ class TaskPredictions:
     def score(self, task: Task) -> float | None:
         return None if self.labels is None else task.metric(self.predictions, self.labels)
 
+    def to_dict(self) -> dict:
+        """Plain lists (for a checkpoint's state.json); float32 values round-trip exactly."""
+        return {"ids": list(self.ids), "predictions": self.predictions.tolist(),
+                "labels": None if self.labels is None else self.labels.tolist()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TaskPredictions":
+        return cls(ids=data["ids"], predictions=np.asarray(data["predictions"], dtype=np.float32),
+                   labels=None if data["labels"] is None else np.asarray(data["labels"], dtype=np.float32))
+
 
 @torch.no_grad()
-def predict(model, task: Task, loader, device: torch.device, desc: str | None = None) -> TaskPredictions:
+def predict(model, task: Task, loader, device: torch.device, desc: str | None = None,
+            progress_bar: bool = True) -> TaskPredictions:
     """Run ``model`` over ``loader`` in eval mode and collect ``task.predict`` outputs by id."""
     was_training = model.training
     model.eval()
     ids, predictions, labels = [], [], []
-    for batch in tqdm(loader, desc=desc or f"predict {task.name}", leave=False, dynamic_ncols=True):
+    for batch in tqdm(loader, desc=desc or f"predict {task.name}", leave=False, dynamic_ncols=True,
+                      disable=not progress_bar):
         inputs = [to_device(encoding, device) for encoding in batch["inputs"]]
         output = model(task.name, inputs)
         predictions.append(task.predict(output).float().cpu().numpy())

@@ -19,9 +19,11 @@ from data.readers import DataError, Example
 from minbert import AdamW
 
 from .config import RunConfig
-from .evaluate import predict, to_device
+from .evaluate import TaskPredictions, predict, to_device
 from .losses import info_nce
 from .schedule import RoundRobinScheduler
+from .resume import TrainingClock
+from .run_log import RunLog
 from .task_step import TaskStep
 from .tasks import TASKS, overall_score
 
@@ -36,7 +38,8 @@ class StageContext:
     loader: Callable                           # (examples, batch_size, shuffle, seed) -> DataLoader
     task_step: TaskStep
     device: torch.device
-    log: Callable[[str], None]
+    log: RunLog                                # log(info), log.result(epoch lines, warnings)
+    clock: TrainingClock                       # step counting, checkpoints, replay on resume
     on_epoch_end: Callable[[dict], None] = lambda record: None   # e.g. write metrics.json so far
 
 
@@ -64,7 +67,7 @@ def scl_stage(ctx: StageContext) -> dict:
     if c.scl_data:
         triples, report = read_triples(c.scl_data)
         if report.bad_rows:
-            ctx.log(f"warning: {report.summary()}")
+            ctx.log.result(f"warning: {report.summary()}")
     else:
         triples = triples_from_pairs(ctx.splits["qqp"]["train"], ctx.splits["sts"]["train"],
                                      seed=ctx.config.train.seed)
@@ -85,13 +88,21 @@ def pre_qqp_stage(ctx: StageContext) -> dict:
     t = ctx.config.train
     loader = ctx.loader(ctx.splits["qqp"]["train"], ctx.config.data.batch_size, True, t.seed + 100)
     scheduler = RoundRobinScheduler({"qqp": loader}, "min", t.pre_qqp_steps)
-    curve, started, batches = LossCurve(), time.time(), 0
+    progress = ctx.clock.begin_stage("pre_qqp", {"curve": {}, "batches": 0, "seconds": 0.0})
+    curve = LossCurve(progress["curve"])
     for epoch in range(1, t.pre_qqp_epochs + 1):
-        for name, batch in tqdm(scheduler, desc=f"pre-QQP {epoch}/{t.pre_qqp_epochs}", dynamic_ncols=True):
+        for name, batch in tqdm(scheduler, desc=f"pre-QQP {epoch}/{t.pre_qqp_epochs}", dynamic_ncols=True,
+                                disable=not ctx.log.progress_bars):
+            if ctx.clock.skip_step():
+                continue
+            started = time.time()
             curve.add(ctx.task_step.step({name: batch})[name])
-            batches += 1
-        ctx.log(f"pre-QQP epoch {epoch}: loss {curve.last_epoch_mean():.4f}")
-    return {"batches": batches, "seconds": round(time.time() - started, 1), "loss_curve": curve.points}
+            progress["batches"] += 1
+            progress["seconds"] += time.time() - started
+            ctx.clock.step_done()
+        if not ctx.clock.replaying:
+            ctx.log(f"pre-QQP epoch {epoch}: loss {curve.last_epoch_mean():.4f}")
+    return _stage_log(progress, curve)
 
 
 def multitask_stage(ctx: StageContext) -> dict:
@@ -102,46 +113,63 @@ def multitask_stage(ctx: StageContext) -> dict:
                      for i, name in enumerate(TASKS)}
     scheduler = RoundRobinScheduler(train_loaders, t.rr, t.max_steps_per_epoch)
     weighting = ctx.task_step.weighting
-    history, best = [], {"score": -float("inf"), "epoch": None, "state": None, "dev": None}
+    # Everything the rest of the run depends on, saved with each checkpoint of this stage.
+    progress = ctx.clock.begin_stage("multitask", {"epochs": [], "best": None, "current": None})
+    history = progress["epochs"]
+    best = {"score": -float("inf"), "epoch": None, "state": None, "dev": None}
+    if progress["best"] is not None:  # resuming: the best epoch before the crash
+        best = {**progress["best"], "dev": {k: TaskPredictions.from_dict(v) for k, v in progress["best"]["dev"].items()},
+                "state": ctx.clock.checkpoint.best_state()}
     for epoch in range(1, t.epochs + 1):
-        started = time.time()
-        totals = {name: [] for name in TASKS}
-        examples = 0
-        bar = tqdm(scheduler.rounds(), desc=f"epoch {epoch}/{t.epochs}", total=scheduler.steps, dynamic_ncols=True)
+        if progress["current"] is None or progress["current"]["epoch"] < epoch:
+            progress["current"] = {"epoch": epoch, "losses": {name: [] for name in TASKS}, "examples": 0,
+                                   "seconds": 0.0}
+        current, totals = progress["current"], progress["current"]["losses"]
+        bar = tqdm(scheduler.rounds(), desc=f"epoch {epoch}/{t.epochs}", total=scheduler.steps, dynamic_ncols=True,
+                   disable=not ctx.log.progress_bars)
+        mark = time.time()  # wall time of real steps, data loading included; replayed steps excluded
         for batches in bar:
-            if t.joint_loss:
-                losses = ctx.task_step.step(batches)
-            else:
-                losses = {}
-                for name, batch in batches.items():
-                    losses.update(ctx.task_step.step({name: batch}))
-            for name, value in losses.items():
-                totals[name].append(value)
-            examples += sum(len(batch["ids"]) for batch in batches.values())
-            if len(totals["sst"]) % 20 == 0:
+            # the joint loss takes one step per round; round-robin one step per task batch
+            for step_batches in ([batches] if t.joint_loss else [{n: b} for n, b in batches.items()]):
+                if ctx.clock.skip_step():
+                    mark = time.time()
+                    continue
+                for name, value in ctx.task_step.step(step_batches).items():
+                    totals[name].append(value)
+                current["examples"] += sum(len(batch["ids"]) for batch in step_batches.values())
+                current["seconds"] += time.time() - mark
+                mark = time.time()
+                ctx.clock.step_done()
+            if totals["sst"] and len(totals["sst"]) % 20 == 0:
                 bar.set_postfix({k: f"{sum(v) / len(v):.3f}" for k, v in totals.items() if v}, refresh=False)
-        train_seconds = time.time() - started
+        if epoch <= len(history):  # evaluated before the crash
+            continue
+        ctx.clock.catch_up()
+        started = time.time()
         dev = {name: predict(ctx.model, task, ctx.loader(ctx.splits[name]["dev"], ctx.config.data.batch_size, False, 0),
-                             ctx.device, f"dev {name}") for name, task in TASKS.items()}
+                             ctx.device, f"dev {name}", ctx.log.progress_bars) for name, task in TASKS.items()}
         metrics = {name: dev[name].score(task) for name, task in TASKS.items()}
         score = overall_score(metrics)
         record = {"epoch": epoch, "train_loss": {k: sum(v) / max(len(v), 1) for k, v in totals.items()},
                   "dev": metrics, "dev_overall": score,
-                  "train_seconds": round(train_seconds, 1), "train_examples": examples,
-                  "train_examples_per_second": round(examples / max(train_seconds, 1e-9), 1),
-                  "eval_seconds": round(time.time() - started - train_seconds, 1)}
+                  "train_seconds": round(current["seconds"], 1), "train_examples": current["examples"],
+                  "train_examples_per_second": round(current["examples"] / max(current["seconds"], 1e-9), 1),
+                  "eval_seconds": round(time.time() - started, 1)}
         if weighting is not None:
             record["loss_weights"] = weighting.current_weights()
             weighting.update(metrics)
         history.append(record)
         improved = score > best["score"]
-        ctx.log(f"epoch {epoch}: train loss " + " ".join(f"{k} {v:.3f}" for k, v in record["train_loss"].items())
+        ctx.log.result(f"epoch {epoch}: train loss " + " ".join(f"{k} {v:.3f}" for k, v in record["train_loss"].items())
                 + f" | dev SST acc {metrics['sst']:.3f} QQP acc {metrics['qqp']:.3f} "
                   f"STS pearson {metrics['sts']:.3f} overall {score:.3f}" + ("  (best so far)" if improved else ""))
         if improved:
             best = {"score": score, "epoch": epoch, "dev": dev,
                     "state": {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}}
+            progress["best"] = {"score": score, "epoch": epoch, "dev": {k: v.to_dict() for k, v in dev.items()}}
         ctx.on_epoch_end({"epochs": history, "best": best, "improved": improved})
+        ctx.clock.save()
+    ctx.clock.catch_up()  # a run killed after its last checkpoint still needs the saved state
     return {"epochs": history, "best": best}
 
 
@@ -155,45 +183,65 @@ def _contrastive_loop(ctx: StageContext, name: str, examples: list[Example], epo
     optimizer = AdamW(encoder_params, lr=lr, weight_decay=ctx.config.train.weight_decay)
     loader = ctx.loader(examples, batch_size, True, ctx.config.train.seed + 200)
     steps = len(loader) if max_steps is None else min(len(loader), max_steps)
-    curve, started, batches = LossCurve(), time.time(), 0
+    progress = ctx.clock.begin_stage(name, {"curve": {}, "batches": 0, "seconds": 0.0}, optimizer)
+    curve = LossCurve(progress["curve"])
     ctx.model.train()
     for epoch in range(1, epochs + 1):
-        for i, batch in enumerate(tqdm(loader, desc=f"{name} {epoch}/{epochs}", total=steps, dynamic_ncols=True)):
+        for i, batch in enumerate(tqdm(loader, desc=f"{name} {epoch}/{epochs}", total=steps, dynamic_ncols=True,
+                                             disable=not ctx.log.progress_bars)):
             if i >= steps:
                 break
             if len(batch["ids"]) < 2:  # a last batch of one has no in-batch negative
                 continue
+            if ctx.clock.skip_step():
+                continue
+            started = time.time()
             loss = loss_fn([to_device(encoding, ctx.device) for encoding in batch["inputs"]])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             curve.add(loss.item())
-            batches += 1
-        ctx.log(f"{name} epoch {epoch}: loss {curve.last_epoch_mean():.4f}")
-    return {"batches": batches, "seconds": round(time.time() - started, 1), "loss_curve": curve.points}
+            progress["batches"] += 1
+            progress["seconds"] += time.time() - started
+            ctx.clock.step_done()
+        if not ctx.clock.replaying:
+            ctx.log(f"{name} epoch {epoch}: loss {curve.last_epoch_mean():.4f}")
+    return _stage_log(progress, curve)
+
+
+def _stage_log(progress: dict, curve: "LossCurve") -> dict:
+    return {"batches": progress["batches"], "seconds": round(progress["seconds"], 1), "loss_curve": curve.points}
 
 
 class LossCurve:
-    """Mean loss every ``CURVE_EVERY`` batches, as ``[batch, mean]`` points for metrics.json."""
+    """Mean loss every ``CURVE_EVERY`` batches, as ``[batch, mean]`` points for metrics.json.
 
-    def __init__(self):
-        self.points: list[list[float]] = []
-        self._window: list[float] = []
-        self._epoch: list[float] = []
-        self._count = 0
+    Its whole state lives in the dict ``data`` (JSON-serialisable), which a stage keeps in its
+    checkpointed progress; pass the saved dict back to continue a curve after a resume.
+    """
+
+    def __init__(self, data: dict | None = None):
+        self.data = data if data is not None else {}
+        for key, empty in (("points", []), ("window", []), ("epoch", []), ("count", 0)):
+            self.data.setdefault(key, empty)
+
+    @property
+    def points(self) -> list[list[float]]:
+        return self.data["points"]
 
     def add(self, value: float) -> None:
-        self._count += 1
-        self._window.append(value)
-        self._epoch.append(value)
-        if len(self._window) == CURVE_EVERY:
-            self.points.append([self._count, round(sum(self._window) / CURVE_EVERY, 5)])
-            self._window = []
+        d = self.data
+        d["count"] += 1
+        d["window"].append(value)
+        d["epoch"].append(value)
+        if len(d["window"]) == CURVE_EVERY:
+            d["points"].append([d["count"], round(sum(d["window"]) / CURVE_EVERY, 5)])
+            d["window"] = []
 
     def last_epoch_mean(self) -> float:
         """Mean since the previous call (one epoch), then start a new epoch."""
-        mean = sum(self._epoch) / max(len(self._epoch), 1)
-        self._epoch = []
+        mean = sum(self.data["epoch"]) / max(len(self.data["epoch"]), 1)
+        self.data["epoch"] = []
         return mean
 
 

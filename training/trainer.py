@@ -2,10 +2,13 @@
 keep the best epoch on dev, write predictions, metrics and the checkpoint.
 
 ``run(config)`` is the whole job; ``run_multitask.py`` only turns flags into a ``RunConfig``.
+With ``--resume RUN_DIR`` the run's saved configuration is used and training continues from the
+newest checkpoint in ``RUN_DIR/checkpoints/`` (``training/resume.py``).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import time
 from datetime import datetime
@@ -25,12 +28,14 @@ from .config import RunConfig
 from .evaluate import TaskPredictions, pick_device, predict
 from .losses import make_loss_weighting
 from .outputs import prediction_path, write_json, write_predictions
+from .resume import Checkpoint, TrainingClock, latest_checkpoint
+from .run_log import RunLog
 from .stages import StageContext, enabled_stages, multitask_stage
 from .task_step import TaskStep
 from .tasks import TASKS, overall_score
 
 
-def run(config: RunConfig, log=print) -> dict:
+def run(config: RunConfig, log: RunLog | None = None) -> dict:
     """Train and evaluate one configuration; return the metrics written to ``metrics.json``.
 
     ``metrics.json`` is written at the start (status "running"), after every epoch, and at the end
@@ -38,18 +43,29 @@ def run(config: RunConfig, log=print) -> dict:
     """
     config.validate()
     started = time.time()
+    resume = None
+    if config.output.resume:
+        resume = latest_checkpoint(Path(config.output.resume))
+        config = resumed_config(config, resume)
+    log = log or RunLog(config.output.quiet, config.output.log_file)
     seed_everything(config.train.seed)
     device = pick_device(config.train.device)
     # Missing data or weights are reported before a run folder exists (nothing is left behind).
     data_dir = resolve_data_dir(config.data.data_dir, [t.files[s] for t in TASKS.values() for s in ("train", "dev")])
     model_dir = resolve_model_dir(config.model.model)
-    run_dir = make_run_dir(config)
-    metrics = {"run_name": run_dir.name, "status": "running", "config": config_dict(config),
-               "started": datetime.now().isoformat(timespec="seconds")}
+    if resume is None:
+        run_dir = make_run_dir(config)
+        metrics = {"run_name": run_dir.name, "status": "running", "config": config_dict(config),
+                   "started": datetime.now().isoformat(timespec="seconds")}
+    else:
+        run_dir = Path(config.output.resume)
+        metrics = read_metrics(run_dir) | {"status": "running"}
+        metrics.setdefault("resumed", []).append({"step": resume.step, "checkpoint": resume.path.name,
+                                                  "at": datetime.now().isoformat(timespec="seconds")})
     write_json(run_dir / "metrics.json", metrics)
     log(f"run folder: {run_dir}")
     try:
-        _run(config, data_dir, model_dir, run_dir, device, metrics, started, log)
+        _run(config, data_dir, model_dir, run_dir, device, metrics, started, log, resume)
     except BaseException as err:
         metrics.update(status="failed", error=f"{type(err).__name__}: {err}",
                        wall_seconds=round(time.time() - started, 1))
@@ -59,7 +75,7 @@ def run(config: RunConfig, log=print) -> dict:
 
 
 def _run(config: RunConfig, data_dir: Path, model_dir: Path, run_dir: Path, device: torch.device, metrics: dict,
-         started: float, log) -> None:
+         started: float, log: RunLog, resume: Checkpoint | None) -> None:
     tokenizer = BertTokenizer(model_dir / "vocab.txt")
     log(f"data: {data_dir}   model: {model_dir}   device: {device}")
     splits, data_report = read_all_splits(data_dir, config.data.strict, log)
@@ -92,11 +108,22 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, run_dir: Path, devi
         metrics.update(epochs=progress["epochs"], wall_seconds=round(time.time() - started, 1))
         write_json(run_dir / "metrics.json", metrics)
 
-    ctx = StageContext(config, model, splits, loader, TaskStep(model, optimizer, device, config.smart, weighting),
-                       device, log, on_epoch_end)
+    task_step = TaskStep(model, optimizer, device, config.smart, weighting)
+    clock = TrainingClock(model, run_dir, config_dict(config), config.output.save_every, config.output.keep_checkpoints,
+                          resume=resume, best_file=run_dir / "checkpoint" / "model.safetensors", log=log)
+    clock.optimizers["main"] = optimizer
+    if weighting is not None:
+        clock.modules["weighting"] = weighting
+    if task_step.bregman is not None:
+        clock.modules["bregman_ema"] = task_step.bregman.ema
+    ctx = StageContext(config, model, splits, loader, task_step, device, log, clock, on_epoch_end)
     metrics["stages"] = {}
     for name, stage in enabled_stages(config):
-        metrics["stages"][name] = stage(ctx)
+        stage_log = clock.finished_stage(name)
+        if stage_log is None:
+            stage_log = stage(ctx)
+            clock.end_stage(name, stage_log)
+        metrics["stages"][name] = stage_log
         write_json(run_dir / "metrics.json", metrics)
     result = multitask_stage(ctx)
     history, best = result["epochs"], result["best"]
@@ -124,9 +151,10 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, run_dir: Path, devi
         finished=datetime.now().isoformat(timespec="seconds"),
     )
     write_json(run_dir / "metrics.json", metrics)
-    log(f"dev: SST acc {final_dev['sst']:.4f}  QQP acc {final_dev['qqp']:.4f}  STS pearson {final_dev['sts']:.4f}  "
-        f"overall {metrics['dev_overall']:.4f}  ({metrics['wall_seconds']:.0f} s, "
-        f"{metrics['train_examples_per_second']:.1f} train examples/s) -> {run_dir}")
+    log.result(f"dev: SST acc {final_dev['sst']:.4f}  QQP acc {final_dev['qqp']:.4f}  "
+               f"STS pearson {final_dev['sts']:.4f}  overall {metrics['dev_overall']:.4f}  "
+               f"({metrics['wall_seconds']:.0f} s, {metrics['train_examples_per_second']:.1f} train examples/s) "
+               f"-> {run_dir}")
 
 
 def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
@@ -164,7 +192,7 @@ def read_all_splits(data_dir: Path, strict: bool, log) -> tuple[dict[str, dict[s
             splits[name][split] = examples
             report[file_name] = {"rows": read_report.n_rows, "skipped": len(read_report.bad_rows)}
             if read_report.bad_rows:
-                log(f"warning: {read_report.summary()}")
+                log.result(f"warning: {read_report.summary()}")
     return splits, report
 
 
@@ -179,7 +207,7 @@ def write_all_predictions(model, dev: dict[str, TaskPredictions], splits, loader
                 result = dev[name]
             elif split in splits[name]:
                 result = predict(model, task, loader(splits[name][split], batch_size, False), device,
-                                 f"{split} {name}")
+                                 f"{split} {name}", log.progress_bars)
             else:
                 skipped.append(path.name)
                 log(f"note: no {task.files[split]} in the data directory; skipping {path.name}")
@@ -203,6 +231,29 @@ def make_run_dir(config: RunConfig) -> Path:
 
 def config_dict(config: RunConfig) -> dict:
     return dataclasses.asdict(config)
+
+
+def resumed_config(flags: RunConfig, checkpoint: Checkpoint) -> RunConfig:
+    """The configuration saved in the checkpoint; only how the run reports (``--quiet``,
+    ``--log_file``) and the ``--resume`` folder itself come from the command line."""
+    try:
+        config = RunConfig.from_dict(checkpoint.config)
+    except (TypeError, KeyError, ValueError) as err:
+        raise ValueError(f"{checkpoint.path / 'state.json'}: saved configuration does not fit this version "
+                         f"({err})") from None
+    config.output.resume = flags.output.resume
+    config.output.quiet = flags.output.quiet
+    config.output.log_file = flags.output.log_file
+    config.validate()
+    return config
+
+
+def read_metrics(run_dir: Path) -> dict:
+    """The run's metrics.json so far (an unreadable one is started afresh, not an error)."""
+    try:
+        return json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"run_name": run_dir.name}
 
 
 def seed_everything(seed: int) -> None:

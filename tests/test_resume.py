@@ -1,0 +1,210 @@
+"""Checkpoints and exact resumption: a run killed with SIGKILL and resumed ends with the same
+parameters, dev metrics and predictions as a run never interrupted (CPU, same thread count)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import run_multitask
+from training.resume import Checkpoint, ResumeError, latest_checkpoint, list_checkpoints, rng_state, set_rng_state
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
+OUTPUTS = ["sst-dev-output.csv", "sst-test-output.csv", "para-dev-output.csv", "sts-dev-output.csv"]
+PLAIN = ["--epochs", "4"]
+EVERY_STAGE = ["--epochs", "2", "--ucl", "--ucl_steps", "4", "--ucl_batch_size", "4", "--scl", "--scl_steps", "3",
+               "--scl_batch_size", "4", "--pre_qqp", "--pre_qqp_steps", "4", "--joint_loss", "--loss_weighting",
+               "learned", "--smart", "--smart_bregman"]
+
+
+def argv(model_dir, out_dir, name, *extra):
+    return ["--data_dir", str(FIXTURE_DATA), "--model", str(model_dir), "--batch_size", "2", "--max_length", "24",
+            "--out_dir", str(out_dir), "--run_name", name, "--save_every", "1", "--keep_checkpoints", "200",
+            "--quiet", *extra]
+
+
+def command(*args):
+    return [sys.executable, str(ROOT / "run_multitask.py"), *args]
+
+
+def env():
+    # one thread: the same arithmetic in every process, whatever the machine
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+
+
+def final_state(run_dir: Path) -> dict:
+    """What must match: the last checkpoint's parameters, the best weights, dev metrics, predictions."""
+    last = list_checkpoints(run_dir)[-1]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return {"last": load_file(str(last / "model.safetensors")), "last_step": last.name,
+            "best": load_file(str(run_dir / "checkpoint" / "model.safetensors")),
+            "dev": metrics["dev"], "epochs": [e["dev"] for e in metrics["epochs"]],
+            "outputs": {name: (run_dir / name).read_text() for name in OUTPUTS}}
+
+
+def assert_same_run(a: dict, b: dict):
+    assert a["last_step"] == b["last_step"]
+    for key in ("last", "best"):
+        assert a[key].keys() == b[key].keys()
+        for name in a[key]:
+            assert torch.equal(a[key][name], b[key][name]), f"{key}: {name} differs"
+    assert a["dev"] == b["dev"]
+    assert a["epochs"] == b["epochs"]
+    assert a["outputs"] == b["outputs"]
+
+
+@pytest.fixture(scope="module")
+def clean_runs(tiny_model_dir, tmp_path_factory):
+    """Uninterrupted runs (subprocesses, like the interrupted ones), one per configuration."""
+    out = tmp_path_factory.mktemp("clean")
+    runs = {}
+    for name, flags in (("plain", PLAIN), ("every_stage", EVERY_STAGE)):
+        subprocess.run(command(*argv(tiny_model_dir, out, name, *flags)), env=env(), check=True,
+                       capture_output=True, timeout=300)
+        runs[name] = out / name
+    return runs
+
+
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, clean_runs):
+    """Kill the run (SIGKILL, wherever it happens to be) once a few checkpoints exist, resume it."""
+    process = subprocess.Popen(command(*argv(tiny_model_dir, tmp_path, "killed", *PLAIN)), env=env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run_dir = tmp_path / "killed"
+    deadline = time.time() + 120
+    while len(list_checkpoints(run_dir)) < 7 and process.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "running"
+    killed_at = latest_checkpoint(run_dir).step
+
+    resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["status"] == "finished"
+    assert metrics["resumed"][0]["step"] == killed_at
+    assert_same_run(final_state(run_dir), final_state(clean_runs["plain"]))
+
+
+@pytest.mark.parametrize("which", [1, 5, 9, 15, 18, -1])
+def test_resume_from_any_checkpoint_of_any_stage(tiny_model_dir, tmp_path, clean_runs, which):
+    """With every stage on (SimCSE, pre-QQP, joint learned loss, SMART + Bregman), resuming from a
+    checkpoint inside each stage (steps 1–4 are ucl, 5–7 scl, 8–11 pre-QQP, 12–19 the first
+    multi-task epoch, 20–27 the second; checkpoint i is step i + 1) ends exactly like the
+    uninterrupted run — also from the end of the first epoch (18) and of the last (-1)."""
+    clean = clean_runs["every_stage"]
+    run_dir = tmp_path / "every_stage"
+    shutil.copytree(clean, run_dir)
+    checkpoints = list_checkpoints(run_dir)
+    keep = checkpoints[which]
+    for later in checkpoints[checkpoints.index(keep) + 1:]:
+        shutil.rmtree(later)
+    for name in OUTPUTS:  # as if the crash came before the predictions were written
+        (run_dir / name).unlink()
+    stage = json.loads((keep / "state.json").read_text())["stage"]
+    assert stage == {1: "ucl", 5: "scl", 9: "pre_qqp", 15: "multitask", 18: "multitask", -1: "multitask"}[which]
+
+    assert run_multitask.main(["--resume", str(run_dir), "--quiet"]) == 0
+    assert_same_run(final_state(run_dir), final_state(clean))
+
+
+def test_checkpoint_folder_is_complete_and_pruned(tiny_model_dir, tmp_path):
+    assert run_multitask.main(argv(tiny_model_dir, tmp_path, "run", "--epochs", "2", "--save_every", "5",
+                                   "--keep_checkpoints", "2")) == 0
+    found = list_checkpoints(tmp_path / "run")
+    assert [p.name for p in found] == ["step-00000045", "step-00000048"]  # 24 steps an epoch; 45 = 9 × 5
+    for path in found:
+        assert {f.name for f in path.iterdir()} == {"model.safetensors", "best.safetensors", "state.pt", "state.json"}
+    assert not list((tmp_path / "run" / "checkpoints").glob(".tmp*"))
+    extra = torch.load(found[-1] / "state.pt", weights_only=True)
+    assert set(extra) == {"optimizers", "modules", "rng"}
+    assert json.loads((found[-1] / "state.json").read_text())["step"] == 48
+
+
+def test_rng_state_round_trip():
+    import random
+
+    import numpy as np
+    saved = rng_state()
+    first = (random.random(), np.random.rand(), torch.rand(3))
+    set_rng_state(torch.load(_save(saved), weights_only=True))
+    again = (random.random(), np.random.rand(), torch.rand(3))
+    assert first[0] == again[0] and first[1] == again[1] and torch.equal(first[2], again[2])
+
+
+def _save(obj):
+    import io
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+@pytest.fixture
+def finished_run(tiny_model_dir, tmp_path):
+    assert run_multitask.main(argv(tiny_model_dir, tmp_path, "run", "--epochs", "1", "--save_every", "0")) == 0
+    return tmp_path / "run"
+
+
+def test_resume_errors_are_one_line_and_name_the_place(tmp_path, finished_run, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = {
+        str(tmp_path / "nowhere"): "no such run folder",
+        str(empty): "no checkpoint in",
+    }
+    for folder, expected in cases.items():
+        assert run_multitask.main(["--resume", folder]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and expected in err and folder in err and "\n" not in err
+
+    checkpoint = list_checkpoints(finished_run)[-1]
+    before = (finished_run / "sst-dev-output.csv").read_text()
+    (checkpoint / "state.json").write_text("{ not json")
+    assert run_multitask.main(["--resume", str(finished_run)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "state.json" in err and "unreadable" in err and "\n" not in err
+
+    (checkpoint / "state.json").unlink()
+    with pytest.raises(ResumeError, match="state.json"):
+        Checkpoint(checkpoint)
+    assert (finished_run / "sst-dev-output.csv").read_text() == before  # nothing written was damaged
+
+
+def test_truncated_checkpoint_weights_are_an_error(finished_run, capsys):
+    checkpoint = list_checkpoints(finished_run)[-1]
+    weights = checkpoint / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert run_multitask.main(["--resume", str(finished_run), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert str(weights) in err and "\n" not in err
+    assert json.loads((finished_run / "metrics.json").read_text())["status"] == "failed"
+
+
+def test_half_written_checkpoint_folder_is_ignored(finished_run):
+    good = list_checkpoints(finished_run)[-1]
+    half = finished_run / "checkpoints" / ".tmp-step-00009999-123"
+    half.mkdir()
+    (half / "model.safetensors").write_bytes(b"partial")
+    assert latest_checkpoint(finished_run).path == good
+
+
+def test_quiet_and_log_file(tiny_model_dir, tmp_path, capsys):
+    log_file = tmp_path / "logs" / "run.log"
+    assert run_multitask.main(argv(tiny_model_dir, tmp_path, "run", "--epochs", "2", "--log_file", str(log_file))) == 0
+    shown = capsys.readouterr().out.strip().splitlines()
+    # the fixture's bad QQP row is reported; then one line per epoch and the summary
+    assert [line.split(":")[0] for line in shown] == ["warning", "epoch 1", "epoch 2", "dev"]
+    assert all(word in shown[1] for word in ("SST acc", "QQP acc", "STS pearson", "overall"))
+    logged = log_file.read_text().splitlines()
+    assert len(logged) > len(shown) and any("run folder" in line for line in logged)

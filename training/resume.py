@@ -1,0 +1,281 @@
+"""Resumable training: checkpoints of the whole training state, and exact resumption after a crash.
+
+A training checkpoint is a folder ``<run>/checkpoints/step-<N>/`` holding everything the next step
+depends on after optimizer step N (counted across all stages):
+
+    model.safetensors   every parameter and buffer of the model (encoder and heads)
+    best.safetensors    the best epoch's weights so far (a hard link to <run>/checkpoint/, if any)
+    state.pt            optimizer states, loss-weighting and SMART EMA modules, RNG states
+                        (Python, NumPy, torch): plain tensors, lists and numbers, loaded with
+                        ``torch.load(weights_only=True)``
+    state.json          the step, the run configuration, finished stages' logs and the current
+                        stage's progress (loss curve, epoch history, best-so-far metrics and dev
+                        predictions)
+
+It is written into a hidden temporary folder, every file flushed to disk, then renamed into place:
+a folder named ``step-<N>`` is always complete, and a crash while saving leaves only a temporary
+folder that is ignored. The newest ``keep`` checkpoints are kept.
+
+Resuming does not jump into the middle of a loop. The run starts over from the top with the saved
+configuration and *replays*: each stage iterates its data exactly as before (the loaders' shuffling
+comes from their own seeded generators), but the first N optimizer steps are skipped without
+computing anything. Just before the first step that really runs, the model, optimizers and RNG
+states are restored from the checkpoint, so the run continues bit for bit as if never stopped
+(on CPU, with the same number of threads). ``TrainingClock`` is the one object that knows this:
+stages ask it ``skip_step()`` before every optimizer step and tell it ``step_done()`` after.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+CHECKPOINTS = "checkpoints"
+STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+class ResumeError(Exception):
+    """A --resume folder without a usable checkpoint (one line, names the folder or file)."""
+
+
+class TrainingClock:
+    """Counts optimizer steps across all stages, saves training checkpoints, and replays on resume.
+
+    ``modules`` and ``optimizers`` (name -> object with ``state_dict``/``load_state_dict``) are
+    what a checkpoint holds besides the model; a stage with its own optimizer registers it with
+    ``begin_stage``. ``resume`` is a ``Checkpoint`` to continue from, or None for a fresh run.
+    """
+
+    def __init__(self, model: torch.nn.Module, run_dir: Path, config: dict, save_every: int = 0, keep: int = 2,
+                 resume: "Checkpoint | None" = None, best_file: Path | None = None, enabled: bool = True,
+                 log: Callable[[str], None] = print):
+        self.model, self.run_dir, self.config = model, run_dir, config
+        self.save_every, self.keep, self.enabled, self.log = save_every, keep, enabled, log
+        self.best_file = best_file
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.modules: dict[str, object] = {}
+        self.step = 0
+        self.stage: str | None = None
+        self.progress: dict = {}
+        self.finished_stages: dict[str, dict] = {}
+        self.resume = resume          # set to None once the replay has caught up with it
+        self.checkpoint = resume      # kept (the best epoch's weights are read from it)
+        self.resume_step = resume.step if resume else 0
+        if resume:
+            self.finished_stages = resume.state["finished_stages"]
+
+    # ---- stages ------------------------------------------------------------------------------
+    def finished_stage(self, name: str) -> dict | None:
+        """A stage that had finished before the crash: its log, and the clock moves past its steps."""
+        if name not in self.finished_stages:
+            return None
+        record = self.finished_stages[name]
+        self.step = record["end_step"]
+        return record["log"]
+
+    def begin_stage(self, name: str, progress: dict, optimizer: torch.optim.Optimizer | None = None) -> dict:
+        """Start a stage; returns its progress dict (the saved one when resuming into this stage).
+
+        ``progress`` must be JSON-serialisable and is saved with every checkpoint in this stage;
+        the stage keeps mutating the returned dict.
+        """
+        self.stage = name
+        if self.resume and self.resume.state["stage"] == name:
+            progress = self.resume.state["progress"]
+        self.progress = progress
+        self.optimizers.pop("stage", None)
+        if optimizer is not None:
+            self.optimizers["stage"] = optimizer
+        return progress
+
+    def end_stage(self, name: str, log: dict) -> None:
+        self.finished_stages[name] = {"end_step": self.step, "log": log}
+        self.optimizers.pop("stage", None)
+        self.stage, self.progress = None, {}
+
+    # ---- steps -------------------------------------------------------------------------------
+    def skip_step(self) -> bool:
+        """True for a step that was done before the crash (count it, compute nothing); False for a
+        step to run — restoring the saved state first if this is the first one after a replay."""
+        if self.step < self.resume_step:
+            self.step += 1
+            return True
+        self.catch_up()
+        return False
+
+    def catch_up(self) -> None:
+        """Restore the checkpoint's state now if the replay has just reached it (call before any
+        computation that is not a step, e.g. an evaluation)."""
+        if self.resume is not None and self.step >= self.resume_step:
+            self.resume.restore(self.model, self.optimizers, self.modules)
+            self.log(f"resumed at step {self.step} from {self.resume.path}")
+            self.resume = None
+
+    @property
+    def replaying(self) -> bool:
+        return self.resume is not None
+
+    def step_done(self) -> None:
+        """Count a step that ran; save a checkpoint every ``save_every`` steps."""
+        self.step += 1
+        if self.save_every and self.step % self.save_every == 0:
+            self.save()
+
+    # ---- saving ------------------------------------------------------------------------------
+    def save(self) -> Path | None:
+        """Write ``checkpoints/step-<N>`` atomically and prune old ones; returns its path."""
+        if not self.enabled or self.replaying:
+            return None
+        root = self.run_dir / CHECKPOINTS
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / f"step-{self.step:08d}"
+        tmp = root / f".tmp-step-{self.step:08d}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            save_file({k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()},
+                      str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            if self.best_file is not None and self.best_file.is_file():
+                _link_or_copy(self.best_file, tmp / "best.safetensors")
+            torch.save({"optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+                        "modules": {k: m.state_dict() for k, m in self.modules.items()},
+                        "rng": rng_state()}, tmp / "state.pt")
+            state = {"step": self.step, "stage": self.stage, "progress": self.progress,
+                     "finished_stages": self.finished_stages, "config": self.config,
+                     "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
+            for path in tmp.iterdir():
+                _fsync(path)
+            if final.exists():  # the same step saved twice (a save_every step that ends an epoch)
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            _fsync(root)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for old in list_checkpoints(self.run_dir)[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+
+class Checkpoint:
+    """A complete training checkpoint folder, read and checked."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+            self.step = int(self.state["step"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ResumeError(f"{path / 'state.json'}: unreadable checkpoint state ({_first_line(err)})") from None
+        for name in ("model.safetensors", "state.pt"):
+            if not (path / name).is_file():
+                raise ResumeError(f"{path}: incomplete checkpoint, {name} is missing")
+
+    @property
+    def config(self) -> dict:
+        return self.state["config"]
+
+    def restore(self, model: torch.nn.Module, optimizers: dict, modules: dict) -> None:
+        """Load the model, the named optimizers and modules, and the RNG states."""
+        weights = _load_safetensors(self.path / "model.safetensors")
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+        if missing or unexpected:
+            raise ResumeError(f"{self.path / 'model.safetensors'}: does not match the model "
+                              f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+        try:
+            extra = torch.load(self.path / "state.pt", map_location="cpu", weights_only=True)
+        except Exception as err:  # a damaged pickle raises many kinds of errors
+            raise ResumeError(f"{self.path / 'state.pt'}: unreadable ({_first_line(err)})") from None
+        for kind, objects in (("optimizers", optimizers), ("modules", modules)):
+            saved = extra[kind]
+            if set(saved) != set(objects):
+                raise ResumeError(f"{self.path / 'state.pt'}: holds {kind} {sorted(saved)}, the run has {sorted(objects)}")
+            for name, obj in objects.items():
+                obj.load_state_dict(saved[name])
+        set_rng_state(extra["rng"])
+
+    def best_state(self) -> dict[str, torch.Tensor] | None:
+        path = self.path / "best.safetensors"
+        return _load_safetensors(path) if path.is_file() else None
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoint folders of a run, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name))
+
+
+def latest_checkpoint(run_dir: Path) -> Checkpoint:
+    """The newest complete checkpoint of ``run_dir``; a ResumeError if there is none."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ResumeError(f"--resume {run_dir}: no such run folder")
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise ResumeError(f"--resume {run_dir}: no checkpoint in {run_dir / CHECKPOINTS} "
+                          f"(checkpoints are written every --save_every steps and at each epoch end)")
+    return Checkpoint(found[-1])
+
+
+# ---- RNG states ----------------------------------------------------------------------------------
+def rng_state() -> dict:
+    """Python, NumPy and torch (CPU and CUDA) generator states as plain tensors and lists."""
+    version, mt, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": [version, list(mt), gauss], "numpy": [torch.from_numpy(keys.astype(np.int64)), pos,
+                                                               has_gauss, cached],
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, mt, gauss = state["python"]
+    random.setstate((version, tuple(mt), gauss))
+    keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ResumeError(f"{path}: unreadable ({_first_line(err)})") from None
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link costs no space; the source is only ever replaced (never changed in place)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__

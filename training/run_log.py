@@ -1,0 +1,39 @@
+"""Where a run's messages go: the terminal and, with ``--log_file``, a file.
+
+Two kinds of line. ``log(message)`` is progress (folders, data, stage losses); ``log.result(message)``
+is what a user always wants to see: one line per epoch with every dev metric, warnings and the final
+summary. ``--quiet`` keeps only the results on the terminal (and turns progress bars off); the log
+file always gets every line, time-stamped, appended and flushed one line at a time so that a crash
+loses nothing already logged.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+class RunLog:
+    def __init__(self, quiet: bool = False, log_file: str | Path | None = None, enabled: bool = True):
+        self.quiet, self.enabled = quiet, enabled   # enabled=False: a silent process (DDP rank > 0)
+        self.log_file = Path(log_file) if log_file else None
+        if self.log_file is not None and enabled:
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def progress_bars(self) -> bool:
+        return self.enabled and not self.quiet
+
+    def __call__(self, message: str) -> None:
+        self._emit(message, to_terminal=not self.quiet)
+
+    def result(self, message: str) -> None:
+        self._emit(message, to_terminal=True)
+
+    def _emit(self, message: str, to_terminal: bool) -> None:
+        if not self.enabled:
+            return
+        if to_terminal:
+            print(message, flush=True)
+        if self.log_file is not None:
+            with open(self.log_file, "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
