@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
 from .readers import Example
 
@@ -48,6 +48,7 @@ def make_loader(
     shuffle: bool,
     seed: int = 0,
     bucket: bool = False,
+    shard: tuple[int, int] | None = None,
 ) -> DataLoader:
     """A DataLoader in the main process; shuffling draws from a generator seeded with ``seed``.
 
@@ -57,6 +58,10 @@ def make_loader(
     ``bucket=True`` batches examples of similar length together (``BucketBatchSampler``). Without
     shuffling that changes the order of the examples (shortest first), so predictions come back
     in a different order than the file; every batch carries its examples' ``ids``.
+
+    ``shard=(rank, world_size)`` (data-parallel training): every process draws the same global
+    batches of ``batch_size`` and keeps its own slice of each (``ShardedBatchSampler``), so the
+    processes together see exactly the batches of a single-process run.
     """
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     dataset = ExampleDataset(examples)
@@ -64,16 +69,30 @@ def make_loader(
     if bucket:
         lengths = example_lengths(dataset.examples, tokenizer, max_length)
         sampler = BucketBatchSampler(lengths, batch_size, shuffle, generator)
-        # the generator is passed on too so iterating never draws from torch's global RNG
-        return DataLoader(dataset, batch_sampler=sampler, generator=generator, collate_fn=collate, num_workers=0)
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        generator=generator,
-        collate_fn=collate,
-        num_workers=0,
-    )
+    else:
+        # what DataLoader(batch_size=..., shuffle=...) builds itself, spelled out so it can be sharded
+        order = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+        sampler = BatchSampler(order, batch_size, drop_last=False)
+    if shard is not None:
+        sampler = ShardedBatchSampler(sampler, *shard)
+    # the generator is passed on too so iterating never draws from torch's global RNG
+    return DataLoader(dataset, batch_sampler=sampler, generator=generator, collate_fn=collate, num_workers=0)
+
+
+class ShardedBatchSampler(Sampler[list[int]]):
+    """Process ``rank``'s slice ``batch[rank::world_size]`` of every batch of ``batches``."""
+
+    def __init__(self, batches: Sampler[list[int]], rank: int, world_size: int):
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        self.batches, self.rank, self.world_size = batches, rank, world_size
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.batches:
+            yield batch[self.rank::self.world_size]
 
 
 def example_lengths(examples: Sequence[Example], tokenizer: BertTokenizer | None = None,

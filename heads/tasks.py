@@ -93,6 +93,17 @@ class MultitaskBert(nn.Module):
                             encoding.get("token_type_ids"), embeddings_hook=embeddings_hook)
         return pool(outputs, encoding["attention_mask"], self.pooling)
 
-    def forward(self, head_name: str, inputs: list[dict], embeddings_hook=None) -> torch.Tensor:
+    def forward(self, head_name: str | None | tuple[str, ...], inputs, embeddings_hook=None):
+        """The named head's output on ``inputs`` (one encoding per sentence of the task).
+
+        Two more forms, so that a DistributedDataParallel wrapper sees every training pass as one
+        call of ``forward``: ``head_name=None`` gives the list of sentence vectors (the SimCSE
+        stages train on those); a tuple of head names with a tuple of per-task inputs gives the
+        tuple of those heads' outputs (a joint-loss step).
+        """
+        if isinstance(head_name, tuple):
+            return tuple(self(name, task_inputs, embeddings_hook) for name, task_inputs in zip(head_name, inputs))
         vectors = [self.embed(encoding, embeddings_hook) for encoding in inputs]
+        if head_name is None:
+            return vectors
         return self.heads[head_name](*vectors)

@@ -32,6 +32,8 @@ class ModelConfig:
                          choices=["concat", "cosine"])
     temp: float = flag(0.05, "temperature of the cosine paraphrase head")
     hidden_dropout_prob: float = flag(0.1, "dropout in the encoder and before the heads")
+    attention_probs_dropout_prob: float | None = flag(None, "dropout on the attention weights (default: the "
+                                                            "model's config.json value)", type=float)
     option: str = flag("finetune", "finetune: update BERT and heads; pretrain: BERT frozen, heads only",
                        choices=["finetune", "pretrain"])
 
@@ -139,6 +141,8 @@ class RunConfig:
             (self.data.batch_size >= 1, "--batch_size must be at least 1"),
             (self.data.max_length >= 3, "--max_length must be at least 3"),
             (0 <= self.model.hidden_dropout_prob < 1, "--hidden_dropout_prob must be in [0, 1)"),
+            (self.model.attention_probs_dropout_prob is None or 0 <= self.model.attention_probs_dropout_prob < 1,
+             "--attention_probs_dropout_prob must be in [0, 1)"),
             (self.model.temp > 0, "--temp must be positive"),
             (self.train.pre_qqp_epochs >= 1, "--pre_qqp_epochs must be at least 1"),
             (self.train.pre_qqp_steps is None or self.train.pre_qqp_steps >= 1, "--pre_qqp_steps must be at least 1"),

@@ -34,6 +34,7 @@ CURVE_EVERY = 10  # batches per point of a logged loss curve
 class StageContext:
     config: RunConfig
     model: torch.nn.Module                     # heads.MultitaskBert
+    forward_model: torch.nn.Module             # the same, or its DistributedDataParallel wrapper
     splits: dict[str, dict[str, list[Example]]]
     loader: Callable                           # (examples, batch_size, shuffle, seed) -> DataLoader
     task_step: TaskStep
@@ -54,7 +55,9 @@ def ucl_stage(ctx: StageContext) -> dict:
     ctx.log(f"ucl: {len(corpus)} sentences from {c.ucl_data or 'the training sets'}")
 
     def loss_fn(inputs):
-        first, second = ctx.model.embed(inputs[0]), ctx.model.embed(inputs[0])  # two dropout masks
+        # two dropout masks; the first pass goes through the DDP wrapper (if any), which then
+        # averages the gradients of the whole loss across processes
+        first, second = ctx.forward_model(None, [inputs[0]])[0], ctx.model.embed(inputs[0])
         return info_nce(first, second, ctx.config.model.temp)
 
     return _contrastive_loop(ctx, "ucl", corpus, c.ucl_epochs, c.ucl_steps, c.ucl_batch_size, c.ucl_lr, loss_fn)
@@ -76,7 +79,7 @@ def scl_stage(ctx: StageContext) -> dict:
     ctx.log(f"scl: {len(triples)} triples from {c.scl_data or 'QQP duplicates and STS pairs scored >= 4'}")
 
     def loss_fn(inputs):
-        anchors, positives, negatives = (ctx.model.embed(encoding) for encoding in inputs)
+        anchors, positives, negatives = ctx.forward_model(None, inputs)
         return info_nce(anchors, positives, ctx.config.model.temp, negatives, c.hard_negative_weight)
 
     return _contrastive_loop(ctx, "scl", triples, c.scl_epochs, c.scl_steps, c.scl_batch_size, c.scl_lr, loss_fn)
@@ -114,8 +117,10 @@ def multitask_stage(ctx: StageContext) -> dict:
     scheduler = RoundRobinScheduler(train_loaders, t.rr, t.max_steps_per_epoch)
     weighting = ctx.task_step.weighting
     # Everything the rest of the run depends on, saved with each checkpoint of this stage.
-    progress = ctx.clock.begin_stage("multitask", {"epochs": [], "best": None, "current": None})
+    progress = ctx.clock.begin_stage("multitask", {"epochs": [], "best": None, "current": None,
+                                                   "curves": {name: {} for name in TASKS}})
     history = progress["epochs"]
+    curves = {name: LossCurve(progress["curves"][name]) for name in TASKS}  # per task, by its own batches
     best = {"score": -float("inf"), "epoch": None, "state": None, "dev": None}
     if progress["best"] is not None:  # resuming: the best epoch before the crash
         best = {**progress["best"], "dev": {k: TaskPredictions.from_dict(v) for k, v in progress["best"]["dev"].items()},
@@ -136,6 +141,7 @@ def multitask_stage(ctx: StageContext) -> dict:
                     continue
                 for name, value in ctx.task_step.step(step_batches).items():
                     totals[name].append(value)
+                    curves[name].add(value)
                 current["examples"] += sum(len(batch["ids"]) for batch in step_batches.values())
                 current["seconds"] += time.time() - mark
                 mark = time.time()
@@ -167,10 +173,11 @@ def multitask_stage(ctx: StageContext) -> dict:
             best = {"score": score, "epoch": epoch, "dev": dev,
                     "state": {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}}
             progress["best"] = {"score": score, "epoch": epoch, "dev": {k: v.to_dict() for k, v in dev.items()}}
-        ctx.on_epoch_end({"epochs": history, "best": best, "improved": improved})
+        ctx.on_epoch_end({"epochs": history, "best": best, "improved": improved,
+                          "loss_curves": {name: curve.points for name, curve in curves.items()}})
         ctx.clock.save()
     ctx.clock.catch_up()  # a run killed after its last checkpoint still needs the saved state
-    return {"epochs": history, "best": best}
+    return {"epochs": history, "best": best, "loss_curves": {name: curve.points for name, curve in curves.items()}}
 
 
 def _contrastive_loop(ctx: StageContext, name: str, examples: list[Example], epochs: int, max_steps,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .config import SmartConfig
+from .distributed import Distributed, average_gradients
 from .evaluate import to_device
 from .losses import LossWeighting
 from .smart import TASK_KINDS, BregmanProximal, smart_loss
@@ -17,17 +18,23 @@ from .tasks import TASKS
 
 class TaskStep:
     def __init__(self, model, optimizer, device: torch.device, smart: SmartConfig,
-                 weighting: LossWeighting | None = None):
+                 weighting: LossWeighting | None = None, forward_model=None, place: Distributed = Distributed()):
         self.model, self.optimizer, self.device, self.smart = model, optimizer, device, smart
         self.weighting = weighting
+        # the clean forward goes through the DistributedDataParallel wrapper when there is one;
+        # SMART's extra passes use the model itself (their gradients join the same backward)
+        self.forward_model = forward_model if forward_model is not None else model
+        self.place = place
         self.bregman = (BregmanProximal(model, mu=smart.smart_mu, beta=smart.smart_beta)
                         if smart.smart and smart.smart_bregman else None)
 
-    def task_loss(self, name: str, batch: dict) -> torch.Tensor:
-        """The task's loss on one batch, plus the SMART terms when ``--smart`` is on."""
+    def task_loss(self, name: str, batch: dict, output: torch.Tensor | None = None) -> torch.Tensor:
+        """The task's loss on one batch, plus the SMART terms when ``--smart`` is on. ``output``:
+        the model's output on the batch when it was already computed."""
         task = TASKS[name]
-        inputs = [to_device(encoding, self.device) for encoding in batch["inputs"]]
-        output = self.model(name, inputs)
+        inputs = self.inputs(batch)
+        if output is None:
+            output = self.forward_model(name, inputs)
         loss = task.loss(output, batch["labels"].to(self.device))
         if self.smart.smart:
             loss = loss + smart_loss(self.model, name, inputs, output, TASK_KINDS[name],
@@ -38,9 +45,18 @@ class TaskStep:
                 loss = loss + self.bregman.penalty(output, name, inputs, TASK_KINDS[name])
         return loss
 
+    def inputs(self, batch: dict) -> list[dict]:
+        return [to_device(encoding, self.device) for encoding in batch["inputs"]]
+
     def step(self, batches: dict[str, dict]) -> dict[str, float]:
         """One optimizer step on the (weighted) sum of the given task batches' losses."""
-        losses = {name: self.task_loss(name, batch) for name, batch in batches.items()}
+        if self.place.enabled and len(batches) > 1:
+            # DistributedDataParallel allows one forward per backward: all tasks in one call
+            names = tuple(batches)
+            outputs = self.forward_model(names, tuple(self.inputs(batches[name]) for name in names))
+            losses = {name: self.task_loss(name, batches[name], output) for name, output in zip(names, outputs)}
+        else:
+            losses = {name: self.task_loss(name, batch) for name, batch in batches.items()}
         if self.weighting is not None and len(losses) > 1:
             total = self.weighting(losses)
         else:
@@ -48,6 +64,8 @@ class TaskStep:
         if total.requires_grad:  # a frozen encoder under a parameter-free head has nothing to learn
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()
+            if self.weighting is not None:
+                average_gradients(self.weighting.parameters(), self.place)
             self.optimizer.step()
             if self.bregman is not None:
                 self.bregman.update(self.model)

@@ -25,6 +25,8 @@ from minbert.weights import resolve_model_dir
 
 from .checkpoint import save_checkpoint
 from .config import RunConfig
+from .curves import MatplotlibMissing, plot_curves
+from .distributed import Distributed, check_batch_size, init_distributed, shutdown, wrap_model
 from .evaluate import TaskPredictions, pick_device, predict
 from .losses import make_loss_weighting
 from .outputs import prediction_path, write_json, write_predictions
@@ -47,14 +49,17 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     if config.output.resume:
         resume = latest_checkpoint(Path(config.output.resume))
         config = resumed_config(config, resume)
-    log = log or RunLog(config.output.quiet, config.output.log_file)
+    place, device = init_distributed(pick_device(config.train.device))
+    for flag, size in (("--batch_size", config.data.batch_size), ("--ucl_batch_size", config.contrastive.ucl_batch_size),
+                       ("--scl_batch_size", config.contrastive.scl_batch_size)):
+        check_batch_size(size, place, flag)
+    log = log or RunLog(config.output.quiet, config.output.log_file, enabled=place.is_main)
     seed_everything(config.train.seed)
-    device = pick_device(config.train.device)
     # Missing data or weights are reported before a run folder exists (nothing is left behind).
     data_dir = resolve_data_dir(config.data.data_dir, [t.files[s] for t in TASKS.values() for s in ("train", "dev")])
     model_dir = resolve_model_dir(config.model.model)
     if resume is None:
-        run_dir = make_run_dir(config)
+        run_dir = make_run_dir(config, create=place.is_main)
         metrics = {"run_name": run_dir.name, "status": "running", "config": config_dict(config),
                    "started": datetime.now().isoformat(timespec="seconds")}
     else:
@@ -62,20 +67,24 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
         metrics = read_metrics(run_dir) | {"status": "running"}
         metrics.setdefault("resumed", []).append({"step": resume.step, "checkpoint": resume.path.name,
                                                   "at": datetime.now().isoformat(timespec="seconds")})
-    write_json(run_dir / "metrics.json", metrics)
-    log(f"run folder: {run_dir}")
+    write = RunFiles(run_dir, place.is_main)
+    write.json(metrics)
+    log(f"run folder: {run_dir}" + (f"   processes: {place.world_size}" if place.enabled else ""))
     try:
-        _run(config, data_dir, model_dir, run_dir, device, metrics, started, log, resume)
+        _run(config, data_dir, model_dir, write, device, place, metrics, started, log, resume)
     except BaseException as err:
         metrics.update(status="failed", error=f"{type(err).__name__}: {err}",
                        wall_seconds=round(time.time() - started, 1))
-        write_json(run_dir / "metrics.json", metrics)
+        write.json(metrics)
         raise
+    finally:
+        shutdown()
     return metrics
 
 
-def _run(config: RunConfig, data_dir: Path, model_dir: Path, run_dir: Path, device: torch.device, metrics: dict,
-         started: float, log: RunLog, resume: Checkpoint | None) -> None:
+def _run(config: RunConfig, data_dir: Path, model_dir: Path, write: "RunFiles", device: torch.device,
+         place: Distributed, metrics: dict, started: float, log: RunLog, resume: Checkpoint | None) -> None:
+    run_dir = write.run_dir
     tokenizer = BertTokenizer(model_dir / "vocab.txt")
     log(f"data: {data_dir}   model: {model_dir}   device: {device}")
     splits, data_report = read_all_splits(data_dir, config.data.strict, log)
@@ -99,24 +108,32 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, run_dir: Path, devi
         f"(option {config.model.option})")
 
     def loader(examples, batch_size: int, shuffle: bool, seed: int = 0):
-        return make_loader(examples, tokenizer, config.data.max_length, batch_size, shuffle=shuffle, seed=seed)
+        """Training loaders (shuffled) are sharded across processes; evaluation loaders are not."""
+        return make_loader(examples, tokenizer, config.data.max_length, batch_size, shuffle=shuffle, seed=seed,
+                           shard=place.shard if shuffle else None)
 
     def on_epoch_end(progress: dict) -> None:
-        if progress["improved"]:
+        if progress["improved"] and write.enabled:
             best = progress["best"]
             save_checkpoint(run_dir / "checkpoint", best["state"], model.bert.config, config_dict(config))
-        metrics.update(epochs=progress["epochs"], wall_seconds=round(time.time() - started, 1))
-        write_json(run_dir / "metrics.json", metrics)
+        metrics.update(epochs=progress["epochs"], loss_curves=progress["loss_curves"],
+                       wall_seconds=round(time.time() - started, 1))
+        write.json(metrics)
+        write.curves(metrics, log)
 
-    task_step = TaskStep(model, optimizer, device, config.smart, weighting)
+    forward_model = wrap_model(model, place, device)
+    if place.rank > 0:  # same initial weights (DDP copies process 0's), own dropout masks
+        torch.manual_seed(config.train.seed + place.rank)
+    task_step = TaskStep(model, optimizer, device, config.smart, weighting, forward_model, place)
     clock = TrainingClock(model, run_dir, config_dict(config), config.output.save_every, config.output.keep_checkpoints,
-                          resume=resume, best_file=run_dir / "checkpoint" / "model.safetensors", log=log)
+                          resume=resume, best_file=run_dir / "checkpoint" / "model.safetensors",
+                          enabled=write.enabled, log=log)
     clock.optimizers["main"] = optimizer
     if weighting is not None:
         clock.modules["weighting"] = weighting
     if task_step.bregman is not None:
         clock.modules["bregman_ema"] = task_step.bregman.ema
-    ctx = StageContext(config, model, splits, loader, task_step, device, log, clock, on_epoch_end)
+    ctx = StageContext(config, model, forward_model, splits, loader, task_step, device, log, clock, on_epoch_end)
     metrics["stages"] = {}
     for name, stage in enabled_stages(config):
         stage_log = clock.finished_stage(name)
@@ -124,11 +141,14 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, run_dir: Path, devi
             stage_log = stage(ctx)
             clock.end_stage(name, stage_log)
         metrics["stages"][name] = stage_log
-        write_json(run_dir / "metrics.json", metrics)
+        write.json(metrics)
     result = multitask_stage(ctx)
     history, best = result["epochs"], result["best"]
+    metrics["loss_curves"] = result["loss_curves"]
 
     model.load_state_dict(best["state"])
+    if not write.enabled:  # only process 0 predicts and writes
+        return
     log(f"best epoch {best['epoch']} (dev overall {best['score']:.4f}); writing predictions")
     written, skipped = write_all_predictions(model, best["dev"], splits, loader, config.data.batch_size,
                                              device, run_dir, log)
@@ -149,8 +169,10 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, run_dir: Path, devi
         wall_seconds=round(time.time() - started, 1),
         torch_threads=torch.get_num_threads(),
         finished=datetime.now().isoformat(timespec="seconds"),
+        processes=place.world_size,
     )
-    write_json(run_dir / "metrics.json", metrics)
+    write.json(metrics)
+    write.curves(metrics, log)
     log.result(f"dev: SST acc {final_dev['sst']:.4f}  QQP acc {final_dev['qqp']:.4f}  "
                f"STS pearson {final_dev['sts']:.4f}  overall {metrics['dev_overall']:.4f}  "
                f"({metrics['wall_seconds']:.0f} s, {metrics['train_examples_per_second']:.1f} train examples/s) "
@@ -160,7 +182,10 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, run_dir: Path, devi
 def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
     """Pretrained encoder + fresh heads; with ``--option pretrain`` the encoder is frozen."""
     dropout = config.model.hidden_dropout_prob
-    bert = BertModel.from_pretrained(model_dir, hidden_dropout_prob=dropout)
+    overrides = {"hidden_dropout_prob": dropout}
+    if config.model.attention_probs_dropout_prob is not None:
+        overrides["attention_probs_dropout_prob"] = config.model.attention_probs_dropout_prob
+    bert = BertModel.from_pretrained(model_dir, **overrides)
     width = pooled_size(bert.config.hidden_size, config.model.pooling)
     heads = {
         "sst": SentimentHead(width, TASKS["sst"].num_classes, dropout),
@@ -217,12 +242,38 @@ def write_all_predictions(model, dev: dict[str, TaskPredictions], splits, loader
     return written, skipped
 
 
-def make_run_dir(config: RunConfig) -> Path:
-    """``<out_dir>/<run_name>``; refuses a folder that already holds a run (nothing is overwritten)."""
+class RunFiles:
+    """The run folder's ``metrics.json`` writer; a no-op in data-parallel processes other than 0."""
+
+    def __init__(self, run_dir: Path, enabled: bool):
+        self.run_dir, self.enabled = run_dir, enabled
+        self.warned = False
+
+    def json(self, metrics: dict) -> None:
+        if self.enabled:
+            write_json(self.run_dir / "metrics.json", metrics)
+
+    def curves(self, metrics: dict, log: RunLog) -> None:
+        """``curves.png`` beside metrics.json (once per run a note if matplotlib is missing)."""
+        if not self.enabled:
+            return
+        try:
+            plot_curves(metrics, self.run_dir / "curves.png")
+        except MatplotlibMissing as err:
+            if not self.warned:
+                log(f"note: {err}")
+                self.warned = True
+
+
+def make_run_dir(config: RunConfig, create: bool = True) -> Path:
+    """``<out_dir>/<run_name>``; refuses a folder that already holds a run (nothing is overwritten).
+    ``create=False`` (data-parallel processes other than 0) only names it."""
     name = config.output.run_name or "-".join([
         config.model.option, config.model.pooling, config.model.para_head, config.model.sts_head,
         datetime.now().strftime("%Y%m%d-%H%M%S")])
     run_dir = Path(config.output.out_dir) / name
+    if not create:
+        return run_dir
     if run_dir.exists() and any(run_dir.iterdir()):
         raise FileExistsError(f"{run_dir} already holds a run; choose another --run_name or remove it")
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,91 @@
+"""Data-parallel training across processes with PyTorch's own engine (``torch.distributed``).
+
+    torchrun --nproc_per_node=2 run_multitask.py --data_dir ../shared/data/multitask ...
+
+``torchrun`` starts N copies of the script and sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the
+rendezvous address in their environment; without it ``WORLD_SIZE`` is unset and this module does
+nothing (one process, no wrapper). With it:
+
+- every process joins one process group: ``gloo`` on CPU, ``nccl`` on CUDA (process ``LOCAL_RANK``
+  takes GPU ``LOCAL_RANK``);
+- the model is wrapped in ``DistributedDataParallel``, which averages gradients across processes
+  during ``backward``; ``find_unused_parameters`` because a round-robin step uses one task head;
+- ``--batch_size`` stays the *global* batch: every process draws the same batches and trains on
+  its slice (``data.batching.ShardedBatchSampler``), so N processes follow the optimizer steps of
+  a single-process run on the same batches (up to float rounding and the dropout masks, which
+  differ per process);
+- every process evaluates the whole dev set (so they agree on the best epoch and on adaptive loss
+  weights without more messages), and only process 0 logs and writes files.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+@dataclass(frozen=True)
+class Distributed:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def shard(self) -> tuple[int, int] | None:
+        """``make_loader``'s ``shard`` argument for training loaders."""
+        return (self.rank, self.world_size) if self.enabled else None
+
+
+def init_distributed(device: torch.device) -> tuple[Distributed, torch.device]:
+    """Join the process group torchrun set up (if any); returns this process's place and device."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return Distributed(), device
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world_size)
+    return Distributed(rank, world_size, local_rank), device
+
+
+def wrap_model(model: nn.Module, place: Distributed, device: torch.device) -> nn.Module:
+    """The module to call for training forwards: DDP around ``model``, or ``model`` itself."""
+    if not place.enabled:
+        return model
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                   find_unused_parameters=True)
+
+
+def average_gradients(parameters, place: Distributed) -> None:
+    """All-reduce the mean gradient of parameters outside the DDP model (learned loss weights)."""
+    if not place.enabled:
+        return
+    for p in parameters:
+        if p.grad is not None:
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            p.grad.div_(place.world_size)
+
+
+def check_batch_size(batch_size: int, place: Distributed, flag: str = "--batch_size") -> None:
+    if place.enabled and batch_size % place.world_size:
+        raise ValueError(f"{flag} {batch_size} is the global batch: it must be divisible by the "
+                         f"{place.world_size} processes")
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
