@@ -104,6 +104,22 @@ class ContrastiveConfig:
 
 
 @dataclass
+class SpeedConfig:
+    """How fast, not what: apart from float rounding these leave the computation unchanged, except
+    --bucket, which changes which examples share a batch."""
+    attention: str = flag("manual", "attention implementation: manual (written out, the reference), sdpa "
+                                    "(torch's fused kernel), auto (sdpa where it applies)",
+                          choices=["manual", "sdpa", "auto"])
+    adamw: str = flag("auto", "AdamW update: loop (per tensor, cache-blocked on CPU), foreach (multi-tensor), "
+                              "fused (torch's fused kernel), auto (loop on CPU, foreach on GPU)",
+                      choices=["auto", "loop", "foreach", "fused"])
+    bucket: bool = flag(False, "length-bucketed batches (shuffled buckets) for training and evaluation: less padding")
+    amp: str = flag("off", "mixed precision: bf16 autocast (CPU with bf16 instructions, or CUDA), fp16 autocast "
+                           "+ gradient scaling (CUDA)", choices=["off", "bf16", "fp16"])
+    compile: bool = flag(False, "torch.compile the encoder (first steps are slow while it compiles)")
+
+
+@dataclass
 class OutputConfig:
     out_dir: str = flag("predictions", "parent folder of run folders")
     run_name: str | None = flag(None, "run folder name (default: built from the main flags)", type=str)
@@ -122,6 +138,7 @@ class RunConfig:
     train: TrainConfig
     smart: SmartConfig
     contrastive: ContrastiveConfig
+    speed: SpeedConfig
     output: OutputConfig
 
     @classmethod
@@ -180,4 +197,4 @@ class RunConfig:
 
 # The sections of a RunConfig: field name -> dataclass (the flag groups of run_multitask.py).
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "smart": SmartConfig,
-            "contrastive": ContrastiveConfig, "output": OutputConfig}
+            "contrastive": ContrastiveConfig, "speed": SpeedConfig, "output": OutputConfig}

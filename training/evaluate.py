@@ -1,6 +1,7 @@
 """One evaluation loop for every task: predictions, and the metric where labels exist."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +33,7 @@ class TaskPredictions:
 
 @torch.no_grad()
 def predict(model, task: Task, loader, device: torch.device, desc: str | None = None,
-            progress_bar: bool = True) -> TaskPredictions:
+            progress_bar: bool = True, precision=None) -> TaskPredictions:
     """Run ``model`` over ``loader`` in eval mode and collect ``task.predict`` outputs by id."""
     was_training = model.training
     model.eval()
@@ -40,7 +41,8 @@ def predict(model, task: Task, loader, device: torch.device, desc: str | None = 
     for batch in tqdm(loader, desc=desc or f"predict {task.name}", leave=False, dynamic_ncols=True,
                       disable=not progress_bar):
         inputs = [to_device(encoding, device) for encoding in batch["inputs"]]
-        output = model(task.name, inputs)
+        with precision.autocast() if precision is not None else contextlib.nullcontext():
+            output = model(task.name, inputs)
         predictions.append(task.predict(output).float().cpu().numpy())
         ids.extend(batch["ids"])
         if batch["labels"] is not None:

@@ -22,6 +22,7 @@ from .config import RunConfig
 from .evaluate import TaskPredictions, predict, to_device
 from .losses import info_nce
 from .schedule import RoundRobinScheduler
+from .precision import Precision
 from .resume import TrainingClock
 from .run_log import RunLog
 from .task_step import TaskStep
@@ -41,6 +42,7 @@ class StageContext:
     device: torch.device
     log: RunLog                                # log(info), log.result(epoch lines, warnings)
     clock: TrainingClock                       # step counting, checkpoints, replay on resume
+    precision: Precision                       # --amp: autocast and gradient scaling
     on_epoch_end: Callable[[dict], None] = lambda record: None   # e.g. write metrics.json so far
 
 
@@ -153,7 +155,8 @@ def multitask_stage(ctx: StageContext) -> dict:
         ctx.clock.catch_up()
         started = time.time()
         dev = {name: predict(ctx.model, task, ctx.loader(ctx.splits[name]["dev"], ctx.config.data.batch_size, False, 0),
-                             ctx.device, f"dev {name}", ctx.log.progress_bars) for name, task in TASKS.items()}
+                             ctx.device, f"dev {name}", ctx.log.progress_bars, ctx.precision)
+               for name, task in TASKS.items()}
         metrics = {name: dev[name].score(task) for name, task in TASKS.items()}
         score = overall_score(metrics)
         record = {"epoch": epoch, "train_loss": {k: sum(v) / max(len(v), 1) for k, v in totals.items()},
@@ -203,10 +206,11 @@ def _contrastive_loop(ctx: StageContext, name: str, examples: list[Example], epo
             if ctx.clock.skip_step():
                 continue
             started = time.time()
-            loss = loss_fn([to_device(encoding, ctx.device) for encoding in batch["inputs"]])
+            with ctx.precision.autocast():
+                loss = loss_fn([to_device(encoding, ctx.device) for encoding in batch["inputs"]])
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            ctx.precision.backward(loss)
+            ctx.precision.step(optimizer)
             curve.add(loss.item())
             progress["batches"] += 1
             progress["seconds"] += time.time() - started

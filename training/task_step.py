@@ -10,6 +10,7 @@ import torch
 
 from .config import SmartConfig
 from .distributed import Distributed, average_gradients
+from .precision import Precision
 from .evaluate import to_device
 from .losses import LossWeighting
 from .smart import TASK_KINDS, BregmanProximal, smart_loss
@@ -18,13 +19,15 @@ from .tasks import TASKS
 
 class TaskStep:
     def __init__(self, model, optimizer, device: torch.device, smart: SmartConfig,
-                 weighting: LossWeighting | None = None, forward_model=None, place: Distributed = Distributed()):
+                 weighting: LossWeighting | None = None, forward_model=None, place: Distributed = Distributed(),
+                 precision: Precision | None = None):
         self.model, self.optimizer, self.device, self.smart = model, optimizer, device, smart
         self.weighting = weighting
         # the clean forward goes through the DistributedDataParallel wrapper when there is one;
         # SMART's extra passes use the model itself (their gradients join the same backward)
         self.forward_model = forward_model if forward_model is not None else model
         self.place = place
+        self.precision = precision or Precision("off", device)
         self.bregman = (BregmanProximal(model, mu=smart.smart_mu, beta=smart.smart_beta)
                         if smart.smart and smart.smart_bregman else None)
 
@@ -50,23 +53,24 @@ class TaskStep:
 
     def step(self, batches: dict[str, dict]) -> dict[str, float]:
         """One optimizer step on the (weighted) sum of the given task batches' losses."""
-        if self.place.enabled and len(batches) > 1:
-            # DistributedDataParallel allows one forward per backward: all tasks in one call
-            names = tuple(batches)
-            outputs = self.forward_model(names, tuple(self.inputs(batches[name]) for name in names))
-            losses = {name: self.task_loss(name, batches[name], output) for name, output in zip(names, outputs)}
-        else:
-            losses = {name: self.task_loss(name, batch) for name, batch in batches.items()}
-        if self.weighting is not None and len(losses) > 1:
-            total = self.weighting(losses)
-        else:
-            total = sum(losses.values())
+        with self.precision.autocast():
+            if self.place.enabled and len(batches) > 1:
+                # DistributedDataParallel allows one forward per backward: all tasks in one call
+                names = tuple(batches)
+                outputs = self.forward_model(names, tuple(self.inputs(batches[name]) for name in names))
+                losses = {name: self.task_loss(name, batches[name], output) for name, output in zip(names, outputs)}
+            else:
+                losses = {name: self.task_loss(name, batch) for name, batch in batches.items()}
+            if self.weighting is not None and len(losses) > 1:
+                total = self.weighting(losses)
+            else:
+                total = sum(losses.values())
         if total.requires_grad:  # a frozen encoder under a parameter-free head has nothing to learn
             self.optimizer.zero_grad(set_to_none=True)
-            total.backward()
+            self.precision.backward(total)
             if self.weighting is not None:
                 average_gradients(self.weighting.parameters(), self.place)
-            self.optimizer.step()
+            self.precision.step(self.optimizer)
             if self.bregman is not None:
                 self.bregman.update(self.model)
         return {name: loss.item() for name, loss in losses.items()}

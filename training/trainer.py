@@ -30,6 +30,7 @@ from .distributed import Distributed, check_batch_size, init_distributed, shutdo
 from .evaluate import TaskPredictions, pick_device, predict
 from .losses import make_loss_weighting
 from .outputs import prediction_path, write_json, write_predictions
+from .precision import Precision
 from .resume import Checkpoint, TrainingClock, latest_checkpoint
 from .run_log import RunLog
 from .stages import StageContext, enabled_stages, multitask_stage
@@ -53,6 +54,7 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     for flag, size in (("--batch_size", config.data.batch_size), ("--ucl_batch_size", config.contrastive.ucl_batch_size),
                        ("--scl_batch_size", config.contrastive.scl_batch_size)):
         check_batch_size(size, place, flag)
+    precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
     log = log or RunLog(config.output.quiet, config.output.log_file, enabled=place.is_main)
     seed_everything(config.train.seed)
     # Missing data or weights are reported before a run folder exists (nothing is left behind).
@@ -71,7 +73,7 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     write.json(metrics)
     log(f"run folder: {run_dir}" + (f"   processes: {place.world_size}" if place.enabled else ""))
     try:
-        _run(config, data_dir, model_dir, write, device, place, metrics, started, log, resume)
+        _run(config, data_dir, model_dir, write, device, place, precision, metrics, started, log, resume)
     except BaseException as err:
         metrics.update(status="failed", error=f"{type(err).__name__}: {err}",
                        wall_seconds=round(time.time() - started, 1))
@@ -83,7 +85,8 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
 
 
 def _run(config: RunConfig, data_dir: Path, model_dir: Path, write: "RunFiles", device: torch.device,
-         place: Distributed, metrics: dict, started: float, log: RunLog, resume: Checkpoint | None) -> None:
+         place: Distributed, precision: Precision, metrics: dict, started: float, log: RunLog,
+         resume: Checkpoint | None) -> None:
     run_dir = write.run_dir
     tokenizer = BertTokenizer(model_dir / "vocab.txt")
     log(f"data: {data_dir}   model: {model_dir}   device: {device}")
@@ -102,7 +105,8 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, write: "RunFiles", 
               # learned loss weights (log-variances): no decay pulling them towards 0
               {"params": list(weighting.parameters()) if weighting else [], "lr": config.train.head_lr,
                "weight_decay": 0.0}]
-    optimizer = AdamW([g for g in groups if g["params"]], lr=config.train.lr, weight_decay=config.train.weight_decay)
+    optimizer = AdamW([g for g in groups if g["params"]], lr=config.train.lr, weight_decay=config.train.weight_decay,
+                      **adamw_impl(config))
     trained = sum(p.numel() for g in groups for p in g["params"])
     log(f"parameters: {sum(p.numel() for p in model.parameters()):,} in the model, {trained:,} trained "
         f"(option {config.model.option})")
@@ -110,7 +114,7 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, write: "RunFiles", 
     def loader(examples, batch_size: int, shuffle: bool, seed: int = 0):
         """Training loaders (shuffled) are sharded across processes; evaluation loaders are not."""
         return make_loader(examples, tokenizer, config.data.max_length, batch_size, shuffle=shuffle, seed=seed,
-                           shard=place.shard if shuffle else None)
+                           bucket=config.speed.bucket, shard=place.shard if shuffle else None)
 
     def on_epoch_end(progress: dict) -> None:
         if progress["improved"] and write.enabled:
@@ -121,10 +125,13 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, write: "RunFiles", 
         write.json(metrics)
         write.curves(metrics, log)
 
+    model.bert.set_attention(config.speed.attention)
+    if config.speed.compile:
+        model.bert.compile(dynamic=True)  # in place: parameter names (and checkpoints) are unchanged
     forward_model = wrap_model(model, place, device)
     if place.rank > 0:  # same initial weights (DDP copies process 0's), own dropout masks
         torch.manual_seed(config.train.seed + place.rank)
-    task_step = TaskStep(model, optimizer, device, config.smart, weighting, forward_model, place)
+    task_step = TaskStep(model, optimizer, device, config.smart, weighting, forward_model, place, precision)
     clock = TrainingClock(model, run_dir, config_dict(config), config.output.save_every, config.output.keep_checkpoints,
                           resume=resume, best_file=run_dir / "checkpoint" / "model.safetensors",
                           enabled=write.enabled, log=log)
@@ -133,7 +140,10 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, write: "RunFiles", 
         clock.modules["weighting"] = weighting
     if task_step.bregman is not None:
         clock.modules["bregman_ema"] = task_step.bregman.ema
-    ctx = StageContext(config, model, forward_model, splits, loader, task_step, device, log, clock, on_epoch_end)
+    if precision.scaler is not None:
+        clock.modules["grad_scaler"] = precision.scaler
+    ctx = StageContext(config, model, forward_model, splits, loader, task_step, device, log, clock, precision,
+                       on_epoch_end)
     metrics["stages"] = {}
     for name, stage in enabled_stages(config):
         stage_log = clock.finished_stage(name)
@@ -151,7 +161,7 @@ def _run(config: RunConfig, data_dir: Path, model_dir: Path, write: "RunFiles", 
         return
     log(f"best epoch {best['epoch']} (dev overall {best['score']:.4f}); writing predictions")
     written, skipped = write_all_predictions(model, best["dev"], splits, loader, config.data.batch_size,
-                                             device, run_dir, log)
+                                             device, run_dir, log, precision)
     final_dev = {name: best["dev"][name].score(task) for name, task in TASKS.items()}
     train_seconds = sum(e["train_seconds"] for e in history)
     train_examples = sum(e["train_examples"] for e in history)
@@ -222,7 +232,7 @@ def read_all_splits(data_dir: Path, strict: bool, log) -> tuple[dict[str, dict[s
 
 
 def write_all_predictions(model, dev: dict[str, TaskPredictions], splits, loader, batch_size: int, device,
-                          run_dir: Path, log):
+                          run_dir: Path, log, precision: Precision | None = None):
     """Dev (already predicted by the best epoch) and test prediction CSVs; returns file lists."""
     written, skipped = [], []
     for name, task in TASKS.items():
@@ -232,7 +242,7 @@ def write_all_predictions(model, dev: dict[str, TaskPredictions], splits, loader
                 result = dev[name]
             elif split in splits[name]:
                 result = predict(model, task, loader(splits[name][split], batch_size, False), device,
-                                 f"{split} {name}", log.progress_bars)
+                                 f"{split} {name}", log.progress_bars, precision)
             else:
                 skipped.append(path.name)
                 log(f"note: no {task.files[split]} in the data directory; skipping {path.name}")
@@ -278,6 +288,12 @@ def make_run_dir(config: RunConfig, create: bool = True) -> Path:
         raise FileExistsError(f"{run_dir} already holds a run; choose another --run_name or remove it")
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
+
+
+def adamw_impl(config: RunConfig) -> dict:
+    """``AdamW`` keyword arguments for ``--adamw``."""
+    return {"auto": {}, "loop": {"foreach": False}, "foreach": {"foreach": True},
+            "fused": {"fused": True}}[config.speed.adamw]
 
 
 def config_dict(config: RunConfig) -> dict:
