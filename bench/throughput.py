@@ -2,7 +2,8 @@
 ``transformers`` BertModel + ``torch.optim.AdamW``, loaded from the same weights, on the same inputs.
 
     python -m bench.throughput [--model DIR] [--batch_size 32] [--seq_lens 48] [--reps 10]
-                               [--warmup 2] [--also_ours_manual] [--also_ours_unfused] [--threads N]
+                               [--warmup 2] [--also_ours_manual] [--also_ours_unfused] [--also_ours_bf16]
+                               [--also_ours_compiled] [--threads N]
 
 What is timed, for each sequence length L:
   * train step: forward (training mode, dropout on), loss = mean over the batch of the squared
@@ -21,7 +22,9 @@ except in a CPU training step with attention dropout, where the written-out path
 ``ours-unfused`` (with ``--also_ours_unfused``) = the same model + our AdamW's own default update
 (the cache-blocked loop on the CPU, ``torch._foreach_*`` on a GPU); ``ours-manual`` (with
 ``--also_ours_manual``) = the written-out attention + the loop AdamW (``foreach=False``). All our
-sides use minbert's dropout (uniform-threshold mask). ``hf`` = ``transformers.BertModel`` (its
+sides use minbert's dropout (uniform-threshold mask). ``ours-bf16`` (with ``--also_ours_bf16``) = ``ours``
+under ``torch.autocast(bfloat16)`` (``--amp bf16``); ``ours-compiled`` (with ``--also_ours_compiled``) =
+``ours`` after ``torch.compile`` (``--compile``; its warm-up includes the compilation). ``hf`` = ``transformers.BertModel`` (its
 default attention implementation) + ``torch.optim.AdamW`` with its defaults (on CPU: the
 per-parameter loop). ``transformers`` is an optional, benchmark-only dependency: without it only
 our sides are timed.
@@ -38,6 +41,7 @@ the useful matmul work; the rest is what a lean implementation can cut.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from pathlib import Path
@@ -56,7 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model_dir = resolve_model_dir(args.model)
-    sides = make_sides(model_dir, args.also_ours_manual, args.also_ours_unfused)
+    sides = make_sides(model_dir, args.also_ours_manual, args.also_ours_unfused, args.also_ours_bf16,
+                       args.also_ours_compiled)
     config = sides[0].config
     print(f"model: {model_dir}  ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"{config.num_attention_heads} heads, vocab {config.vocab_size})")
@@ -99,6 +104,8 @@ def parse_args(argv):
                         help="also time the written-out attention + loop AdamW")
     parser.add_argument("--also_ours_unfused", action="store_true",
                         help="also time our model with our AdamW's own (non-fused-kernel) update")
+    parser.add_argument("--also_ours_bf16", action="store_true", help="also time ours under bf16 autocast")
+    parser.add_argument("--also_ours_compiled", action="store_true", help="also time ours after torch.compile")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
     args = parser.parse_args(argv)
@@ -114,28 +121,40 @@ def _int_list(text: str) -> list[int]:
 class Side:
     """One implementation under test: a model, its optimizer, and how to get the last hidden state."""
 
-    def __init__(self, name: str, model, optimizer, config, last_hidden):
+    def __init__(self, name: str, model, optimizer, config, last_hidden, autocast=None):
         self.name, self.model, self.optimizer, self.config = name, model, optimizer, config
         self.last_hidden = last_hidden
+        self.autocast = autocast or contextlib.nullcontext
 
     def train_step(self, inputs: dict) -> None:
         self.model.train()
-        hidden = self.last_hidden(self.model(**inputs))
-        loss = mean_pool(hidden, inputs["attention_mask"]).pow(2).sum(dim=1).mean()
+        with self.autocast():
+            hidden = self.last_hidden(self.model(**inputs))
+            loss = mean_pool(hidden.float(), inputs["attention_mask"]).pow(2).sum(dim=1).mean()
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
     def infer_step(self, inputs: dict) -> None:
         self.model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), self.autocast():
             self.last_hidden(self.model(**inputs))
 
 
-def make_sides(model_dir: Path, also_manual: bool, also_unfused: bool = False) -> list[Side]:
+def make_sides(model_dir: Path, also_manual: bool, also_unfused: bool = False, also_bf16: bool = False,
+               also_compiled: bool = False) -> list[Side]:
     ours = BertModel.from_pretrained(model_dir).set_attention("auto")
     sides = [Side("ours", ours, AdamW(ours.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True),
                   ours.config, lambda out: out["last_hidden_state"])]
+    for wanted, name in ((also_bf16, "ours-bf16"), (also_compiled, "ours-compiled")):
+        if not wanted:
+            continue
+        model = BertModel.from_pretrained(model_dir).set_attention("auto")
+        if name == "ours-compiled":
+            model.compile(dynamic=False)
+        autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if name == "ours-bf16" else None
+        sides.append(Side(name, model, AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True),
+                          model.config, lambda out: out["last_hidden_state"], autocast))
     if also_unfused:
         unfused = BertModel.from_pretrained(model_dir).set_attention("auto")
         sides.append(Side("ours-unfused", unfused, AdamW(unfused.parameters(), lr=LR, weight_decay=WEIGHT_DECAY),

@@ -12,7 +12,7 @@ from training.checkpoint import load_checkpoint
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 BUDGET = ["--epochs", "1", "--max_steps_per_epoch", "3", "--batch_size", "4", "--max_length", "24",
           "--ucl_steps", "2", "--ucl_batch_size", "4", "--scl_steps", "2", "--scl_batch_size", "4",
-          "--pre_qqp_steps", "2"]
+          "--pre_qqp_steps", "2", "--lcl_steps", "2", "--lcl_batch_size", "4"]
 
 
 def train(out_dir: Path, model_dir: Path, name: str, *flags) -> tuple[dict, dict]:
@@ -37,6 +37,7 @@ def baseline(tmp_path_factory, tiny_model_dir):
     (["--smart", "--smart_bregman"], None),
     (["--ucl"], "ucl"),
     (["--scl"], "scl"),
+    (["--lcl"], "lcl"),
 ])
 def test_flag_changes_the_trained_parameters(tmp_path, tiny_model_dir, baseline, flags, stage):
     state, metrics = train(tmp_path, tiny_model_dir, "with-flag", *flags)
@@ -55,9 +56,10 @@ def test_same_flags_same_parameters(tmp_path, tiny_model_dir, baseline):
 
 
 def test_stages_run_in_the_documented_order(tmp_path, tiny_model_dir, capsys):
-    train(tmp_path, tiny_model_dir, "all", "--pre_qqp", "--ucl", "--scl")
+    train(tmp_path, tiny_model_dir, "all", "--pre_qqp", "--ucl", "--scl", "--lcl")
     out = capsys.readouterr().out
-    positions = [out.index(marker) for marker in ("ucl epoch 1", "scl epoch 1", "pre-QQP epoch 1", "\nepoch 1:")]
+    positions = [out.index(marker) for marker in ("ucl epoch 1", "scl epoch 1", "lcl epoch 1", "pre-QQP epoch 1",
+                                                  "\nepoch 1:")]
     assert positions == sorted(positions)
 
 
@@ -76,6 +78,7 @@ def test_failed_run_is_marked_in_metrics(tmp_path, tiny_model_dir, capsys):
     (["--smart_beta", "1.0"], "--smart_beta"),
     (["--hard_negative_weight", "0"], "--hard_negative_weight"),
     (["--ucl_batch_size", "1"], "--ucl_batch_size"),
+    (["--lcl_batch_size", "1"], "--lcl_batch_size"),
 ])
 def test_nonsense_extension_values_are_rejected(tmp_path, tiny_model_dir, capsys, flags, message):
     argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--out_dir", str(tmp_path), *flags]

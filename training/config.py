@@ -101,6 +101,11 @@ class ContrastiveConfig:
     scl_batch_size: int = flag(16, "supervised SimCSE batch size")
     scl_lr: float = flag(3e-5, "supervised SimCSE learning rate")
     hard_negative_weight: float = flag(1.0, "alpha: weight of each anchor's own hard negative")
+    lcl: bool = flag(False, "label-contrastive stage on the SST training sentences (same class = positive)")
+    lcl_epochs: int = flag(1, "label-contrastive epochs")
+    lcl_steps: int | None = flag(None, "cap on label-contrastive batches per epoch", type=int)
+    lcl_batch_size: int = flag(32, "label-contrastive batch size")
+    lcl_lr: float = flag(3e-5, "label-contrastive learning rate")
 
 
 @dataclass
@@ -167,11 +172,12 @@ class RunConfig:
              "--smart_weight, --smart_eps and --smart_step must not be negative"),
             (self.smart.smart_steps >= 0, "--smart_steps must not be negative"),
             (0 <= self.smart.smart_beta < 1, "--smart_beta must be in [0, 1)"),
-            (self.contrastive.ucl_epochs >= 1 and self.contrastive.scl_epochs >= 1,
-             "--ucl_epochs and --scl_epochs must be at least 1"),
-            (self.contrastive.ucl_batch_size >= 2 and self.contrastive.scl_batch_size >= 2,
-             "--ucl_batch_size and --scl_batch_size must be at least 2 (in-batch negatives)"),
-            (self.contrastive.ucl_lr > 0 and self.contrastive.scl_lr > 0, "--ucl_lr and --scl_lr must be positive"),
+            (min(self.contrastive.ucl_epochs, self.contrastive.scl_epochs, self.contrastive.lcl_epochs) >= 1,
+             "--ucl_epochs, --scl_epochs and --lcl_epochs must be at least 1"),
+            (min(self.contrastive.ucl_batch_size, self.contrastive.scl_batch_size, self.contrastive.lcl_batch_size) >= 2,
+             "--ucl_batch_size, --scl_batch_size and --lcl_batch_size must be at least 2 (in-batch negatives)"),
+            (min(self.contrastive.ucl_lr, self.contrastive.scl_lr, self.contrastive.lcl_lr) > 0,
+             "--ucl_lr, --scl_lr and --lcl_lr must be positive"),
             (self.contrastive.hard_negative_weight > 0, "--hard_negative_weight must be positive"),
             (self.output.save_every >= 0, "--save_every must not be negative"),
             (self.output.keep_checkpoints >= 1, "--keep_checkpoints must be at least 1"),

@@ -1,6 +1,7 @@
 """The training stages, run in this order when switched on:
 
-    --ucl  unsupervised SimCSE  →  --scl  supervised SimCSE  →  --pre_qqp  QQP alone  →  multi-task
+    --ucl  unsupervised SimCSE  →  --scl  supervised SimCSE  →  --lcl  label-contrastive on SST
+    →  --pre_qqp  QQP alone  →  multi-task
 
 Every stage has the same signature, ``stage(ctx) -> dict``, and returns its log (loss curve,
 seconds, batches); ``multitask_stage`` also returns the per-epoch dev history and the best state.
@@ -20,7 +21,7 @@ from minbert import AdamW
 
 from .config import RunConfig
 from .evaluate import TaskPredictions, predict, to_device
-from .losses import info_nce
+from .losses import info_nce, label_contrastive_loss
 from .schedule import RoundRobinScheduler
 from .precision import Precision
 from .resume import TrainingClock
@@ -56,7 +57,7 @@ def ucl_stage(ctx: StageContext) -> dict:
         corpus = sentences_from_examples(*(ctx.splits[name]["train"] for name in TASKS))
     ctx.log(f"ucl: {len(corpus)} sentences from {c.ucl_data or 'the training sets'}")
 
-    def loss_fn(inputs):
+    def loss_fn(inputs, batch):
         # two dropout masks; the first pass goes through the DDP wrapper (if any), which then
         # averages the gradients of the whole loss across processes
         first, second = ctx.forward_model(None, [inputs[0]])[0], ctx.model.embed(inputs[0])
@@ -80,11 +81,27 @@ def scl_stage(ctx: StageContext) -> dict:
         raise DataError(f"supervised SimCSE needs at least 2 triples, got {len(triples)}")
     ctx.log(f"scl: {len(triples)} triples from {c.scl_data or 'QQP duplicates and STS pairs scored >= 4'}")
 
-    def loss_fn(inputs):
+    def loss_fn(inputs, batch):
         anchors, positives, negatives = ctx.forward_model(None, inputs)
         return info_nce(anchors, positives, ctx.config.model.temp, negatives, c.hard_negative_weight)
 
     return _contrastive_loop(ctx, "scl", triples, c.scl_epochs, c.scl_steps, c.scl_batch_size, c.scl_lr, loss_fn)
+
+
+def lcl_stage(ctx: StageContext) -> dict:
+    """Label-contrastive fine-tuning of the encoder on the SST training sentences: in each batch,
+    sentences of the same class are pulled together and others pushed apart
+    (``losses.label_contrastive_loss``: KL between the row-normalised same-class matrix Y·Yᵀ and the
+    softmax of the cosine similarities over τ; Khosla et al. 2020, Gunel et al. 2021)."""
+    c = ctx.config.contrastive
+    examples = ctx.splits["sst"]["train"]
+    ctx.log(f"lcl: {len(examples)} labelled SST sentences")
+
+    def loss_fn(inputs, batch):
+        embeddings = ctx.forward_model(None, inputs)[0]
+        return label_contrastive_loss(embeddings, batch["labels"].to(ctx.device), ctx.config.model.temp)
+
+    return _contrastive_loop(ctx, "lcl", examples, c.lcl_epochs, c.lcl_steps, c.lcl_batch_size, c.lcl_lr, loss_fn)
 
 
 def pre_qqp_stage(ctx: StageContext) -> dict:
@@ -207,7 +224,7 @@ def _contrastive_loop(ctx: StageContext, name: str, examples: list[Example], epo
                 continue
             started = time.time()
             with ctx.precision.autocast():
-                loss = loss_fn([to_device(encoding, ctx.device) for encoding in batch["inputs"]])
+                loss = loss_fn([to_device(encoding, ctx.device) for encoding in batch["inputs"]], batch)
             optimizer.zero_grad(set_to_none=True)
             ctx.precision.backward(loss)
             ctx.precision.step(optimizer)
@@ -259,5 +276,5 @@ class LossCurve:
 def enabled_stages(config: RunConfig) -> list[tuple[str, Callable[[StageContext], dict]]]:
     """The stages before multi-task training that the flags switch on, in their fixed order."""
     switches = [("ucl", config.contrastive.ucl, ucl_stage), ("scl", config.contrastive.scl, scl_stage),
-                ("pre_qqp", config.train.pre_qqp, pre_qqp_stage)]
+                ("lcl", config.contrastive.lcl, lcl_stage), ("pre_qqp", config.train.pre_qqp, pre_qqp_stage)]
     return [(name, stage) for name, on, stage in switches if on]

@@ -52,7 +52,8 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
         config = resumed_config(config, resume)
     place, device = init_distributed(pick_device(config.train.device))
     for flag, size in (("--batch_size", config.data.batch_size), ("--ucl_batch_size", config.contrastive.ucl_batch_size),
-                       ("--scl_batch_size", config.contrastive.scl_batch_size)):
+                       ("--scl_batch_size", config.contrastive.scl_batch_size),
+                       ("--lcl_batch_size", config.contrastive.lcl_batch_size)):
         check_batch_size(size, place, flag)
     precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
     log = log or RunLog(config.output.quiet, config.output.log_file, enabled=place.is_main)
