@@ -194,7 +194,14 @@ def csv_records(path: Path, text: str, delimiter: str):
                     f"{path}, line {start}: quoted field is never closed (runs to the end of the file)"
                 ) from None
             last_line = reader.line_num
-            yield start, BadRow(start, "row", f"malformed quoting: {err}")
+            if "field larger than field limit" in str(err):
+                # csv's own guard against a runaway quote or a non-text file; the row is skipped
+                reason = f"a field longer than {csv.field_size_limit()} characters (runaway quote or not a text file?)"
+            else:
+                reason = "malformed quoting: " + str(err).replace("\t", "\\t")  # no raw tab in a message
+            if last_line > start:  # an opened quote swallowed the lines after it: say which are lost
+                reason += f" (lines {start}-{last_line} read as one record)"
+            yield start, BadRow(start, "row", reason)
             continue
         last_line = reader.line_num
         yield start, row

@@ -36,6 +36,7 @@ _RENAMES = [
     (".output.dense.", ".output."),
     (".output.LayerNorm.", ".output_norm."),
 ]
+MAX_LISTED_MISMATCHES = 3  # enough to show the pattern; the sizes behind it are named in full
 # Keys a BERT checkpoint may hold that are not encoder parameters.
 _IGNORED = re.compile(r"^(cls\.|embeddings\.position_ids$|.*\.position_ids$)")
 
@@ -62,6 +63,12 @@ def resolve_model_dir(path_or_name: str | Path | None) -> Path:
         return default_model_dir()
     path = Path(path_or_name).expanduser()
     if path.is_dir():
+        # Checked here, not only when loading, so a caller can refuse a bad --model before it
+        # writes anything.
+        if not (path / "config.json").is_file():
+            raise WeightsError(f"model config not found: {path / 'config.json'} (--model wants an HF-format "
+                               "BERT directory: config.json, vocab.txt, model.safetensors or pytorch_model.bin)")
+        weights_file(path)
         return path
     raise WeightsError(
         f"model {str(path_or_name)!r} not found: looked for a local directory with config.json and "
@@ -85,36 +92,44 @@ def load_pretrained(model_cls, path_or_name, **config_overrides):
     mismatched = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v.shape)}"
                   for k, v in expected.items() if k in state and state[k].shape != v.shape]
     if missing or unexpected or mismatched:
-        problems = []
+        problems = _size_disagreements(config, state)
         if missing:
             problems.append(f"missing keys {_ours_to_hf_names(missing)}")
         if unexpected:
             problems.append(f"unexpected keys {_ours_to_hf_names(unexpected)}")
         if mismatched:
-            problems.append(f"shape mismatches {mismatched} (does config.json match the weights?)")
-        raise WeightsError(f"{directory}: checkpoint does not fit the BERT in config.json: " + "; ".join(problems))
+            listed = mismatched[:MAX_LISTED_MISMATCHES]
+            if len(mismatched) > MAX_LISTED_MISMATCHES:
+                listed.append(f"... and {len(mismatched) - MAX_LISTED_MISMATCHES} more")
+            problems.append(f"shape mismatches {listed}")
+        raise WeightsError(f"{weights_file(directory)} does not fit the BERT in config.json: " + "; ".join(problems))
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
     return model
 
 
 def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
     """Raw tensors of ``model.safetensors`` (preferred) or ``pytorch_model.bin``, HF names."""
-    safetensors_file = directory / "model.safetensors"
-    bin_file = directory / "pytorch_model.bin"
+    path = weights_file(directory)
     try:
-        if safetensors_file.is_file():
-            return load_file(str(safetensors_file))
-        if bin_file.is_file():
-            state = torch.load(bin_file, map_location="cpu", weights_only=True)
-            if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-                raise WeightsError(f"{bin_file}: expected a dict of parameter names to tensors")
-            return state
+        if path.suffix == ".safetensors":
+            return load_file(str(path))
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except (SafetensorError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
         if isinstance(err, pickle.UnpicklingError):
             first_line = "not a checkpoint of plain tensors (weights_only loading refused it)"
         else:
             first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise WeightsError(f"cannot read weights from {directory}: {first_line} (truncated or corrupt file?)") from None
+        raise WeightsError(f"cannot read weights from {path}: {first_line} (truncated or corrupt file?)") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise WeightsError(f"{path}: expected a dict of parameter names to tensors")
+    return state
+
+
+def weights_file(directory: Path) -> Path:
+    """``model.safetensors`` if present, else ``pytorch_model.bin``; neither is a ``WeightsError``."""
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (directory / name).is_file():
+            return directory / name
     raise WeightsError(f"no weights in {directory}: expected model.safetensors or pytorch_model.bin")
 
 
@@ -151,3 +166,20 @@ def _rename(key: str, to_hf: bool) -> str:
 
 def _ours_to_hf_names(keys: list[str]) -> list[str]:
     return [_rename(k, to_hf=True) for k in keys]
+
+
+def _size_disagreements(config: BertConfig, state: dict[str, torch.Tensor]) -> list[str]:
+    """The config.json fields the weights contradict, e.g. ``hidden_size 32 in config.json, 16 in the
+    weights``: a one-line cause instead of a list of every parameter whose shape follows from it."""
+    found = {}
+    if (w := state.get("embeddings.word_embeddings.weight")) is not None and w.dim() == 2:
+        found["vocab_size"], found["hidden_size"] = w.shape
+    if (w := state.get("embeddings.position_embeddings.weight")) is not None and w.dim() == 2:
+        found["max_position_embeddings"] = w.shape[0]
+    if (w := state.get("encoder.layer.0.intermediate.weight")) is not None and w.dim() == 2:
+        found["intermediate_size"] = w.shape[0]
+    layers = {int(m.group(1)) for k in state if (m := re.match(r"encoder\.layer\.(\d+)\.", k))}
+    if layers:
+        found["num_hidden_layers"] = max(layers) + 1
+    return [f"{name} {getattr(config, name)} in config.json, {value} in the weights"
+            for name, value in found.items() if getattr(config, name) != value]

@@ -64,12 +64,14 @@ def test_stages_run_in_the_documented_order(tmp_path, tiny_model_dir, capsys):
 
 
 def test_failed_run_is_marked_in_metrics(tmp_path, tiny_model_dir, capsys):
+    """A run that fails after it started (here: a SimCSE corpus file with no sentence in it)."""
+    (tmp_path / "empty.txt").write_text("\n\n")
     argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--out_dir", str(tmp_path),
-            "--run_name", "broken", *BUDGET, "--ucl", "--ucl_data", str(tmp_path / "missing.txt")]
+            "--run_name", "broken", *BUDGET, "--ucl", "--ucl_data", str(tmp_path / "empty.txt")]
     assert run_multitask.main(argv) == 1
-    assert "missing.txt" in capsys.readouterr().err
+    assert "empty.txt" in capsys.readouterr().err
     metrics = json.loads((tmp_path / "broken" / "metrics.json").read_text())
-    assert metrics["status"] == "failed" and "missing.txt" in metrics["error"]
+    assert metrics["status"] == "failed" and "empty.txt" in metrics["error"]
 
 
 @pytest.mark.parametrize("flags, message", [

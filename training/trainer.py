@@ -58,15 +58,24 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
     log = log or RunLog(config.output.quiet, config.output.log_file, enabled=place.is_main)
     seed_everything(config.train.seed)
-    # Missing data or weights are reported before a run folder exists (nothing is left behind).
+    # Everything that can be wrong with the inputs (data, weights, vocabulary, corpora) is found
+    # before a run folder is made: a run that cannot start leaves nothing behind.
+    run_dir = Path(config.output.resume) if resume else new_run_dir(config)
     data_dir = resolve_data_dir(config.data.data_dir, [t.files[s] for t in TASKS.values() for s in ("train", "dev")])
     model_dir = resolve_model_dir(config.model.model)
+    check_corpus_files(config)
+    tokenizer = BertTokenizer(model_dir / "vocab.txt")
+    splits, data_report = read_all_splits(data_dir, config.data.strict, log)
+    model = build_model(config, model_dir)
+    if tokenizer.vocab_size > model.bert.config.vocab_size:
+        raise DataError(f"{model_dir / 'vocab.txt'} has {tokenizer.vocab_size} tokens but the model's "
+                        f"embedding has {model.bert.config.vocab_size} rows")
     if resume is None:
-        run_dir = make_run_dir(config, create=place.is_main)
+        if place.is_main:
+            run_dir.mkdir(parents=True, exist_ok=True)
         metrics = {"run_name": run_dir.name, "status": "running", "config": config_dict(config),
                    "started": datetime.now().isoformat(timespec="seconds")}
     else:
-        run_dir = Path(config.output.resume)
         metrics = read_metrics(run_dir) | {"status": "running"}
         metrics.setdefault("resumed", []).append({"step": resume.step, "checkpoint": resume.path.name,
                                                   "at": datetime.now().isoformat(timespec="seconds")})
@@ -74,7 +83,9 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     write.json(metrics)
     log(f"run folder: {run_dir}" + (f"   processes: {place.world_size}" if place.enabled else ""))
     try:
-        _run(config, data_dir, model_dir, write, device, place, precision, metrics, started, log, resume)
+        metrics.update(data_dir=str(data_dir.resolve()), model_dir=str(model_dir), device=str(device), data=data_report)
+        _run(config, tokenizer, splits, model.to(device), write, device, place, precision, metrics, started, log,
+             resume)
     except BaseException as err:
         metrics.update(status="failed", error=f"{type(err).__name__}: {err}",
                        wall_seconds=round(time.time() - started, 1))
@@ -85,19 +96,11 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     return metrics
 
 
-def _run(config: RunConfig, data_dir: Path, model_dir: Path, write: "RunFiles", device: torch.device,
-         place: Distributed, precision: Precision, metrics: dict, started: float, log: RunLog,
+def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: MultitaskBert, write: "RunFiles",
+         device: torch.device, place: Distributed, precision: Precision, metrics: dict, started: float, log: RunLog,
          resume: Checkpoint | None) -> None:
     run_dir = write.run_dir
-    tokenizer = BertTokenizer(model_dir / "vocab.txt")
-    log(f"data: {data_dir}   model: {model_dir}   device: {device}")
-    splits, data_report = read_all_splits(data_dir, config.data.strict, log)
-    metrics.update(data_dir=str(data_dir.resolve()), model_dir=str(model_dir), device=str(device), data=data_report)
-
-    model = build_model(config, model_dir).to(device)
-    if tokenizer.vocab_size > model.bert.config.vocab_size:
-        raise DataError(f"{model_dir / 'vocab.txt'} has {tokenizer.vocab_size} tokens but the model's "
-                        f"embedding has {model.bert.config.vocab_size} rows")
+    log(f"data: {metrics['data_dir']}   model: {metrics['model_dir']}   device: {device}")
     weighting = None
     if config.train.joint_loss:
         weighting = make_loss_weighting(config.train.loss_weighting, list(TASKS), config.parsed_loss_weights()).to(device)
@@ -276,18 +279,23 @@ class RunFiles:
                 self.warned = True
 
 
-def make_run_dir(config: RunConfig, create: bool = True) -> Path:
-    """``<out_dir>/<run_name>``; refuses a folder that already holds a run (nothing is overwritten).
-    ``create=False`` (data-parallel processes other than 0) only names it."""
+def check_corpus_files(config: RunConfig) -> None:
+    """The SimCSE corpus files given by flag exist (one line naming the flag)."""
+    c = config.contrastive
+    for on, flag, path in ((c.ucl, "--ucl_data", c.ucl_data), (c.scl, "--scl_data", c.scl_data)):
+        if on and path and not Path(path).is_file():
+            raise DataError(f"{flag} {path}: no such file")
+
+
+def new_run_dir(config: RunConfig) -> Path:
+    """``<out_dir>/<run_name>`` (not created yet); refuses a folder that already holds a run
+    (nothing is overwritten)."""
     name = config.output.run_name or "-".join([
         config.model.option, config.model.pooling, config.model.para_head, config.model.sts_head,
         datetime.now().strftime("%Y%m%d-%H%M%S")])
     run_dir = Path(config.output.out_dir) / name
-    if not create:
-        return run_dir
     if run_dir.exists() and any(run_dir.iterdir()):
         raise FileExistsError(f"{run_dir} already holds a run; choose another --run_name or remove it")
-    run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
 
