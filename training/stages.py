@@ -22,10 +22,10 @@ from minbert import AdamW
 from .config import RunConfig
 from .evaluate import TaskPredictions, predict, to_device
 from .losses import info_nce, label_contrastive_loss
-from .schedule import RoundRobinScheduler
 from .precision import Precision
 from .resume import TrainingClock
 from .run_log import RunLog
+from .schedule import RoundRobinScheduler
 from .task_step import TaskStep
 from .tasks import TASKS, overall_score
 

@@ -60,7 +60,7 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     seed_everything(config.train.seed)
     # Everything that can be wrong with the inputs (data, weights, vocabulary, corpora) is found
     # before a run folder is made: a run that cannot start leaves nothing behind.
-    run_dir = Path(config.output.resume) if resume else new_run_dir(config)
+    run_dir = Path(config.output.resume) if resume else new_run_dir(config, check=place.is_main)
     data_dir = resolve_data_dir(config.data.data_dir, [t.files[s] for t in TASKS.values() for s in ("train", "dev")])
     model_dir = resolve_model_dir(config.model.model)
     check_corpus_files(config)
@@ -287,14 +287,14 @@ def check_corpus_files(config: RunConfig) -> None:
             raise DataError(f"{flag} {path}: no such file")
 
 
-def new_run_dir(config: RunConfig) -> Path:
+def new_run_dir(config: RunConfig, check: bool = True) -> Path:
     """``<out_dir>/<run_name>`` (not created yet); refuses a folder that already holds a run
-    (nothing is overwritten)."""
+    (nothing is overwritten). Only process 0 checks (and later creates) it."""
     name = config.output.run_name or "-".join([
         config.model.option, config.model.pooling, config.model.para_head, config.model.sts_head,
         datetime.now().strftime("%Y%m%d-%H%M%S")])
     run_dir = Path(config.output.out_dir) / name
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if check and run_dir.exists() and any(run_dir.iterdir()):
         raise FileExistsError(f"{run_dir} already holds a run; choose another --run_name or remove it")
     return run_dir
 

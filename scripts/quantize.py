@@ -1,0 +1,393 @@
+#!/usr/bin/env python3
+"""Int8 dynamic quantization of a trained multi-task checkpoint, for CPU inference, with a
+side-by-side report: size on disk, inference speed and dev metrics, fp32 against int8.
+
+    python scripts/quantize.py --checkpoint predictions/<run>/checkpoint --out /tmp/quant \\
+        [--data_dir ../shared/data/multitask] [--max_dev N] [--batch_size 32] [--threads 1] [--per_channel]
+
+Why dynamic quantization. ``torch.ao.quantization.quantize_dynamic`` replaces every ``nn.Linear``
+(the Q/K/V, attention-output and feed-forward projections, the pooler and the task heads) by an
+int8 version: its weights are stored as int8 (qint8, one scale and zero point per matrix, or
+with ``--per_channel`` one per output row), and each batch's activations are quantized on the fly, from that batch's own
+min/max, just before the int8 matrix multiply, whose int32 result is scaled back to float. No
+calibration data is needed and nothing is retrained; everything else (embeddings, LayerNorm,
+softmax, GELU, the attention products Q·Kᵀ and A·V) stays fp32. The int8 kernels (fbgemm/x86,
+onednn) are CPU kernels only, so this is a CPU-inference tool. The word-embedding table is not a
+Linear layer and stays fp32; on the 384-wide MiniLM it is about half the file, so the file shrinks
+by much less than 4×.
+
+What is measured, in one run:
+  1. size on disk: fp32 = the checkpoint's ``model.safetensors``; int8 = the quantized model's
+     ``state_dict`` written with ``torch.save`` to ``<out>/model-int8.pt``;
+  2. inference sequences/s: both models run ``torch.no_grad()`` forward passes over the same
+     pre-tokenized dev batches (the first ``--bench_examples`` dev examples of each task; a pair
+     counts as two sequences, since each sentence is encoded on its own), after ``--warmup``
+     passes each, timed interleaved — fp32, int8, int8, fp32, ... — over ``--reps`` repetitions on
+     ``--threads`` threads; reported: the median, and int8 over fp32, both by the wall clock and
+     by the CPU time of this process (``time.process_time``). On a machine shared with other jobs
+     the wall clock measures mostly how much CPU the scheduler gave us; CPU time measures the work
+     (it sums all threads, so with ``--threads`` > 1 it is not the latency);
+  3. dev metrics (SST accuracy, QQP accuracy, STS Pearson, the overall score) with the project's
+     own evaluation loop (``training.evaluate.predict``) on the dev sets (the first ``--max_dev``
+     examples of each when given), and how often the two models' predictions agree.
+The model is rebuilt as training built it (``training.trainer.build_model`` from the run
+configuration saved in ``config.json``), then the checkpoint's weights are loaded strictly.
+``<out>/quantize-report.json`` keeps every figure (written atomically, like the weights).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+import typing
+import warnings
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere
+
+from safetensors import SafetensorError  # noqa: E402
+
+from data.batching import make_loader  # noqa: E402
+from data.readers import DataError, read_examples, resolve_data_dir  # noqa: E402
+from minbert import BertConfig, BertTokenizer  # noqa: E402
+from minbert.atomic import atomic_path, write_text_atomic  # noqa: E402
+from minbert.weights import WeightsError, resolve_model_dir  # noqa: E402
+from training.checkpoint import load_checkpoint  # noqa: E402
+from training.config import RunConfig  # noqa: E402
+from training.evaluate import predict  # noqa: E402
+from training.tasks import TASKS, overall_score  # noqa: E402
+from training.trainer import build_model  # noqa: E402
+
+INT8_WEIGHTS = "model-int8.pt"
+REPORT = "quantize-report.json"
+CPU = torch.device("cpu")
+
+
+class CheckpointError(Exception):
+    """A missing or unusable checkpoint, said in one line."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    threads_before = torch.get_num_threads()
+    try:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        report = quantize_checkpoint(args.checkpoint, args.data_dir, args.out, max_dev=args.max_dev,
+                                     batch_size=args.batch_size, bench_examples=args.bench_examples,
+                                     reps=args.reps, warmup=args.warmup, per_channel=args.per_channel)
+    except (CheckpointError, DataError, WeightsError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        torch.set_num_threads(threads_before)  # the caller (a test process) keeps its setting
+    print(format_table(report))
+    print(f"-> {args.out / REPORT}, {args.out / INT8_WEIGHTS}")
+    return 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", type=Path, required=True,
+                        help="a run's checkpoint/ folder (model.safetensors + config.json), or the run folder")
+    parser.add_argument("--data_dir", default=None,
+                        help="folder with the CS224N dev CSVs (default: $MINBERT_DATA, then ./data)")
+    parser.add_argument("--out", type=Path, required=True,
+                        help=f"output folder: {INT8_WEIGHTS} (quantized state_dict) and {REPORT}")
+    parser.add_argument("--max_dev", type=int, default=None,
+                        help="evaluate on the first N dev examples of each task (default: all)")
+    parser.add_argument("--batch_size", type=int, default=32, help="examples per batch (default: 32)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads for both models (default: torch's own setting)")
+    parser.add_argument("--bench_examples", type=int, default=128,
+                        help="dev examples per task in the timed batches (default: 128)")
+    parser.add_argument("--reps", type=int, default=7, help="timed repetitions per model (default: 7)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed passes per model first (default: 1)")
+    parser.add_argument("--per_channel", action="store_true",
+                        help="one weight scale per output row of each Linear instead of one per matrix")
+    args = parser.parse_args(argv)
+    for name in ("max_dev", "batch_size", "threads", "bench_examples", "reps"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must not be negative")
+    return args
+
+
+def quantize_checkpoint(checkpoint: Path, data_dir: str | None, out: Path, max_dev: int | None = None,
+                        batch_size: int = 32, bench_examples: int = 128, reps: int = 7, warmup: int = 1,
+                        per_channel: bool = False, log=print) -> dict:
+    """Quantize, measure both models side by side, write ``<out>/model-int8.pt`` and the report."""
+    directory = checkpoint_dir(checkpoint)
+    data_path = resolve_data_dir(data_dir, [task.files["dev"] for task in TASKS.values()])
+    fp32, tokenizer, run_config = load_multitask_model(directory)
+    int8 = quantize(fp32, per_channel)
+    log(f"checkpoint: {directory}   data: {data_path}   threads: {torch.get_num_threads()}   "
+        f"quantized engine: {torch.backends.quantized.engine}")
+
+    with atomic_path(out / INT8_WEIGHTS) as tmp:
+        torch.save(int8.state_dict(), tmp)
+    fp32_bytes = (directory / "model.safetensors").stat().st_size
+    int8_bytes = (out / INT8_WEIGHTS).stat().st_size
+
+    dev = read_dev(data_path, max_dev, log)
+
+    def loader(examples):  # as the trainer's evaluation loaders: the run's max_length and bucketing
+        return make_loader(examples, tokenizer, run_config.data.max_length, batch_size, shuffle=False,
+                           bucket=run_config.speed.bucket)
+
+    bench_batches = [(name, batch["inputs"]) for name, examples in dev.items()
+                     for batch in loader(examples[:bench_examples])]
+    n_sequences = sum(len(inputs) * len(inputs[0]["input_ids"]) for _, inputs in bench_batches)
+    log(f"timing: {len(bench_batches)} batches, {n_sequences} sequences, {warmup} warm-up + {reps} "
+        f"interleaved repetitions per model")
+    seconds, cpu_seconds = time_interleaved({"fp32": fp32, "int8": int8}, bench_batches, reps, warmup)
+
+    metrics, results, dev_seconds = {}, {}, {}
+    for label, model in (("fp32", fp32), ("int8", int8)):
+        started = time.perf_counter()
+        results[label] = {name: predict(model, TASKS[name], loader(examples), CPU, f"{label} dev {name}")
+                          for name, examples in dev.items()}
+        dev_seconds[label] = round(time.perf_counter() - started, 2)
+        scores = {name: result.score(TASKS[name]) for name, result in results[label].items()}
+        metrics[label] = {**scores, "overall": overall_score(scores)}
+
+    speed = {label: n_sequences / statistics.median(times) for label, times in seconds.items()}
+    cpu_speed = {label: n_sequences / statistics.median(times) for label, times in cpu_seconds.items()}
+    report = {
+        "checkpoint": str(directory.resolve()),
+        "data_dir": str(data_path.resolve()),
+        "created": datetime.now().isoformat(timespec="seconds"),
+        "quantization": {"method": "torch.ao.quantization.quantize_dynamic", "modules": "nn.Linear",
+                         "dtype": "qint8",
+                         "qscheme": "per_channel_affine" if per_channel else "per_tensor_affine", "activations": "quantized per batch",
+                         "engine": torch.backends.quantized.engine, "linear_layers": count_linear(fp32)},
+        "size": {"fp32_bytes": fp32_bytes, "int8_bytes": int8_bytes, "ratio": int8_bytes / fp32_bytes,
+                 "fp32_file": "model.safetensors", "int8_file": INT8_WEIGHTS,
+                 "fp32_linear_weight_fraction": linear_fraction(fp32)},
+        "speed": {"sequences": n_sequences, "batches": len(bench_batches), "batch_size": batch_size,
+                  "examples_per_task": bench_examples, "reps": reps, "warmup": warmup,
+                  "threads": torch.get_num_threads(), "seconds": seconds, "cpu_seconds": cpu_seconds,
+                  "fp32_seq_per_s": speed["fp32"], "int8_seq_per_s": speed["int8"],
+                  "ratio": speed["int8"] / speed["fp32"],
+                  "fp32_seq_per_cpu_s": cpu_speed["fp32"], "int8_seq_per_cpu_s": cpu_speed["int8"],
+                  "cpu_ratio": cpu_speed["int8"] / cpu_speed["fp32"],
+                  "attention": next((m.impl for m in fp32.modules() if hasattr(m, "impl")), None)},
+        "dev": {"examples": {name: len(examples) for name, examples in dev.items()}, "max_dev": max_dev,
+                "fp32": metrics["fp32"], "int8": metrics["int8"],
+                "delta": {k: metrics["int8"][k] - metrics["fp32"][k] for k in metrics["fp32"]},
+                "agreement": prediction_agreement(results["fp32"], results["int8"]), "seconds": dev_seconds},
+        "torch": torch.__version__,
+    }
+    write_text_atomic(out / REPORT, json.dumps(report, indent=2) + "\n")
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# the models
+
+
+def quantize(model: nn.Module, per_channel: bool = False) -> nn.Module:
+    """A copy of ``model`` with every ``nn.Linear`` dynamically quantized to int8 (``model`` is untouched).
+
+    Per-tensor (the default): one scale per weight matrix; per-channel: one per output row, which
+    follows rows of very different ranges more closely at the same int8 size (a few floats more).
+    """
+    spec = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig} if per_channel else {nn.Linear}
+    with warnings.catch_warnings():
+        # torch 2.x says torch.ao.quantization is deprecated in favour of torchao (not installed
+        # here); the eager-mode API still works, and one warning per layer would bury the table.
+        warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated")
+        warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions")
+        return torch.ao.quantization.quantize_dynamic(model.eval(), spec, dtype=torch.qint8, inplace=False)
+
+
+def load_multitask_model(directory: Path) -> tuple[nn.Module, BertTokenizer, RunConfig]:
+    """The trained multi-task model (eval mode, CPU), its tokenizer and its run configuration.
+
+    Built like training built it (``build_model`` on the saved run configuration, which loads the
+    run's pretrained encoder and makes fresh heads, then the run's attention implementation), and
+    overwritten by the checkpoint's weights, strictly. (``--compile`` and ``--amp`` are training
+    settings and are not applied: both models here run eager fp32 activations.) The vocabulary is the checkpoint folder's ``vocab.txt`` if there is one, else that of
+    the model the run started from.
+    """
+    try:
+        state, config = load_checkpoint(directory)
+    except (SafetensorError, OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"cannot read checkpoint {directory}: {first_line(err)} "
+                              "(truncated or corrupt file?)") from None
+    if not isinstance(config, dict) or not isinstance(config.get("run"), dict) or "bert" not in config:
+        raise CheckpointError(f"{directory / 'config.json'}: wants {{\"bert\": ..., \"run\": ...}} "
+                              "as written by training/checkpoint.py")
+    try:
+        run_config = run_config_from_dict(config["run"])
+        saved_bert = BertConfig.from_dict(config["bert"])
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{directory / 'config.json'}: unusable configuration: {first_line(err)}") from None
+    model_dir = resolve_model_dir(run_config.model.model)
+    model = build_model(run_config, model_dir)
+    if not same_architecture(model.bert.config, saved_bert):
+        raise CheckpointError(f"{directory / 'config.json'}: its BERT config differs from that of {model_dir}, "
+                              "the model the run started from")
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise CheckpointError(f"{directory / 'model.safetensors'}: the weights do not fit the model of the run "
+                              f"config: {' '.join(str(err).split())[:300]}") from None
+    model.bert.set_attention(run_config.speed.attention)
+    vocab = directory / "vocab.txt" if (directory / "vocab.txt").is_file() else model_dir / "vocab.txt"
+    if not vocab.is_file():
+        raise CheckpointError(f"vocabulary {vocab} not found")
+    return model.to(CPU).eval(), BertTokenizer(vocab), run_config
+
+
+def checkpoint_dir(path: Path) -> Path:
+    """``path`` itself, or its ``checkpoint/`` subfolder when a run folder is given; both files must exist."""
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint folder not found: {path}")
+    if not (path / "config.json").is_file() and (path / "checkpoint" / "config.json").is_file():
+        path = path / "checkpoint"
+    for name in ("config.json", "model.safetensors"):
+        if not (path / name).is_file():
+            raise CheckpointError(f"checkpoint file {path / name} not found (--checkpoint wants a run's "
+                                  "checkpoint/ folder)")
+    return path
+
+
+def run_config_from_dict(values: dict) -> RunConfig:
+    """The ``RunConfig`` saved in ``config.json``; sections or fields it lacks (older runs) take defaults."""
+    sections = {}
+    for name, section_type in typing.get_type_hints(RunConfig).items():
+        given = values.get(name) or {}
+        known = {f.name for f in dataclasses.fields(section_type)}
+        sections[name] = section_type(**{k: v for k, v in given.items() if k in known})
+    return RunConfig(**sections)
+
+
+def same_architecture(a: BertConfig, b: BertConfig) -> bool:
+    """Equal but for dropout, which does not act in evaluation."""
+    ignored = {"hidden_dropout_prob", "attention_probs_dropout_prob"}
+    da, db = dataclasses.asdict(a), dataclasses.asdict(b)
+    return all(da[k] == db.get(k) for k in da if k not in ignored)
+
+
+def count_linear(model: nn.Module) -> int:
+    return sum(isinstance(m, nn.Linear) for m in model.modules())
+
+
+def linear_fraction(model: nn.Module) -> float:
+    """Share of the fp32 parameter bytes that are ``nn.Linear`` weights (what int8 shrinks 4×)."""
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    return linear / sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------------------------------------
+# data, timing, agreement
+
+
+def read_dev(data_dir: Path, max_dev: int | None, log) -> dict:
+    """Each task's labelled dev examples, the first ``max_dev`` of them when given."""
+    dev = {}
+    for name, task in TASKS.items():
+        path = data_dir / task.files["dev"]
+        examples, read_report = read_examples(path, task.text_columns, task.label_column, task.label_type,
+                                              task.num_classes, task.score_range)
+        if read_report.bad_rows:
+            log(f"warning: {read_report.summary()}")
+        if not examples:
+            raise DataError(f"{path}: no usable rows ({read_report.summary()})")
+        dev[name] = examples[:max_dev]
+    return dev
+
+
+@torch.no_grad()
+def time_interleaved(models: dict[str, nn.Module], batches: list, reps: int,
+                     warmup: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall-clock and CPU seconds per pass over ``batches`` for each model, A/B interleaved with
+    alternating order, so slow drifts of a shared machine hit both models alike."""
+    for model in models.values():
+        model.eval()
+        for _ in range(warmup):
+            run_batches(model, batches)
+    seconds = {name: [] for name in models}
+    cpu_seconds = {name: [] for name in models}
+    names = list(models)
+    for rep in range(reps):
+        for name in (names if rep % 2 == 0 else names[::-1]):
+            started, cpu_started = time.perf_counter(), time.process_time()
+            run_batches(models[name], batches)
+            seconds[name].append(time.perf_counter() - started)
+            cpu_seconds[name].append(time.process_time() - cpu_started)
+    return seconds, cpu_seconds
+
+
+def run_batches(model: nn.Module, batches: list) -> None:
+    for task_name, inputs in batches:
+        model(task_name, inputs)
+
+
+def prediction_agreement(fp32: dict, int8: dict) -> dict:
+    """SST/QQP: share of identical predictions; STS: largest absolute score difference."""
+    agreement = {}
+    for name, a in fp32.items():
+        b = int8[name]
+        assert a.ids == b.ids, "both models were evaluated on the same batches"
+        if TASKS[name].label_type == "class":
+            agreement[f"{name}_same_prediction"] = float(np.mean(a.predictions == b.predictions))
+        else:
+            agreement[f"{name}_max_abs_diff"] = float(np.max(np.abs(a.predictions - b.predictions)))
+    return agreement
+
+
+# ---------------------------------------------------------------------------------------------
+# the table
+
+
+def format_table(report: dict) -> str:
+    size, speed, dev = report["size"], report["speed"], report["dev"]
+    rows = [
+        ("size on disk (MB)", size["fp32_bytes"] / 1e6, size["int8_bytes"] / 1e6, f"{size['ratio']:.3f}x", "{:.2f}"),
+        ("inference (seq/s)", speed["fp32_seq_per_s"], speed["int8_seq_per_s"], f"{speed['ratio']:.3f}x", "{:.1f}"),
+        ("inference (seq/CPU-s)", speed["fp32_seq_per_cpu_s"], speed["int8_seq_per_cpu_s"],
+         f"{speed['cpu_ratio']:.3f}x", "{:.1f}"),
+    ]
+    for key, label in (("sst", "SST accuracy"), ("qqp", "QQP accuracy"), ("sts", "STS Pearson"),
+                       ("overall", "overall")):
+        rows.append((f"dev {label}", dev["fp32"][key], dev["int8"][key], f"{dev['delta'][key]:+.4f}", "{:.4f}"))
+    lines = [f"{'':<22}{'fp32':>10}{'int8':>10}{'int8 vs fp32':>14}"]
+    for label, a, b, change, fmt in rows:
+        lines.append(f"{label:<22}{fmt.format(a):>10}{fmt.format(b):>10}{change:>14}")
+    n = dev["examples"]
+    agree = ", ".join(f"{k} {v:.4f}" for k, v in dev["agreement"].items())
+    lines += [
+        f"dev examples: SST {n['sst']}, QQP {n['qqp']}, STS {n['sts']}"
+        + ("" if dev["max_dev"] is None else f" (--max_dev {dev['max_dev']})"),
+        f"agreement: {agree}",
+        f"speed: median of {speed['reps']} interleaved passes over {speed['sequences']} sequences "
+        f"({speed['batches']} batches of <= {speed['batch_size']}), {speed['threads']} thread(s); "
+        f"dev evaluation took {dev['seconds']['fp32']:.1f} s fp32, {dev['seconds']['int8']:.1f} s int8",
+        f"size: nn.Linear weights are {100 * size['fp32_linear_weight_fraction']:.0f}% of the fp32 parameters; "
+        "the rest (embeddings, LayerNorm, biases) stays fp32",
+    ]
+    return "\n".join(lines)
+
+
+def first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())
