@@ -114,7 +114,10 @@ def test_resume_from_any_checkpoint_of_any_stage(tiny_model_dir, tmp_path, clean
     stage = json.loads((keep / "state.json").read_text())["stage"]
     assert stage == {1: "ucl", 5: "scl", 9: "pre_qqp", 15: "multitask", 18: "multitask", -1: "multitask"}[which]
 
-    assert run_multitask.main(["--resume", str(run_dir), "--quiet"]) == 0
+    # in a subprocess, like the clean run: the same thread count, so the same arithmetic
+    resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
     assert_same_run(final_state(run_dir), final_state(clean))
 
 
