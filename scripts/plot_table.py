@@ -2,6 +2,7 @@
 """A Markdown table and a grouped bar chart from result JSON files of the embedding evaluations.
 
     python scripts/plot_table.py --md study.md --png study.png RESULTS/embedded/*.json RESULTS/ucl/*.json
+    python scripts/plot_table.py --md probe.md --csv probe.csv RESULTS/{pretrained,ce,lcl}/*.json
 
 Each input is the ``--out`` JSON of one run of
 
@@ -14,12 +15,16 @@ Each input is the ``--out`` JSON of one run of
 
 The **series** of a file is the name of the folder holding it (``embedded``, ``ucl``, ``ce``, ``lcl``,
 ...), so put the runs of one model in one folder. Rows keep the order in which the files are given.
-All inputs must be of one kind. The PNG needs matplotlib (an optional dependency, not in
+All inputs must be of one kind. ``--csv`` also writes the numbers as CSV, unscaled, one line per
+table row: ``dataset,pooling,<series> spearman,<series> pearson,...`` (STS) or
+``task,measure,<series>,...`` (probe), an empty cell where a series has no value. The PNG needs matplotlib (an optional dependency, not in
 requirements.txt); without it the Markdown is still written, one line says so, and the exit status is 0.
 """
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import math
 import os
@@ -40,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path, help="result JSON files (series = the folder holding each)")
     parser.add_argument("--md", type=Path, required=True, help="write the Markdown table here")
+    parser.add_argument("--csv", type=Path, default=None, help="also write the numbers as CSV here")
     parser.add_argument("--png", type=Path, default=None, help="draw the bar chart here (needs matplotlib)")
     parser.add_argument("--title", default=None, help="title above the table and the chart")
     parser.add_argument("--metric", default="spearman", choices=["spearman", "pearson"],
@@ -54,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     _write_text(args.md, markdown)
     print(markdown, end="")
     print(f"wrote {args.md}", file=sys.stderr)
+    if args.csv is not None:
+        _write_text(args.csv, render_csv(kind, tables))
+        print(f"wrote {args.csv}", file=sys.stderr)
     if args.png is None:
         return 0
     try:
@@ -138,6 +147,24 @@ def render_markdown(kind: str, tables: dict, title: str | None) -> str:
     return "\n".join(lines)
 
 
+def render_csv(kind: str, tables: dict) -> str:
+    """The tables' numbers, unscaled (correlations and scores as computed), one line per table row."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    series = list(dict.fromkeys(s for table in tables.values() for s in table["series"]))
+    if kind == "sts":
+        metrics = ("spearman", "pearson")
+        writer.writerow(["dataset", "pooling"] + [f"{s} {m}" for s in series for m in metrics])
+    else:
+        metrics = ("value",)
+        writer.writerow(["task", "measure"] + series)
+    for name, table in tables.items():
+        for row in table["rows"]:
+            writer.writerow([name, row] + [_csv_number(table["values"].get((row, s), {}).get(m))
+                                           for s in series for m in metrics])
+    return buffer.getvalue()
+
+
 def draw(pyplot, kind: str, tables: dict, png: Path, title: str | None, metric: str) -> None:
     """One panel per table: grouped bars, a group per row, a bar per series."""
     fig, axes = pyplot.subplots(len(tables), 1, squeeze=False,
@@ -181,6 +208,10 @@ def _pyplot():
 
 def _number(value) -> float:
     return math.nan if value is None else float(value)
+
+
+def _csv_number(value) -> str:
+    return "" if value is None or math.isnan(float(value)) else repr(float(value))
 
 
 def _fmt(value, scale: float) -> str:
