@@ -5,7 +5,7 @@
 # (python -m training.probe) are measured on the frozen embeddings of the result and, as the
 # baseline, of the untouched model ("pretrained").
 #
-# Usage: bash scripts/lcl_study.sh [--data_dir DIR] [--model DIR] [--out DIR] [--max_train N]
+# Usage: bash scripts/lcl_study.sh [--data_dir DIR] [--model DIR] [--out DIR] [--max_train N] [--normalize]
 #                                  [--dry_run] [--help] [-- EXTRA FLAGS for sentence_finetune]
 #
 #   --data_dir DIR   folder with ids-{sst,cfimdb}-{train,dev}.csv
@@ -16,6 +16,10 @@
 #                    = pretrained, ce, lcl), DIR/logs/, and the table DIR/lcl_study.{md,csv} with its
 #                    chart DIR/lcl_study.png, copied to docs/lcl_study.png
 #   --max_train N    training sentences the probe encodes, a seeded random subset (default: 2000)
+#   --normalize      probe L2-normalised vectors (the geometry the lcl loss shapes): the probe results
+#                    go to DIR/normalized/<series>/<task>.json and the table to
+#                    DIR/lcl_study_normalized.{md,csv,png} (not copied to docs/); the fine-tuning runs
+#                    are shared with the plain study (reused when they exist)
 #   --dry_run        print each command instead of running it
 #   -- EXTRA...      flags appended to every sentence_finetune call, e.g. -- --temp 0.1 --lr 5e-5
 #
@@ -39,6 +43,7 @@ MAX_TRAIN=2000
 POOLING=mean
 EXTRA=()
 DRY_RUN=0
+NORMALIZE=0
 LOSSES=(ce lcl)
 # task, then its sentence_finetune budget flags
 BUDGETS=(
@@ -53,6 +58,7 @@ while (($# > 0)); do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --dry_run) DRY_RUN=1; shift ;;
+    --normalize) NORMALIZE=1; shift ;;
     --data_dir|--model|--out|--max_train)
       (($# >= 2)) || die "$1 needs a value"
       case "$1" in
@@ -69,6 +75,8 @@ done
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 model_flags=()
 [[ -n "$MODEL" ]] && model_flags=(--model "$MODEL")
+PROBES="$OUT"; NAME=lcl_study; SUFFIX=""; probe_flags=()
+((NORMALIZE)) && { PROBES="$OUT/normalized"; NAME=lcl_study_normalized; SUFFIX=-normalized; probe_flags=(--normalize); }
 
 ((DRY_RUN)) || mkdir -p "$OUT/logs" || die "cannot create $OUT/logs"
 study_start=$SECONDS
@@ -90,13 +98,14 @@ step() {
   return 1
 }
 
-# probe TASK SERIES SOURCE-FLAGS...: the frozen-embedding evaluation into $OUT/SERIES/TASK.json
+# probe TASK SERIES SOURCE-FLAGS...: the frozen-embedding evaluation into $PROBES/SERIES/TASK.json
 probe() {
   local task="$1" series="$2"; shift 2
-  local json="$OUT/$series/$task.json"
-  ((DRY_RUN)) || mkdir -p "$OUT/$series"
-  step "probe-$task-$series" "$json" "$PYTHON" -m training.probe "$@" --task "$task" --data_dir "$DATA_DIR" \
-    --pooling "$POOLING" --max_train "$MAX_TRAIN" --out "$json" && results+=("$json")
+  local json="$PROBES/$series/$task.json"
+  ((DRY_RUN)) || mkdir -p "$PROBES/$series"
+  step "probe-$task-$series$SUFFIX" "$json" "$PYTHON" -m training.probe "$@" \
+    --task "$task" --data_dir "$DATA_DIR" --pooling "$POOLING" --max_train "$MAX_TRAIN" \
+    "${probe_flags[@]+"${probe_flags[@]}"}" --out "$json" && results+=("$json")
 }
 
 for entry in "${BUDGETS[@]}"; do
@@ -112,16 +121,18 @@ for entry in "${BUDGETS[@]}"; do
   done
 done
 
-table=("$PYTHON" "$ROOT/scripts/plot_table.py" --title "LCL study: frozen-embedding clustering and linear probe"
-       --md "$OUT/lcl_study.md" --csv "$OUT/lcl_study.csv" --png "$OUT/lcl_study.png")
-if ((DRY_RUN)); then printf '%q ' "${table[@]}"; echo "$OUT/<series>/<task>.json ..."; exit 0; fi
+title="LCL study: frozen-embedding clustering and linear probe"
+((NORMALIZE)) && title+=" (L2-normalised vectors)"
+table=("$PYTHON" "$ROOT/scripts/plot_table.py" --title "$title"
+       --md "$OUT/$NAME.md" --csv "$OUT/$NAME.csv" --png "$OUT/$NAME.png")
+if ((DRY_RUN)); then printf '%q ' "${table[@]}"; echo "$PROBES/<series>/<task>.json ..."; exit 0; fi
 total=$((SECONDS - study_start))
 printf '\n%d probes, %d failed steps, in %dm%02ds\n\n' "${#results[@]}" "$n_failed" $((total / 60)) $((total % 60))
 ((${#results[@]} > 0)) || die "no results to tabulate"
 "${table[@]}" "${results[@]}" || exit 1
 
 # the fine-tuning runs under the table: steps, loss at the start and end, seconds
-"$PYTHON" - "$OUT" >> "$OUT/lcl_study.md" <<'EOF' || exit 1
+"$PYTHON" - "$OUT" >> "$OUT/$NAME.md" <<'EOF' || exit 1
 import json, sys
 from pathlib import Path
 runs = sorted(Path(sys.argv[1], "runs").glob("*/metrics.json"))
@@ -132,9 +143,10 @@ for path in runs:
     print(f"| {path.parent.name} | {m['steps']} | {m['examples']} | {m['first_loss']:.4f} | {m['last_loss']:.4f} "
           f"| {m['seconds']:.0f} | {m['wall_seconds']:.0f} |")
 EOF
-tail -n +"$(grep -n '^\*\*fine-tuning runs' "$OUT/lcl_study.md" | cut -d: -f1)" "$OUT/lcl_study.md"
-if [[ -f "$OUT/lcl_study.png" ]]; then
+tail -n +"$(grep -n '^\*\*fine-tuning runs' "$OUT/$NAME.md" | cut -d: -f1)" "$OUT/$NAME.md"
+if ((!NORMALIZE)) && [[ -f "$OUT/lcl_study.png" ]]; then
   mkdir -p "$ROOT/docs" && cp "$OUT/lcl_study.png" "$ROOT/docs/lcl_study.png" && echo "copied the chart to docs/lcl_study.png"
 fi
-times  # CPU time of the shell and of its children (user, system): on a loaded machine, the cost of the study
+# on a loaded machine the wall time says little: the CPU time of the commands run (user, system) is the cost
+echo "CPU time of the commands run here (user, system): $(times | tail -n 1)"
 ((n_failed == 0))

@@ -66,7 +66,7 @@ def test_finetune_moves_the_encoder_and_writes_a_loadable_checkpoint(tiny_model_
     assert metrics["status"] == "finished" and metrics["settings"]["loss"] == loss
     rows = len(SST_ROWS if task == "sst" else CFIMDB_ROWS)
     assert metrics["steps"] == 2 * math.ceil(rows / 6) and metrics["examples"] == 2 * rows
-    assert metrics["loss_curve"][-1][0] == metrics["steps"] and metrics["seconds"] >= 0
+    assert metrics["loss_curve"][-1][0] == metrics["steps"] and metrics["seconds"] >= 0 and metrics["cpu_seconds"] >= 0
     config = json.loads((out / "checkpoint" / "config.json").read_text())
     assert config["run"]["kind"] == "sentence_finetune" and config["bert"]["hidden_size"] == 16
 

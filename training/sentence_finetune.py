@@ -30,7 +30,8 @@ reuse it. The output folder (refused if it already holds files) gets
   the model's ``vocab.txt`` — the layout of ``training.checkpoint.save_checkpoint``, which
   ``training.probe --checkpoint`` and ``training.evaluate_embeddings --checkpoint`` read (either the
   folder or ``checkpoint/``);
-- ``metrics.json``: settings, steps, examples, seconds, the loss curve (mean of every 10 batches).
+- ``metrics.json``: settings, steps, examples, wall and CPU seconds, the loss curve (mean of every
+  10 batches).
 """
 from __future__ import annotations
 
@@ -203,8 +204,8 @@ def train_sentences(model: MultitaskBert, loader, objective: str, *, head: str |
 
     One AdamW: the encoder's trainable parameters at ``lr``, the head's (ce) at ``head_lr``.
     ``max_steps`` caps the batches of each epoch. Returns the log:
-    ``{"steps", "examples", "seconds", "loss_curve": [[step, mean of CURVE_EVERY batches]], "first_loss",
-    "last_loss"}``.
+    ``{"steps", "examples", "seconds", "cpu_seconds", "loss_curve": [[step, mean of CURVE_EVERY batches]],
+    "first_loss", "last_loss"}`` (``cpu_seconds``: this process's CPU time, the cost on a shared machine).
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
@@ -216,7 +217,7 @@ def train_sentences(model: MultitaskBert, loader, objective: str, *, head: str |
     optimizer = AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=weight_decay)
     per_epoch = len(loader) if max_steps is None else min(len(loader), max_steps)
     losses: list[float] = []
-    examples, started = 0, time.time()
+    examples, started, cpu_started = 0, time.time(), time.process_time()
     model.train()
     bar = tqdm(total=epochs * per_epoch, desc=desc, dynamic_ncols=True)
     for _ in range(epochs):
@@ -244,6 +245,7 @@ def train_sentences(model: MultitaskBert, loader, objective: str, *, head: str |
     curve = [[min(end, len(losses)), round(_mean(losses[end - CURVE_EVERY:end]), 5)]
              for end in range(CURVE_EVERY, len(losses) + CURVE_EVERY, CURVE_EVERY)]
     return {"steps": len(losses), "examples": examples, "seconds": round(time.time() - started, 1),
+            "cpu_seconds": round(time.process_time() - cpu_started, 1),
             "loss_curve": curve, "first_loss": _mean(losses[:CURVE_EVERY]), "last_loss": _mean(losses[-CURVE_EVERY:])}
 
 
