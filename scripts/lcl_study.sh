@@ -147,6 +147,7 @@ tail -n +"$(grep -n '^\*\*fine-tuning runs' "$OUT/$NAME.md" | cut -d: -f1)" "$OU
 if ((!NORMALIZE)) && [[ -f "$OUT/lcl_study.png" ]]; then
   mkdir -p "$ROOT/docs" && cp "$OUT/lcl_study.png" "$ROOT/docs/lcl_study.png" && echo "copied the chart to docs/lcl_study.png"
 fi
-# on a loaded machine the wall time says little: the CPU time of the commands run (user, system) is the cost
-echo "CPU time of the commands run here (user, system): $(times | tail -n 1)"
+# on a loaded machine the wall time says little; the CPU time of the commands is the cost of the study
+echo "CPU time (user, system) of this shell, then of the commands it ran:"
+times
 ((n_failed == 0))
