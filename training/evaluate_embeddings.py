@@ -47,6 +47,7 @@ from scipy.stats import pearsonr, spearmanr
 from data.readers import BadRow, DataError, ReadReport, column_indices, read_examples, read_utf8
 from heads.pooling import POOLING_MODES, TOKEN_REDUCTIONS, applied_reduction, pool, pooled_size
 from minbert import BertConfig, BertModel, BertTokenizer, WeightsError
+from minbert.errors import first_line
 from minbert.weights import resolve_model_dir
 
 from .checkpoint import load_checkpoint
@@ -239,7 +240,7 @@ def load_encoder(checkpoint: Path | None, model: str | None) -> tuple[BertModel,
     try:
         state, config = load_checkpoint(directory)
     except (SafetensorError, OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise WeightsError(f"cannot read checkpoint {directory}: {_first_line(err)} "
+        raise WeightsError(f"cannot read checkpoint {directory}: {first_line(err)} "
                            "(truncated or corrupt file?)") from None
     try:
         bert_config = BertConfig.from_dict(config["bert"])
@@ -270,11 +271,6 @@ def _tokenizer(vocab: Path, bert: BertModel) -> BertTokenizer:
         raise WeightsError(f"{vocab} has {tokenizer.vocab_size} tokens but the model's embedding has "
                            f"{bert.config.vocab_size} rows")
     return tokenizer
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 # ---------------------------------------------------------------------------------------------

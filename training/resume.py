@@ -40,6 +40,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from minbert.errors import first_line
+
 CHECKPOINTS = "checkpoints"
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 
@@ -176,7 +178,7 @@ class Checkpoint:
             self.state = json.loads((path / "state.json").read_text(encoding="utf-8"))
             self.step = int(self.state["step"])
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ResumeError(f"{path / 'state.json'}: unreadable checkpoint state ({_first_line(err)})") from None
+            raise ResumeError(f"{path / 'state.json'}: unreadable checkpoint state ({first_line(err)})") from None
         for name in ("model.safetensors", "state.pt"):
             if not (path / name).is_file():
                 raise ResumeError(f"{path}: incomplete checkpoint, {name} is missing")
@@ -195,7 +197,7 @@ class Checkpoint:
         try:
             extra = torch.load(self.path / "state.pt", map_location="cpu", weights_only=True)
         except Exception as err:  # a damaged pickle raises many kinds of errors
-            raise ResumeError(f"{self.path / 'state.pt'}: unreadable ({_first_line(err)})") from None
+            raise ResumeError(f"{self.path / 'state.pt'}: unreadable ({first_line(err)})") from None
         for kind, objects in (("optimizers", optimizers), ("modules", modules)):
             saved = extra[kind]
             if set(saved) != set(objects):
@@ -257,7 +259,7 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
-        raise ResumeError(f"{path}: unreadable ({_first_line(err)})") from None
+        raise ResumeError(f"{path}: unreadable ({first_line(err)})") from None
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -274,8 +276,3 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__

@@ -1,0 +1,9 @@
+"""One-line error messages: every user-facing error in the project is a single line."""
+from __future__ import annotations
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (its type name when the message is empty), for
+    embedding a library's multi-line error into one of ours."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
