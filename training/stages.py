@@ -115,15 +115,8 @@ def pre_qqp_stage(ctx: StageContext) -> dict:
     for epoch in range(1, t.pre_qqp_epochs + 1):
         for name, batch in tqdm(scheduler, desc=f"pre-QQP {epoch}/{t.pre_qqp_epochs}", dynamic_ncols=True,
                                 disable=not ctx.log.progress_bars):
-            if ctx.clock.skip_step():
-                continue
-            started = time.time()
-            curve.add(ctx.task_step.step({name: batch})[name])
-            progress["batches"] += 1
-            progress["seconds"] += time.time() - started
-            ctx.clock.step_done()
-        if not ctx.clock.replaying:
-            ctx.log(f"pre-QQP epoch {epoch}: loss {curve.last_epoch_mean():.4f}")
+            _logged_step(ctx, progress, curve, lambda: ctx.task_step.step({name: batch})[name])
+        _log_epoch(ctx, "pre-QQP", epoch, curve)
     return _stage_log(progress, curve)
 
 
@@ -220,21 +213,36 @@ def _contrastive_loop(ctx: StageContext, name: str, examples: list[Example], epo
                 break
             if len(batch["ids"]) < 2:  # a last batch of one has no in-batch negative
                 continue
-            if ctx.clock.skip_step():
-                continue
-            started = time.time()
-            with ctx.precision.autocast():
-                loss = loss_fn([to_device(encoding, ctx.device) for encoding in batch["inputs"]], batch)
-            optimizer.zero_grad(set_to_none=True)
-            ctx.precision.backward(loss)
-            ctx.precision.step(optimizer)
-            curve.add(loss.item())
-            progress["batches"] += 1
-            progress["seconds"] += time.time() - started
-            ctx.clock.step_done()
-        if not ctx.clock.replaying:
-            ctx.log(f"{name} epoch {epoch}: loss {curve.last_epoch_mean():.4f}")
+
+            def step(batch=batch) -> float:
+                with ctx.precision.autocast():
+                    loss = loss_fn([to_device(encoding, ctx.device) for encoding in batch["inputs"]], batch)
+                optimizer.zero_grad(set_to_none=True)
+                ctx.precision.backward(loss)
+                ctx.precision.step(optimizer)
+                return loss.item()
+
+            _logged_step(ctx, progress, curve, step)
+        _log_epoch(ctx, name, epoch, curve)
     return _stage_log(progress, curve)
+
+
+def _logged_step(ctx: StageContext, progress: dict, curve: "LossCurve", step: Callable[[], float]) -> None:
+    """One optimizer step of a stage before multi-task training (``step()`` returns its loss),
+    counted, timed and added to the loss curve — or skipped if the resume replay already did it."""
+    if ctx.clock.skip_step():
+        return
+    started = time.time()
+    curve.add(step())
+    progress["batches"] += 1
+    progress["seconds"] += time.time() - started
+    ctx.clock.step_done()
+
+
+def _log_epoch(ctx: StageContext, name: str, epoch: int, curve: "LossCurve") -> None:
+    """The epoch's mean loss (not for epochs the resume replay only walked through)."""
+    if not ctx.clock.replaying:
+        ctx.log(f"{name} epoch {epoch}: loss {curve.last_epoch_mean():.4f}")
 
 
 def _stage_log(progress: dict, curve: "LossCurve") -> dict:

@@ -31,11 +31,13 @@ class TaskStep:
         self.bregman = (BregmanProximal(model, mu=smart.smart_mu, beta=smart.smart_beta)
                         if smart.smart and smart.smart_bregman else None)
 
-    def task_loss(self, name: str, batch: dict, output: torch.Tensor | None = None) -> torch.Tensor:
-        """The task's loss on one batch, plus the SMART terms when ``--smart`` is on. ``output``:
-        the model's output on the batch when it was already computed."""
+    def task_loss(self, name: str, batch: dict, output: torch.Tensor | None = None,
+                  inputs: list[dict] | None = None) -> torch.Tensor:
+        """The task's loss on one batch, plus the SMART terms when ``--smart`` is on. ``output`` and
+        ``inputs``: the model's output on the batch and the batch on the device, when already computed."""
         task = TASKS[name]
-        inputs = self.inputs(batch)
+        if inputs is None:
+            inputs = self.inputs(batch)
         if output is None:
             output = self.forward_model(name, inputs)
         loss = task.loss(output, batch["labels"].to(self.device))
@@ -57,8 +59,10 @@ class TaskStep:
             if self.place.enabled and len(batches) > 1:
                 # DistributedDataParallel allows one forward per backward: all tasks in one call
                 names = tuple(batches)
-                outputs = self.forward_model(names, tuple(self.inputs(batches[name]) for name in names))
-                losses = {name: self.task_loss(name, batches[name], output) for name, output in zip(names, outputs)}
+                inputs = tuple(self.inputs(batches[name]) for name in names)
+                outputs = self.forward_model(names, inputs)
+                losses = {name: self.task_loss(name, batches[name], output, task_inputs)
+                          for name, output, task_inputs in zip(names, outputs, inputs)}
             else:
                 losses = {name: self.task_loss(name, batch) for name, batch in batches.items()}
             if self.weighting is not None and len(losses) > 1:
