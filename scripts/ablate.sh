@@ -23,10 +23,10 @@
 set -u
 
 # ---- budget -------------------------------------------------------------------------------------
-# Meant to fit the 26 rows in about 2 hours on 2 CPU cores with the embedded model. Measured here:
-# pt 1.7 min and ft 3.6 min with the cores nearly to themselves; with other jobs sharing the cores
-# the rows took 3.2-5.3 min, SMART rows 5.5-6.7 min, and 15 rows 90 min — so the whole grid needs
-# a machine left alone to stay within 2 hours.
+# Meant to fit the 26 rows in under 2 hours on 2 CPU cores with the embedded model. Measured here:
+# the 26 rows' wall times add up to 117.3 min (15 of them partly beside other jobs; the last 11,
+# on an idle machine, took 49.0 min, 2.8-6.5 min a row; the all-on rows are the slowest). Other
+# jobs on the same cores push the total past 2 hours.
 # --epochs / --max_steps_per_epoch given to this script replace the first two values.
 BUDGET=(--epochs 1 --max_steps_per_epoch 30
         --pre_qqp_epochs 1 --pre_qqp_steps 20
