@@ -3,7 +3,8 @@
 
     python -m bench.throughput [--model DIR] [--batch_size 32] [--seq_lens 48] [--reps 10]
                                [--warmup 2] [--also_ours_manual] [--also_ours_unfused] [--also_ours_bf16]
-                               [--also_ours_compiled] [--threads N]
+                               [--also_ours_compiled] [--also_ours_sparse] [--also_ours_uniform]
+                               [--also_ours_lean] [--keep_freed_memory] [--threads N]
 
 What is timed, for each sequence length L:
   * train step: forward (training mode, dropout on), loss = mean over the batch of the squared
@@ -21,10 +22,13 @@ except in a CPU training step with attention dropout, where the written-out path
 + our AdamW with ``fused=True`` (PyTorch's one-pass AdamW kernel, given our ε placement);
 ``ours-unfused`` (with ``--also_ours_unfused``) = the same model + our AdamW's own default update
 (the cache-blocked loop on the CPU, ``torch._foreach_*`` on a GPU); ``ours-manual`` (with
-``--also_ours_manual``) = the written-out attention + the loop AdamW (``foreach=False``). All our
-sides use minbert's dropout (uniform-threshold mask). ``ours-bf16`` (with ``--also_ours_bf16``) = ``ours``
+``--also_ours_manual``) = the written-out attention + the loop AdamW (``foreach=False``). ``ours-bf16`` (with ``--also_ours_bf16``) = ``ours``
 under ``torch.autocast(bfloat16)`` (``--amp bf16``); ``ours-compiled`` (with ``--also_ours_compiled``) =
-``ours`` after ``torch.compile`` (``--compile``; its warm-up includes the compilation). ``hf`` = ``transformers.BertModel`` (its
+``ours`` after ``torch.compile`` (``--compile``; its warm-up includes the compilation); ``ours-sparse``
+(with ``--also_ours_sparse``) = ``ours`` with sparse word-embedding gradients and the lazy AdamW
+update of the batch's rows (``--sparse_embeddings``); ``ours-uniform`` (with ``--also_ours_uniform``) =
+``ours`` drawing dropout masks from one uniform draw (``--dropout_masks uniform``); ``ours-lean``
+(with ``--also_ours_lean``) = both. ``hf`` = ``transformers.BertModel`` (its
 default attention implementation) + ``torch.optim.AdamW`` with its defaults (on CPU: the
 per-parameter loop). ``transformers`` is an optional, benchmark-only dependency: without it only
 our sides are timed.
@@ -50,6 +54,7 @@ import torch
 
 from minbert import AdamW, BertModel
 from minbert.weights import resolve_model_dir
+from training.memory import keep_freed_memory
 
 LR = 1e-5
 WEIGHT_DECAY = 0.01
@@ -59,9 +64,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.keep_freed_memory:  # process-wide: every side, HF's included, allocates through it
+        print(f"keep_freed_memory (training/memory.py): {'applied' if keep_freed_memory() else 'not applied'}")
     model_dir = resolve_model_dir(args.model)
     sides = make_sides(model_dir, args.also_ours_manual, args.also_ours_unfused, args.also_ours_bf16,
-                       args.also_ours_compiled)
+                       args.also_ours_compiled, args.also_ours_sparse, args.also_ours_uniform, args.also_ours_lean)
     config = sides[0].config
     print(f"model: {model_dir}  ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"{config.num_attention_heads} heads, vocab {config.vocab_size})")
@@ -106,6 +113,14 @@ def parse_args(argv):
                         help="also time our model with our AdamW's own (non-fused-kernel) update")
     parser.add_argument("--also_ours_bf16", action="store_true", help="also time ours under bf16 autocast")
     parser.add_argument("--also_ours_compiled", action="store_true", help="also time ours after torch.compile")
+    parser.add_argument("--also_ours_sparse", action="store_true",
+                        help="also time ours with sparse word-embedding gradients (lazy AdamW rows)")
+    parser.add_argument("--also_ours_uniform", action="store_true",
+                        help="also time ours with dropout masks from one uniform draw")
+    parser.add_argument("--also_ours_lean", action="store_true",
+                        help="also time ours with sparse word-embedding gradients and uniform dropout masks")
+    parser.add_argument("--keep_freed_memory", action="store_true",
+                        help="raise glibc's mmap/trim thresholds first, as run_multitask.py does (all sides)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
     args = parser.parse_args(argv)
@@ -142,16 +157,22 @@ class Side:
 
 
 def make_sides(model_dir: Path, also_manual: bool, also_unfused: bool = False, also_bf16: bool = False,
-               also_compiled: bool = False) -> list[Side]:
+               also_compiled: bool = False, also_sparse: bool = False, also_uniform: bool = False,
+               also_lean: bool = False) -> list[Side]:
     ours = BertModel.from_pretrained(model_dir).set_attention("auto")
     sides = [Side("ours", ours, AdamW(ours.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True),
                   ours.config, lambda out: out["last_hidden_state"])]
-    for wanted, name in ((also_bf16, "ours-bf16"), (also_compiled, "ours-compiled")):
+    for wanted, name in ((also_bf16, "ours-bf16"), (also_compiled, "ours-compiled"), (also_sparse, "ours-sparse"),
+                         (also_uniform, "ours-uniform"), (also_lean, "ours-lean")):
         if not wanted:
             continue
         model = BertModel.from_pretrained(model_dir).set_attention("auto")
         if name == "ours-compiled":
             model.compile(dynamic=False)
+        if name in ("ours-sparse", "ours-lean"):
+            model.set_sparse_word_embeddings()
+        if name in ("ours-uniform", "ours-lean"):
+            model.set_dropout("uniform")
         autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if name == "ours-bf16" else None
         sides.append(Side(name, model, AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True),
                           model.config, lambda out: out["last_hidden_state"], autocast))

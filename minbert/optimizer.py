@@ -47,6 +47,15 @@ kernels in the same order on every element):
 
 ``foreach=None`` (the default) takes the foreach path when a group's parameters all sit on one
 non-CPU device with one dtype, the blocked loop otherwise; ``foreach=True`` / ``False`` force one.
+
+Sparse gradients (an ``nn.Embedding(sparse=True)``, ``BertModel.set_sparse_word_embeddings``) take
+a fourth path, ``_step_rows``: the *lazy* Adam variant (as TensorFlow Addons' ``LazyAdam``), which
+applies ``_update`` to the rows that have a gradient this step (the word pieces of the batch) and
+leaves every other row — its parameters, moments and weight decay — untouched until its token
+appears again. Dense AdamW would still move those rows (their moments decay but are not zero), so
+this is a different optimizer, not a faster route to the same numbers; the step count t is the
+parameter's global one, so the bias correction is that of dense Adam. It pays on the 30522 × 384
+word-embedding matrix, where a batch of 32 sentences touches a few percent of the rows.
 """
 from __future__ import annotations
 
@@ -117,11 +126,9 @@ class AdamW(Optimizer):
 
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
-            if any(p.grad.is_sparse for p in params):
-                raise RuntimeError(
-                    "AdamW does not support sparse gradients; use a dense embedding "
-                    "(sparse=False) or torch.optim.SparseAdam"
-                )
+            for p in (p for p in params if p.grad.is_sparse):
+                self._step_rows(group, p)
+            params = [p for p in params if not p.grad.is_sparse]
             if self.fused and group["correct_bias"]:
                 self._step_fused(group, params)
                 continue
@@ -160,6 +167,22 @@ class AdamW(Optimizer):
             step_size = self._step_size(group, state["step"])
             for block in _blocks(p, p.grad, state["exp_avg"], state["exp_avg_sq"]):
                 _update(*block, group, step_size)
+
+    def _step_rows(self, group: dict, p: torch.Tensor) -> None:
+        """Lazy update of a parameter with a sparse (row) gradient: ``_update`` on the rows present,
+        gathered into dense blocks and written back (see the module docstring)."""
+        if p.grad.sparse_dim() != 1:
+            raise ValueError("AdamW takes sparse gradients of whole rows (sparse_dim 1, as from "
+                             f"nn.Embedding(sparse=True)), got sparse_dim {p.grad.sparse_dim()}")
+        grad = p.grad.coalesce()          # one entry per row: duplicate rows' gradients summed
+        rows, values = grad.indices()[0], grad.values()
+        state = self._state(p)
+        step_size = self._step_size(group, state["step"])
+        full = (p, state["exp_avg"], state["exp_avg_sq"])
+        theta, exp_avg, exp_avg_sq = (t[rows] for t in full)      # copies of the rows
+        _update(theta, values, exp_avg, exp_avg_sq, group, step_size)
+        for t, updated in zip(full, (theta, exp_avg, exp_avg_sq)):
+            t.index_copy_(0, rows, updated)
 
     def _step_fused(self, group: dict, params: list[torch.Tensor]) -> None:
         """The same update in one fused kernel call per (device, dtype, step count)."""

@@ -187,12 +187,59 @@ def test_state_dict_roundtrip_continues_identically():
         assert torch.equal(a, b)
 
 
-def test_sparse_gradients_rejected():
-    emb = torch.nn.Embedding(10, 4, sparse=True)
-    opt = AdamW(emb.parameters(), lr=0.1)
-    emb(torch.tensor([1, 2])).sum().backward()
-    with pytest.raises(RuntimeError, match="sparse"):
+def _lazy_run(opt_cls, batches, **kw):
+    """Embedding rows after a step per batch of ids, with a sparse gradient (lazy update)."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(12, 5, sparse=True)
+    target = torch.randn(12, 5)
+    opt = opt_cls(emb.parameters(), **kw)
+    for ids in batches:
+        ids = torch.tensor(ids)
+        ((emb(ids) - target[ids]) ** 2).sum().backward()   # ids may repeat: their gradients add up
         opt.step()
+        opt.zero_grad(set_to_none=True)
+    return emb.weight.detach(), opt
+
+
+BATCHES = [[1, 2, 2, 7], [3, 1], [9, 9, 4, 1, 0], [2, 11]]
+
+
+@pytest.mark.parametrize("foreach,fused", [(False, False), (True, False), (None, True)],
+                         ids=["loop", "foreach", "fused"])
+def test_sparse_gradient_lazy_update_matches_torch_sparse_adam(foreach, fused):
+    # torch.optim.SparseAdam is lazy Adam (rows with a gradient only, global step count for the
+    # bias correction); with a negligible ε (it refuses 0) and no weight decay, ε placement does not matter.
+    ours, _ = _lazy_run(AdamW, BATCHES, lr=0.05, eps=1e-12, foreach=foreach, fused=fused)
+    ref, _ = _lazy_run(torch.optim.SparseAdam, BATCHES, lr=0.05, eps=1e-12)
+    torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-7)
+
+
+def test_sparse_gradient_leaves_other_rows_untouched():
+    start, _ = _lazy_run(AdamW, [], lr=0.05)
+    after, opt = _lazy_run(AdamW, BATCHES, lr=0.05, weight_decay=0.1)
+    touched = sorted({i for ids in BATCHES for i in ids})
+    untouched = [i for i in range(12) if i not in touched]
+    assert torch.equal(after[untouched], start[untouched])          # not moved, not even decayed
+    assert not torch.isclose(after[touched], start[touched]).all(dim=1).any()
+    state = opt.state[opt.param_groups[0]["params"][0]]
+    assert state["step"] == len(BATCHES)
+    assert not state["exp_avg"][untouched].any() and state["exp_avg_sq"][touched].all()
+
+
+def test_sparse_gradient_on_every_row_equals_the_dense_update():
+    # when a batch touches every row, lazy and dense AdamW are the same update, weight decay included
+    torch.manual_seed(0)
+    weight = torch.randn(6, 3)
+    grads = [torch.randn(6, 3) for _ in range(3)]
+    results = []
+    for sparse in (False, True):
+        p = torch.nn.Parameter(weight.clone())
+        opt = AdamW([p], lr=0.01, weight_decay=0.1)
+        for g in grads:
+            p.grad = g.to_sparse(sparse_dim=1) if sparse else g.clone()
+            opt.step()
+        results.append(p.detach())
+    assert torch.equal(*results)
 
 
 def test_defaults():
@@ -256,14 +303,6 @@ def test_foreach_handles_mixed_dtypes_and_missing_grads():
         for x, y in zip(run(foreach), ref):
             assert torch.equal(x, y)
     assert torch.equal(ref[2], ref[3])  # no gradient: untouched, not even decayed
-
-
-def test_foreach_rejects_sparse_gradients_too():
-    emb = torch.nn.Embedding(10, 4, sparse=True)
-    opt = AdamW(emb.parameters(), lr=0.1, foreach=True)
-    emb(torch.tensor([1, 2])).sum().backward()
-    with pytest.raises(RuntimeError, match="sparse"):
-        opt.step()
 
 
 def test_foreach_state_dict_loads_into_loop_optimizer():

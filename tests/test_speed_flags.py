@@ -1,5 +1,6 @@
 """The speed flags of run_multitask.py: each runs end to end and changes nothing but float rounding
-(except --bucket, which regroups examples); mixed precision fails clearly where it cannot work."""
+(except --bucket, which regroups examples, and --sparse_embeddings, which updates only the word
+embeddings of the batch); mixed precision fails clearly where it cannot work."""
 import csv
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 import run_multitask
+from minbert import BertModel
 from training.checkpoint import load_checkpoint
 from training.precision import Precision
 
@@ -43,6 +45,32 @@ def test_bucketed_batches_predict_every_example(tmp_path, tiny_model_dir):
         assert ids(tmp_path / "bucket" / name) == ids(tmp_path / "plain" / name)
     assert not all(torch.equal(a, b) for a, b in zip(weights(tmp_path, "plain").values(),
                                                     weights(tmp_path, "bucket").values()))
+
+
+def test_sparse_embeddings_move_only_the_rows_of_seen_word_pieces(tmp_path, tiny_model_dir):
+    name = "embeddings.word_embeddings.weight"
+    start = BertModel.from_pretrained(tiny_model_dir).state_dict()[name]
+    assert run(tmp_path, tiny_model_dir, "dense") == 0
+    assert run(tmp_path, tiny_model_dir, "sparse", "--sparse_embeddings") == 0
+    dense, sparse = (next(v for k, v in weights(tmp_path, r).items() if k.endswith(name)) for r in ("dense", "sparse"))
+    moved = (sparse != start).any(dim=1)
+    assert 50 < moved.sum() < 5000       # the fixture's word pieces, out of 30522 rows
+    assert (dense != start).any(dim=1).all()  # dense AdamW decays every row
+    others = [k for k in weights(tmp_path, "dense") if not k.endswith(name)]
+    assert not all(torch.equal(weights(tmp_path, "dense")[k], weights(tmp_path, "sparse")[k]) for k in others)
+
+
+def test_uniform_dropout_masks_train_another_model(tmp_path, tiny_model_dir):
+    assert run(tmp_path, tiny_model_dir, "bernoulli", "--epochs", "1") == 0
+    assert run(tmp_path, tiny_model_dir, "uniform", "--epochs", "1", "--dropout_masks", "uniform") == 0
+    a, b = weights(tmp_path, "bernoulli"), weights(tmp_path, "uniform")
+    assert not all(torch.equal(a[k], b[k]) for k in a)  # other masks, so other weights
+
+
+def test_sparse_embeddings_refuse_compile(tmp_path, tiny_model_dir, capsys):
+    assert run(tmp_path, tiny_model_dir, "both", "--sparse_embeddings", "--compile") == 1
+    assert "--sparse_embeddings and --compile do not go together" in capsys.readouterr().err
+    assert not (tmp_path / "both").exists()
 
 
 def test_bf16_autocast_runs_on_cpu(tmp_path, tiny_model_dir):

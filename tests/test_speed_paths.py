@@ -4,12 +4,14 @@ Attention: ``"sdpa"`` (torch's fused ``scaled_dot_product_attention``) against t
 ``"manual"`` softmax(QKᵀ/√d + mask)·V, on outputs and on every parameter's gradient, with padding;
 and the sdpa path against the HuggingFace reference fixture, exactly as tests/test_model.py checks
 the manual path. (The optimizer's foreach path is tested in tests/test_optimizer.py.)
+Sparse word-embedding gradients hold the same numbers as the dense gradient, on the batch's rows.
+Uniform dropout masks have the distribution of Bernoulli ones.
 """
 import pytest
 import torch
 
 from minbert import BertConfig, BertModel
-from minbert.model import ATTENTION_IMPLS, MultiHeadSelfAttention
+from minbert.model import ATTENTION_IMPLS, Dropout, MultiHeadSelfAttention
 from minbert.weights import default_model_dir
 
 ATOL = 1e-5
@@ -72,6 +74,49 @@ def test_sdpa_matches_manual_outputs_and_gradients(mode, impl):
     # the gradients are not trivially zero (so the comparison means something)
     for name in ("query", "key", "value"):
         assert grads_m[f"encoder.layer.0.attention.{name}.weight"].abs().max() > 1e-2
+
+
+def test_sparse_word_embedding_gradient_is_the_dense_one_on_the_batch_rows():
+    model = _tiny()
+    _, _, dense, _ = _run(model, "manual")
+    _, _, sparse, _ = _run(model.set_sparse_word_embeddings(), "manual")
+    name = "embeddings.word_embeddings.weight"
+    assert sparse[name].is_sparse and not dense[name].is_sparse
+    rows = sparse[name].coalesce().indices()[0]
+    assert sorted(rows.tolist()) == sorted(set(_batch()[0].flatten().tolist()) - {0})  # [PAD] row: no gradient
+    torch.testing.assert_close(sparse[name].to_dense(), dense[name], rtol=0, atol=1e-6)
+    for other in dense.keys() - {name}:
+        assert torch.equal(sparse[other], dense[other]), other
+
+
+def test_uniform_dropout_masks_have_the_bernoulli_distribution():
+    torch.manual_seed(0)
+    drop = Dropout(0.1)
+    drop.masks = "uniform"
+    x = torch.rand(1000, 1000) + 1.0                     # no zeros of its own
+    y = drop(x.requires_grad_())
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.9) < 0.002  # 1e6 draws: std of the fraction 3e-4
+    torch.testing.assert_close(y[kept], x[kept] / 0.9)    # survivors scaled by 1/(1-p)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / 0.9)
+    assert not torch.equal(kept, drop(x) != 0)            # a fresh mask per call
+    drop.eval()
+    assert torch.equal(drop(x), x)
+
+
+def test_set_dropout_switches_every_dropout_and_bernoulli_is_torchs():
+    model = _tiny(dropout=0.3).set_dropout("uniform")
+    drops = [m for m in model.modules() if isinstance(m, Dropout)]
+    assert len(drops) == 1 + 2 * 2 and all(m.masks == "uniform" for m in drops)  # embeddings, 2 per layer
+    with pytest.raises(ValueError, match="unknown dropout masks"):
+        model.set_dropout("gaussian")
+    model.set_dropout("bernoulli")
+    x = torch.randn(4, 8, 32)
+    torch.manual_seed(3)
+    ours = drops[0](x)
+    torch.manual_seed(3)
+    assert torch.equal(ours, torch.nn.functional.dropout(x, 0.3, training=True))
 
 
 def test_sdpa_uses_attention_dropout_in_training_only():

@@ -111,7 +111,9 @@ class ContrastiveConfig:
 @dataclass
 class SpeedConfig:
     """How fast, not what: apart from float rounding these leave the computation unchanged, except
-    --bucket, which changes which examples share a batch."""
+    --bucket, which changes which examples share a batch, --dropout_masks uniform, which draws other
+    (equally distributed) dropout masks, and --sparse_embeddings, which changes the optimizer of the
+    word embeddings (lazy Adam)."""
     attention: str = flag("manual", "attention implementation: manual (written out, the reference), sdpa "
                                     "(torch's fused kernel), auto (sdpa where it applies)",
                           choices=["manual", "sdpa", "auto"])
@@ -122,6 +124,11 @@ class SpeedConfig:
     amp: str = flag("off", "mixed precision: bf16 autocast (CPU with bf16 instructions, or CUDA), fp16 autocast "
                            "+ gradient scaling (CUDA)", choices=["off", "bf16", "fp16"])
     compile: bool = flag(False, "torch.compile the encoder (first steps are slow while it compiles)")
+    dropout_masks: str = flag("bernoulli", "how encoder dropout masks are drawn: bernoulli (F.dropout) or uniform "
+                                           "(u >= p, u ~ U[0,1): same distribution, cheaper on CPU)",
+                               choices=["bernoulli", "uniform"])
+    sparse_embeddings: bool = flag(False, "sparse word-embedding gradients: AdamW updates only the rows of the "
+                                          "batch's word pieces (lazy Adam; other rows' moments and decay wait)")
 
 
 @dataclass
@@ -181,6 +188,9 @@ class RunConfig:
             (self.contrastive.hard_negative_weight > 0, "--hard_negative_weight must be positive"),
             (self.output.save_every >= 0, "--save_every must not be negative"),
             (self.output.keep_checkpoints >= 1, "--keep_checkpoints must be at least 1"),
+            (not (self.speed.sparse_embeddings and self.speed.compile),
+             "--sparse_embeddings and --compile do not go together (torch.compile cannot build the sparse "
+             "embedding backward); choose one"),
         ]
         for ok, message in checks:
             if not ok:
