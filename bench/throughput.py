@@ -48,6 +48,7 @@ import argparse
 import contextlib
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -67,8 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.keep_freed_memory:  # process-wide: every side, HF's included, allocates through it
         print(f"keep_freed_memory (training/memory.py): {'applied' if keep_freed_memory() else 'not applied'}")
     model_dir = resolve_model_dir(args.model)
-    sides = make_sides(model_dir, args.also_ours_manual, args.also_ours_unfused, args.also_ours_bf16,
-                       args.also_ours_compiled, args.also_ours_sparse, args.also_ours_uniform, args.also_ours_lean)
+    sides = make_sides(model_dir, [name for name in OUR_VARIANTS if getattr(args, _flag(name)[2:])])
     config = sides[0].config
     print(f"model: {model_dir}  ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"{config.num_attention_heads} heads, vocab {config.vocab_size})")
@@ -107,18 +107,8 @@ def parse_args(argv):
     parser.add_argument("--seq_lens", type=_int_list, default=[48], help="comma-separated lengths (48)")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per side and kind (10)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side and kind first (2)")
-    parser.add_argument("--also_ours_manual", action="store_true",
-                        help="also time the written-out attention + loop AdamW")
-    parser.add_argument("--also_ours_unfused", action="store_true",
-                        help="also time our model with our AdamW's own (non-fused-kernel) update")
-    parser.add_argument("--also_ours_bf16", action="store_true", help="also time ours under bf16 autocast")
-    parser.add_argument("--also_ours_compiled", action="store_true", help="also time ours after torch.compile")
-    parser.add_argument("--also_ours_sparse", action="store_true",
-                        help="also time ours with sparse word-embedding gradients (lazy AdamW rows)")
-    parser.add_argument("--also_ours_uniform", action="store_true",
-                        help="also time ours with dropout masks from one uniform draw")
-    parser.add_argument("--also_ours_lean", action="store_true",
-                        help="also time ours with sparse word-embedding gradients and uniform dropout masks")
+    for name, variant in OUR_VARIANTS.items():
+        parser.add_argument(_flag(name), action="store_true", help=f"also time {variant.help}")
     parser.add_argument("--keep_freed_memory", action="store_true",
                         help="raise glibc's mmap/trim thresholds first, as run_multitask.py does (all sides)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
@@ -156,35 +146,48 @@ class Side:
             self.last_hidden(self.model(**inputs))
 
 
-def make_sides(model_dir: Path, also_manual: bool, also_unfused: bool = False, also_bf16: bool = False,
-               also_compiled: bool = False, also_sparse: bool = False, also_uniform: bool = False,
-               also_lean: bool = False) -> list[Side]:
-    ours = BertModel.from_pretrained(model_dir).set_attention("auto")
-    sides = [Side("ours", ours, AdamW(ours.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True),
-                  ours.config, lambda out: out["last_hidden_state"])]
-    for wanted, name in ((also_bf16, "ours-bf16"), (also_compiled, "ours-compiled"), (also_sparse, "ours-sparse"),
-                         (also_uniform, "ours-uniform"), (also_lean, "ours-lean")):
-        if not wanted:
-            continue
-        model = BertModel.from_pretrained(model_dir).set_attention("auto")
-        if name == "ours-compiled":
+@dataclass(frozen=True)
+class OurVariant:
+    """How one of our extra sides differs from ``ours`` (auto attention + fused AdamW)."""
+    help: str
+    attention: str = "auto"
+    adamw: dict = field(default_factory=lambda: {"fused": True})
+    bf16: bool = False
+    compile: bool = False
+    sparse_embeddings: bool = False
+    dropout_masks: str = "bernoulli"
+
+
+# name -> variant; each is timed when its flag --also_ours_<suffix> is given, in this order.
+OUR_VARIANTS = {
+    "ours-bf16": OurVariant("ours under bf16 autocast", bf16=True),
+    "ours-compiled": OurVariant("ours after torch.compile", compile=True),
+    "ours-sparse": OurVariant("ours with sparse word-embedding gradients (lazy AdamW rows)", sparse_embeddings=True),
+    "ours-uniform": OurVariant("ours with dropout masks from one uniform draw", dropout_masks="uniform"),
+    "ours-lean": OurVariant("ours with sparse word-embedding gradients and uniform dropout masks",
+                            sparse_embeddings=True, dropout_masks="uniform"),
+    "ours-unfused": OurVariant("our model with our AdamW's own (non-fused-kernel) update", adamw={}),
+    "ours-manual": OurVariant("the written-out attention + loop AdamW", attention="manual", adamw={"foreach": False}),
+}
+
+
+def _flag(name: str) -> str:
+    return "--also_" + name.replace("-", "_")
+
+
+def make_sides(model_dir: Path, variants: list[str] = ()) -> list[Side]:
+    """``ours``, then the named ``OUR_VARIANTS``, then HF's side when transformers is installed."""
+    def our_side(name: str, variant: OurVariant) -> Side:
+        model = BertModel.from_pretrained(model_dir).set_attention(variant.attention)
+        model.set_sparse_word_embeddings(variant.sparse_embeddings).set_dropout(variant.dropout_masks)
+        if variant.compile:
             model.compile(dynamic=False)
-        if name in ("ours-sparse", "ours-lean"):
-            model.set_sparse_word_embeddings()
-        if name in ("ours-uniform", "ours-lean"):
-            model.set_dropout("uniform")
-        autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if name == "ours-bf16" else None
-        sides.append(Side(name, model, AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True),
-                          model.config, lambda out: out["last_hidden_state"], autocast))
-    if also_unfused:
-        unfused = BertModel.from_pretrained(model_dir).set_attention("auto")
-        sides.append(Side("ours-unfused", unfused, AdamW(unfused.parameters(), lr=LR, weight_decay=WEIGHT_DECAY),
-                          unfused.config, lambda out: out["last_hidden_state"]))
-    if also_manual:
-        manual = BertModel.from_pretrained(model_dir).set_attention("manual")
-        sides.append(Side("ours-manual", manual,
-                          AdamW(manual.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=False),
-                          manual.config, lambda out: out["last_hidden_state"]))
+        autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if variant.bf16 else None
+        return Side(name, model, AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, **variant.adamw),
+                    model.config, lambda out: out["last_hidden_state"], autocast)
+
+    sides = [our_side("ours", OurVariant("ours"))] + [our_side(name, OUR_VARIANTS[name]) for name in variants]
+    ours = sides[0].model
     try:
         import transformers
     except ImportError:

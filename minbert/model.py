@@ -50,21 +50,20 @@ class BertModel(nn.Module):
 
     def set_attention(self, impl: str) -> "BertModel":
         """Use attention implementation ``impl`` ("manual", "sdpa" or "auto") in every layer; returns self."""
-        if impl not in ATTENTION_IMPLS:
-            raise ValueError(f"unknown attention implementation {impl!r} (one of {', '.join(ATTENTION_IMPLS)})")
-        for module in self.modules():
-            if isinstance(module, MultiHeadSelfAttention):
-                module.impl = impl
-        return self
+        return self._set_in_every(MultiHeadSelfAttention, "impl", impl, ATTENTION_IMPLS, "attention implementation")
 
     def set_dropout(self, masks: str) -> "BertModel":
         """Draw every dropout mask of the encoder the ``masks`` way ("bernoulli" or "uniform", see
         ``Dropout``); returns self."""
-        if masks not in DROPOUT_MASKS:
-            raise ValueError(f"unknown dropout masks {masks!r} (one of {', '.join(DROPOUT_MASKS)})")
+        return self._set_in_every(Dropout, "masks", masks, DROPOUT_MASKS, "dropout masks")
+
+    def _set_in_every(self, kind: type, attribute: str, value: str, choices: tuple, what: str) -> "BertModel":
+        """Set ``attribute`` to ``value`` (one of ``choices``) on every submodule of type ``kind``."""
+        if value not in choices:
+            raise ValueError(f"unknown {what} {value!r} (one of {', '.join(choices)})")
         for module in self.modules():
-            if isinstance(module, Dropout):
-                module.masks = masks
+            if isinstance(module, kind):
+                setattr(module, attribute, value)
         return self
 
     def set_sparse_word_embeddings(self, sparse: bool = True) -> "BertModel":
