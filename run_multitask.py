@@ -9,37 +9,34 @@ Flags come from the config dataclasses in ``training/config.py`` (one field, one
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 from data.readers import DataError
 from minbert.weights import WeightsError
-from training.config import SECTIONS, RunConfig
+from training.config import SECTIONS, RunConfig, add_flags, section_from_args
 from training.resume import ResumeError
 from training.trainer import run
 
+EPILOG = """other tools:
+  python -m training.tools.report predictions/         results table of run folders
+  python -m training.tools.evaluate_embeddings ...     STS / SentEval embedding evaluation
+  python -m training.tools.probe ...                   k-means and linear probe of sentence vectors
+  python -m training.tools.sentence_finetune ...       single-sentence fine-tuning (ce or lcl)
+  python scripts/quantize.py ...                       int8 quantization of a run's checkpoint
+  bash scripts/ablate.sh -- --data_dir DIR             the ablation grid"""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     for section, cls in SECTIONS.items():
-        group = parser.add_argument_group(section)
-        for f in dataclasses.fields(cls):
-            meta = dict(f.metadata)
-            if "default" not in meta["help"] and not isinstance(f.default, bool):
-                meta["help"] += f" (default: {f.default})"
-            if f.type in (bool, "bool"):
-                group.add_argument(f"--{f.name}", action="store_true", help=meta["help"])
-                continue
-            kind = meta.pop("type", None) or type(f.default)
-            group.add_argument(f"--{f.name}", type=kind, default=f.default, **meta)
+        add_flags(parser, cls, title=section)
     return parser
 
 
 def parse_config(argv=None) -> RunConfig:
-    args = vars(build_parser().parse_args(argv))
-    sections = {name: cls(**{f.name: args[f.name] for f in dataclasses.fields(cls)})
-                for name, cls in SECTIONS.items()}
-    return RunConfig(**sections)
+    args = build_parser().parse_args(argv)
+    return RunConfig(**{name: section_from_args(cls, args) for name, cls in SECTIONS.items()})
 
 
 def main(argv=None) -> int:

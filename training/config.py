@@ -5,9 +5,13 @@
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
 from dataclasses import dataclass, field
 
 from heads import POOLING_MODES
+
+from .tasks import DEFAULT_TASKS, TASKS, parse_tasks
 
 
 def flag(default, help: str, choices=None, type=None):
@@ -48,7 +52,8 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    epochs: int = flag(3, "multi-task epochs (the default run takes about 30 minutes on 2 CPU cores)")
+    tasks: str = flag(",".join(DEFAULT_TASKS), f"comma-separated tasks to train and predict, from {', '.join(TASKS)}")
+    epochs: int = flag(3, "multi-task epochs")
     lr: float = flag(5e-5, "learning rate of the encoder")
     head_lr: float = flag(1e-3, "learning rate of the task heads (higher than the encoder's: they start from scratch)")
     weight_decay: float = flag(0.01, "decoupled weight decay of AdamW")
@@ -65,7 +70,8 @@ class TrainConfig:
                                            "the study used 1000)", type=int)
     joint_loss: bool = flag(False, "one batch of every task, weighted sum of the losses, one optimizer step "
                                    "(instead of one step per task batch)")
-    loss_weights: str = flag("1,1,1", "joint-loss weights w_sst,w_qqp,w_sts")
+    loss_weights: str | None = flag(None, "joint-loss weights, one per task of --tasks in its order, e.g. 1,2,1 "
+                                          "(default: 1 each)", type=str)
     loss_weighting: str = flag("fixed", "joint-loss weights: fixed, adaptive (from last epoch's dev scores) or "
                                         "learned (uncertainty weighting)", choices=["fixed", "adaptive", "learned"])
 
@@ -155,11 +161,19 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
-        """Inverse of ``dataclasses.asdict`` (a saved run configuration)."""
-        return cls(**{name: section(**data[name]) for name, section in SECTIONS.items()})
+        """Inverse of ``dataclasses.asdict``: the one reader of a saved run configuration. Tolerant of
+        other versions: sections or fields it lacks take their defaults, names it does not know are
+        ignored."""
+        sections = {}
+        for name, section in SECTIONS.items():
+            saved = data.get(name) or {}
+            known = {f.name for f in dataclasses.fields(section)}
+            sections[name] = section(**{key: value for key, value in saved.items() if key in known})
+        return cls(**sections)
 
     def validate(self) -> None:
         """Reject nonsense values with one line naming the flag."""
+        tasks = self.task_names()  # a bad --tasks first: the checks below read it
         checks = [
             (self.train.epochs >= 1, "--epochs must be at least 1"),
             (self.train.lr > 0, "--lr must be positive"),
@@ -192,25 +206,70 @@ class RunConfig:
              "--sparse_embeddings and --compile do not go together (torch.compile cannot build the sparse "
              "embedding backward); choose one"),
         ]
+        checks += [
+            (not self.train.pre_qqp or "qqp" in tasks, "--pre_qqp trains the qqp task: add qqp to --tasks"),
+            (not self.contrastive.scl or self.contrastive.scl_data or {"qqp", "sts"} <= set(tasks),
+             "--scl builds its triples from QQP and STS pairs: add qqp and sts to --tasks, or give --scl_data"),
+            (not self.contrastive.lcl or self.lcl_task() is not None,
+             "--lcl needs a single-sentence classification task (sst or cfimdb) in --tasks"),
+        ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
         self.parsed_loss_weights()
 
+    def lcl_task(self) -> str | None:
+        """The task whose sentences and classes the label-contrastive stage uses: the first
+        single-sentence classification task of ``--tasks``."""
+        return next((name for name in self.task_names()
+                     if not TASKS[name].is_pair and TASKS[name].label_type == "class"), None)
+
+    def task_names(self) -> list[str]:
+        """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs)."""
+        return parse_tasks(self.train.tasks)
+
     def parsed_loss_weights(self) -> dict[str, float]:
-        """``--loss_weights 1,2,1`` as ``{"sst": 1.0, "qqp": 2.0, "sts": 1.0}``."""
-        parts = self.train.loss_weights.split(",")
+        """``--tasks sst,qqp,sts --loss_weights 1,2,1`` as ``{"sst": 1.0, "qqp": 2.0, "sts": 1.0}``."""
+        names = self.task_names()
+        if self.train.loss_weights is None:
+            return {name: 1.0 for name in names}
         try:
-            values = [float(p) for p in parts]
+            values = [float(p) for p in self.train.loss_weights.split(",")]
         except ValueError:
             values = []
-        if len(values) != 3 or any(v < 0 for v in values):
-            raise ValueError(f"--loss_weights must be three non-negative numbers w_sst,w_qqp,w_sts, "
-                             f"got {self.train.loss_weights!r}")
-        return dict(zip(("sst", "qqp", "sts"), values))
+        if len(values) != len(names) or any(not v >= 0 for v in values):
+            raise ValueError(f"--loss_weights must be {len(names)} non-negative numbers, one per task of --tasks "
+                             f"({','.join(names)}), got {self.train.loss_weights!r}")
+        return dict(zip(names, values))
 
 
 
 # The sections of a RunConfig: field name -> dataclass (the flag groups of run_multitask.py).
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "smart": SmartConfig,
             "contrastive": ContrastiveConfig, "speed": SpeedConfig, "output": OutputConfig}
+
+
+def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, ...] | None = None,
+              title: str | None = None, **overrides) -> None:
+    """One flag per field of the config dataclass ``section`` (or of the fields named in ``only``),
+    in an argument group; the help ends with the default. ``overrides`` replace defaults,
+    so a side tool can share a flag's home but start from another value."""
+    group = parser.add_argument_group(title or section.__name__.removesuffix("Config").lower())
+    for f in dataclasses.fields(section):
+        if only is not None and f.name not in only:
+            continue
+        meta = dict(f.metadata)
+        default = overrides.get(f.name, f.default)
+        if f.type in (bool, "bool"):
+            group.add_argument(f"--{f.name}", action="store_true", help=meta["help"])
+            continue
+        if default is not None:  # a None default is explained by the help text itself
+            meta["help"] += f" (default: {default})"
+        kind = meta.pop("type", None) or type(f.default)
+        group.add_argument(f"--{f.name}", type=kind, default=default, **meta)
+
+
+def section_from_args(section: type, args: argparse.Namespace, **values):
+    """The dataclass ``section`` filled from parsed flags (fields without a flag keep their default)."""
+    given = vars(args)
+    return section(**{f.name: given[f.name] for f in dataclasses.fields(section) if f.name in given} | values)

@@ -49,8 +49,9 @@ def plot_curves(metrics: dict, path: Path) -> Path:
 
     epochs = metrics.get("epochs") or []
     x = [e["epoch"] for e in epochs]
-    for name, task in TASKS.items():
-        dev_ax.plot(x, [e["dev"][name] for e in epochs], marker="o", label=f"{name.upper()} {task.metric_name}")
+    for name in (epochs[0]["dev"] if epochs else {}):
+        dev_ax.plot(x, [e["dev"][name] for e in epochs], marker="o",
+                    label=f"{name.upper()} {TASKS[name].metric_name}")
     dev_ax.plot(x, [e["dev_overall"] for e in epochs], marker="s", color="black", label="overall")
     dev_ax.set(title="dev metrics", xlabel="epoch", ylabel="score")
     if x:

@@ -231,5 +231,4 @@ def _unit_score(name: str, value: float) -> float:
     """A task's dev metric on a 0..1 scale: Pearson r as (r + 1) / 2, accuracy as it is."""
     if not math.isfinite(value):
         raise ValueError(f"dev metric of {name} is not finite: {value}")
-    score = (value + 1.0) / 2.0 if TASKS[name].metric_name == "pearson" else value
-    return min(max(score, 0.0), 1.0)
+    return min(max(TASKS[name].unit_score(value), 0.0), 1.0)

@@ -22,11 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# What a head outputs, as each task's row names it (``Task.divergence`` in training/tasks.py):
+# class logits, one log-odds per example, or a score.
 KINDS = ("multiclass", "binary", "regression")
-
-# What each benchmark task's head outputs (see training/tasks.py): SST 5-class logits, QQP one
-# log-odds per pair, STS a 0..5 score per pair.
-TASK_KINDS = {"sst": "multiclass", "qqp": "binary", "sts": "regression"}
 
 
 def divergence(perturbed: torch.Tensor, clean: torch.Tensor, kind: str) -> torch.Tensor:

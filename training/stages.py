@@ -27,7 +27,7 @@ from .resume import TrainingClock
 from .run_log import RunLog
 from .schedule import RoundRobinScheduler
 from .task_step import TaskStep
-from .tasks import TASKS, overall_score
+from .tasks import TASKS, format_metrics, overall_score
 
 CURVE_EVERY = 10  # batches per point of a logged loss curve
 
@@ -54,7 +54,7 @@ def ucl_stage(ctx: StageContext) -> dict:
     if c.ucl_data:
         corpus = read_sentences(c.ucl_data)
     else:
-        corpus = sentences_from_examples(*(ctx.splits[name]["train"] for name in TASKS))
+        corpus = sentences_from_examples(*(split["train"] for split in ctx.splits.values()))
     ctx.log(f"ucl: {len(corpus)} sentences from {c.ucl_data or 'the training sets'}")
 
     def loss_fn(inputs, batch):
@@ -89,13 +89,15 @@ def scl_stage(ctx: StageContext) -> dict:
 
 
 def lcl_stage(ctx: StageContext) -> dict:
-    """Label-contrastive fine-tuning of the encoder on the SST training sentences: in each batch,
-    sentences of the same class are pulled together and others pushed apart
+    """Label-contrastive fine-tuning of the encoder on the training sentences of the first
+    single-sentence classification task (SST by default): in each batch, sentences of the same
+    class are pulled together and others pushed apart
     (``losses.label_contrastive_loss``: KL between the row-normalised same-class matrix Y·Yᵀ and the
     softmax of the cosine similarities over τ; Khosla et al. 2020, Gunel et al. 2021)."""
     c = ctx.config.contrastive
-    examples = ctx.splits["sst"]["train"]
-    ctx.log(f"lcl: {len(examples)} labelled SST sentences")
+    task = ctx.config.lcl_task()
+    examples = ctx.splits[task]["train"]
+    ctx.log(f"lcl: {len(examples)} labelled {task.upper()} sentences")
 
     def loss_fn(inputs, batch):
         embeddings = ctx.forward_model(None, inputs)[0]
@@ -125,21 +127,21 @@ def multitask_stage(ctx: StageContext) -> dict:
     the best epoch by the overall score."""
     t = ctx.config.train
     train_loaders = {name: ctx.loader(ctx.splits[name]["train"], ctx.config.data.batch_size, True, t.seed + i)
-                     for i, name in enumerate(TASKS)}
+                     for i, name in enumerate(ctx.splits)}
     scheduler = RoundRobinScheduler(train_loaders, t.rr, t.max_steps_per_epoch)
     weighting = ctx.task_step.weighting
     # Everything the rest of the run depends on, saved with each checkpoint of this stage.
     progress = ctx.clock.begin_stage("multitask", {"epochs": [], "best": None, "current": None,
-                                                   "curves": {name: {} for name in TASKS}})
+                                                   "curves": {name: {} for name in ctx.splits}})
     history = progress["epochs"]
-    curves = {name: LossCurve(progress["curves"][name]) for name in TASKS}  # per task, by its own batches
+    curves = {name: LossCurve(progress["curves"][name]) for name in ctx.splits}  # per task, by its own batches
     best = {"score": -float("inf"), "epoch": None, "state": None, "dev": None}
     if progress["best"] is not None:  # resuming: the best epoch before the crash
         best = {**progress["best"], "dev": {k: TaskPredictions.from_dict(v) for k, v in progress["best"]["dev"].items()},
                 "state": ctx.clock.checkpoint.best_state()}
     for epoch in range(1, t.epochs + 1):
         if progress["current"] is None or progress["current"]["epoch"] < epoch:
-            progress["current"] = {"epoch": epoch, "losses": {name: [] for name in TASKS}, "examples": 0,
+            progress["current"] = {"epoch": epoch, "losses": {name: [] for name in ctx.splits}, "examples": 0,
                                    "seconds": 0.0}
         current, totals = progress["current"], progress["current"]["losses"]
         bar = tqdm(scheduler.rounds(), desc=f"epoch {epoch}/{t.epochs}", total=scheduler.steps, dynamic_ncols=True,
@@ -158,16 +160,17 @@ def multitask_stage(ctx: StageContext) -> dict:
                 current["seconds"] += time.time() - mark
                 mark = time.time()
                 ctx.clock.step_done()
-            if totals["sst"] and len(totals["sst"]) % 20 == 0:
+            first = next(iter(totals.values()))
+            if first and len(first) % 20 == 0:
                 bar.set_postfix({k: f"{sum(v) / len(v):.3f}" for k, v in totals.items() if v}, refresh=False)
         if epoch <= len(history):  # evaluated before the crash
             continue
         ctx.clock.catch_up()
         started = time.time()
-        dev = {name: predict(ctx.model, task, ctx.loader(ctx.splits[name]["dev"], ctx.config.data.batch_size, False, 0),
+        dev = {name: predict(ctx.model, TASKS[name], ctx.loader(split["dev"], ctx.config.data.batch_size, False, 0),
                              ctx.device, f"dev {name}", ctx.log.progress_bars, ctx.precision)
-               for name, task in TASKS.items()}
-        metrics = {name: dev[name].score(task) for name, task in TASKS.items()}
+               for name, split in ctx.splits.items()}
+        metrics = {name: dev[name].score(TASKS[name]) for name in dev}
         score = overall_score(metrics)
         record = {"epoch": epoch, "train_loss": {k: sum(v) / max(len(v), 1) for k, v in totals.items()},
                   "dev": metrics, "dev_overall": score,
@@ -180,8 +183,7 @@ def multitask_stage(ctx: StageContext) -> dict:
         history.append(record)
         improved = score > best["score"]
         ctx.log.result(f"epoch {epoch}: train loss " + " ".join(f"{k} {v:.3f}" for k, v in record["train_loss"].items())
-                + f" | dev SST acc {metrics['sst']:.3f} QQP acc {metrics['qqp']:.3f} "
-                  f"STS pearson {metrics['sts']:.3f} overall {score:.3f}" + ("  (best so far)" if improved else ""))
+                + f" | dev {format_metrics(metrics)} overall {score:.3f}" + ("  (best so far)" if improved else ""))
         if improved:
             best = {"score": score, "epoch": epoch, "dev": dev,
                     "state": {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}}

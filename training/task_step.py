@@ -13,7 +13,7 @@ from .distributed import Distributed, average_gradients
 from .precision import Precision
 from .evaluate import to_device
 from .losses import LossWeighting
-from .smart import TASK_KINDS, BregmanProximal, smart_loss
+from .smart import BregmanProximal, smart_loss
 from .tasks import TASKS
 
 
@@ -42,12 +42,12 @@ class TaskStep:
             output = self.forward_model(name, inputs)
         loss = task.loss(output, batch["labels"].to(self.device))
         if self.smart.smart:
-            loss = loss + smart_loss(self.model, name, inputs, output, TASK_KINDS[name],
+            loss = loss + smart_loss(self.model, name, inputs, output, task.divergence,
                                      weight=self.smart.smart_weight, eps=self.smart.smart_eps,
                                      step=self.smart.smart_step, steps=self.smart.smart_steps,
                                      eps_norm=self.smart.smart_eps_norm)
             if self.bregman is not None:
-                loss = loss + self.bregman.penalty(output, name, inputs, TASK_KINDS[name])
+                loss = loss + self.bregman.penalty(output, name, inputs, task.divergence)
         return loss
 
     def inputs(self, batch: dict) -> list[dict]:

@@ -1,5 +1,7 @@
-"""The three benchmark tasks described as data, so one training loop, one evaluation loop and
-one prediction writer serve all of them. Adding a task (e.g. CFIMDB) is one more ``Task`` row.
+"""The benchmark tasks described as data: one ``Task`` row says everything the code needs to know
+about a task (files, columns, head, loss, metric, prediction column, SMART divergence), so one
+training loop, one evaluation loop and one prediction writer serve them all. Adding a task is one
+more row; ``--tasks`` picks the rows a run trains.
 """
 from __future__ import annotations
 
@@ -10,21 +12,26 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy.stats import pearsonr
+from torch import nn
+
+from heads import PairHead, SentimentHead
 
 
 @dataclass(frozen=True)
 class Task:
-    name: str                       # short name used in logs, metrics and head names
+    name: str                       # short name used in logs, metrics, head names and --tasks
+    description: str
     files: dict[str, str]           # split -> file name in the data directory
     text_columns: tuple[str, ...]   # one column (single sentence) or two (pair)
     label_column: str
     label_type: str                 # "class" (integer) or "score" (float in score_range)
     num_classes: int | None
     score_range: tuple[float, float] | None
+    head: Callable[[int, object], nn.Module]           # (pooled width, ModelConfig) -> a fresh head
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     predict: Callable[[torch.Tensor], torch.Tensor]   # head output -> prediction written out
-    metric_name: str
-    metric: Callable[[np.ndarray, np.ndarray], float]  # (predictions, gold) -> score
+    metric_name: str                # "accuracy" or "pearson"
+    divergence: str                 # SMART's ℓ_s for this head's output: multiclass, binary or regression
     output_prefix: str              # prediction files: <prefix>-{dev,test}-output.csv
     prediction_column: str          # CS224N column name of the prediction
 
@@ -32,53 +39,100 @@ class Task:
     def is_pair(self) -> bool:
         return len(self.text_columns) == 2
 
+    def metric(self, pred: np.ndarray, gold: np.ndarray) -> float:
+        return METRICS[self.metric_name](pred, gold)
+
+    def unit_score(self, value: float) -> float:
+        """The metric on a 0..1 scale, for averaging across tasks: Pearson r becomes (r + 1) / 2."""
+        return (value + 1.0) / 2.0 if self.metric_name == "pearson" else value
+
 
 def accuracy(pred: np.ndarray, gold: np.ndarray) -> float:
     return float((pred == gold).mean())
 
 
 def pearson(pred: np.ndarray, gold: np.ndarray) -> float:
+    """Pearson r; 0.0 where it is undefined (fewer than two examples, or a constant side)."""
     if len(pred) < 2 or np.std(pred) == 0 or np.std(gold) == 0:
         return 0.0
     return float(pearsonr(pred, gold)[0])
 
 
+METRICS = {"accuracy": accuracy, "pearson": pearson}
+
+
 def overall_score(metrics: dict[str, float]) -> float:
-    """The CS224N leaderboard score: (SST acc + QQP acc + (STS Pearson + 1) / 2) / 3."""
-    return (metrics["sst"] + metrics["qqp"] + (metrics["sts"] + 1.0) / 2.0) / 3.0
+    """Mean of the tasks' ``unit_score``s. For SST, QQP and STS this is the CS224N leaderboard
+    score, (SST acc + QQP acc + (STS Pearson + 1) / 2) / 3."""
+    return sum(TASKS[name].unit_score(value) for name, value in metrics.items()) / len(metrics)
+
+
+def format_metrics(metrics: dict[str, float], digits: int = 3, sep: str = " ") -> str:
+    """``SST acc 0.484 QQP acc 0.815 STS pearson 0.876``: the log lines' form of dev metrics."""
+    short = {"accuracy": "acc", "pearson": "pearson"}
+    return sep.join(f"{name.upper()} {short[TASKS[name].metric_name]} {value:.{digits}f}"
+                    for name, value in metrics.items())
+
+
+def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, labels)
+
+
+def _argmax(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(dim=-1)
 
 
 SST = Task(
-    name="sst",
+    name="sst", description="Stanford Sentiment Treebank, 5 classes (0 negative .. 4 positive)",
     files={"train": "ids-sst-train.csv", "dev": "ids-sst-dev.csv", "test": "ids-sst-test-student.csv"},
     text_columns=("sentence",), label_column="sentiment", label_type="class", num_classes=5, score_range=None,
-    loss=lambda logits, labels: F.cross_entropy(logits, labels),
-    predict=lambda logits: logits.argmax(dim=-1),
-    metric_name="accuracy", metric=accuracy,
+    head=lambda width, m: SentimentHead(width, 5, m.hidden_dropout_prob),
+    loss=_cross_entropy, predict=_argmax, metric_name="accuracy", divergence="multiclass",
     output_prefix="sst", prediction_column="Predicted_Sentiment",
 )
 
 QQP = Task(
-    name="qqp",
+    name="qqp", description="Quora question pairs: paraphrase or not",
     files={"train": "quora-train.csv", "dev": "quora-dev.csv", "test": "quora-test-student.csv"},
     text_columns=("sentence1", "sentence2"), label_column="is_duplicate", label_type="class", num_classes=2,
     score_range=None,
+    head=lambda width, m: PairHead(width, m.para_head, "logit", m.temp, m.hidden_dropout_prob),
     loss=lambda logits, labels: F.binary_cross_entropy_with_logits(logits, labels.float()),
     predict=lambda logits: (logits > 0).long(),
-    metric_name="accuracy", metric=accuracy,
+    metric_name="accuracy", divergence="binary",
     output_prefix="para", prediction_column="Predicted_Is_Paraphrase",
 )
 
 STS = Task(
-    name="sts",
+    name="sts", description="STS-B sentence pairs: similarity 0.0 .. 5.0",
     files={"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test-student.csv"},
     text_columns=("sentence1", "sentence2"), label_column="similarity", label_type="score", num_classes=None,
     score_range=(0.0, 5.0),
+    head=lambda width, m: PairHead(width, m.sts_head, "score", m.temp, m.hidden_dropout_prob),
     loss=lambda scores, labels: F.mse_loss(scores, labels.float()),
     predict=lambda scores: scores.clamp(0.0, 5.0),
-    metric_name="pearson", metric=pearson,
+    metric_name="pearson", divergence="regression",
     # "Similiarity" is spelled as in the CS224N release's output files.
     output_prefix="sts", prediction_column="Predicted_Similiarity",
 )
 
-TASKS: dict[str, Task] = {task.name: task for task in (SST, QQP, STS)}
+CFIMDB = Task(
+    name="cfimdb", description="CFIMDB movie reviews, 2 classes (0 negative, 1 positive)",
+    files={"train": "ids-cfimdb-train.csv", "dev": "ids-cfimdb-dev.csv", "test": "ids-cfimdb-test-student.csv"},
+    text_columns=("sentence",), label_column="sentiment", label_type="class", num_classes=2, score_range=None,
+    head=lambda width, m: SentimentHead(width, 2, m.hidden_dropout_prob),
+    loss=_cross_entropy, predict=_argmax, metric_name="accuracy", divergence="multiclass",
+    output_prefix="cfimdb", prediction_column="Predicted_Sentiment",
+)
+
+TASKS: dict[str, Task] = {task.name: task for task in (SST, QQP, STS, CFIMDB)}
+DEFAULT_TASKS = ("sst", "qqp", "sts")
+
+
+def parse_tasks(value: str) -> list[str]:
+    """``--tasks sst,qqp`` as ``["sst", "qqp"]``: known names, no repeats, at least one."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TASKS]
+    if unknown or not names or len(set(names)) != len(names):
+        raise ValueError(f"--tasks must be distinct names from {', '.join(TASKS)}, comma-separated; got {value!r}")
+    return names

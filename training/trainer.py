@@ -19,7 +19,7 @@ import torch
 
 from data.batching import make_loader
 from data.readers import DataError, Example, read_examples, resolve_data_dir
-from heads import MultitaskBert, PairHead, SentimentHead, pooled_size
+from heads import MultitaskBert
 from minbert import AdamW, BertModel, BertTokenizer
 from minbert.weights import resolve_model_dir
 
@@ -34,9 +34,10 @@ from .outputs import prediction_path, write_json, write_predictions
 from .precision import Precision
 from .resume import Checkpoint, TrainingClock, latest_checkpoint
 from .run_log import RunLog
+from .runs import build_model
 from .stages import StageContext, enabled_stages, multitask_stage
 from .task_step import TaskStep
-from .tasks import TASKS, overall_score
+from .tasks import TASKS, format_metrics, overall_score
 
 
 def run(config: RunConfig, log: RunLog | None = None) -> dict:
@@ -66,11 +67,12 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     # Everything that can be wrong with the inputs (data, weights, vocabulary, corpora) is found
     # before a run folder is made: a run that cannot start leaves nothing behind.
     run_dir = Path(config.output.resume) if resume else new_run_dir(config, check=place.is_main)
-    data_dir = resolve_data_dir(config.data.data_dir, [t.files[s] for t in TASKS.values() for s in ("train", "dev")])
+    tasks = config.task_names()
+    data_dir = resolve_data_dir(config.data.data_dir, [TASKS[t].files[s] for t in tasks for s in ("train", "dev")])
     model_dir = resolve_model_dir(config.model.model)
     check_corpus_files(config)
     tokenizer = BertTokenizer(model_dir / "vocab.txt")
-    splits, data_report = read_all_splits(data_dir, config.data.strict, log)
+    splits, data_report = read_all_splits(data_dir, tasks, config.data.strict, log)
     model = build_model(config, model_dir)
     if tokenizer.vocab_size > model.bert.config.vocab_size:
         raise DataError(f"{model_dir / 'vocab.txt'} has {tokenizer.vocab_size} tokens but the model's "
@@ -108,7 +110,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     log(f"data: {metrics['data_dir']}   model: {metrics['model_dir']}   device: {device}")
     weighting = None
     if config.train.joint_loss:
-        weighting = make_loss_weighting(config.train.loss_weighting, list(TASKS), config.parsed_loss_weights()).to(device)
+        weighting = make_loss_weighting(config.train.loss_weighting, config.task_names(), config.parsed_loss_weights()).to(device)
     groups = [{"params": [p for p in model.bert.parameters() if p.requires_grad]},
               {"params": list(model.heads.parameters()), "lr": config.train.head_lr},
               # learned loss weights (log-variances): no decay pulling them towards 0
@@ -173,7 +175,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     log(f"best epoch {best['epoch']} (dev overall {best['score']:.4f}); writing predictions")
     written, skipped = write_all_predictions(model, best["dev"], splits, loader, config.data.batch_size,
                                              device, run_dir, log, precision)
-    final_dev = {name: best["dev"][name].score(task) for name, task in TASKS.items()}
+    final_dev = {name: best["dev"][name].score(TASKS[name]) for name in config.task_names()}
     train_seconds = sum(e["train_seconds"] for e in history)
     train_examples = sum(e["train_examples"] for e in history)
     metrics.update(
@@ -194,37 +196,18 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     )
     write.json(metrics)
     write.curves(metrics, log)
-    log.result(f"dev: SST acc {final_dev['sst']:.4f}  QQP acc {final_dev['qqp']:.4f}  "
-               f"STS pearson {final_dev['sts']:.4f}  overall {metrics['dev_overall']:.4f}  "
+    log.result(f"dev: {format_metrics(final_dev, 4, '  ')}  overall {metrics['dev_overall']:.4f}  "
                f"({metrics['wall_seconds']:.0f} s, {metrics['train_examples_per_second']:.1f} train examples/s) "
                f"-> {run_dir}")
 
 
-def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
-    """Pretrained encoder + fresh heads; with ``--option pretrain`` the encoder is frozen."""
-    dropout = config.model.hidden_dropout_prob
-    overrides = {"hidden_dropout_prob": dropout}
-    if config.model.attention_probs_dropout_prob is not None:
-        overrides["attention_probs_dropout_prob"] = config.model.attention_probs_dropout_prob
-    bert = BertModel.from_pretrained(model_dir, **overrides)
-    width = pooled_size(bert.config.hidden_size, config.model.pooling)
-    heads = {
-        "sst": SentimentHead(width, TASKS["sst"].num_classes, dropout),
-        "qqp": PairHead(width, config.model.para_head, "logit", config.model.temp, dropout),
-        "sts": PairHead(width, config.model.sts_head, "score", config.model.temp, dropout),
-    }
-    model = MultitaskBert(bert, heads, config.model.pooling)
-    if config.model.option == "pretrain":
-        for p in model.bert.parameters():
-            p.requires_grad_(False)
-    return model
-
-
-def read_all_splits(data_dir: Path, strict: bool, log) -> tuple[dict[str, dict[str, list[Example]]], dict]:
-    """Every task's train/dev (labelled) and test (unlabelled, if present) examples."""
+def read_all_splits(data_dir: Path, tasks: list[str], strict: bool,
+                    log) -> tuple[dict[str, dict[str, list[Example]]], dict]:
+    """Every chosen task's train/dev (labelled) and test (unlabelled, if present) examples."""
     splits: dict[str, dict[str, list[Example]]] = {}
     report = {}
-    for name, task in TASKS.items():
+    for name in tasks:
+        task = TASKS[name]
         splits[name] = {}
         for split, file_name in task.files.items():
             path = data_dir / file_name
@@ -246,7 +229,8 @@ def write_all_predictions(model, dev: dict[str, TaskPredictions], splits, loader
                           run_dir: Path, log, precision: Precision | None = None):
     """Dev (already predicted by the best epoch) and test prediction CSVs; returns file lists."""
     written, skipped = [], []
-    for name, task in TASKS.items():
+    for name in dev:
+        task = TASKS[name]
         for split in ("dev", "test"):
             path = prediction_path(run_dir, task, split)
             if split == "dev":

@@ -1,0 +1,95 @@
+"""The task table: rows, the overall score, --tasks and one run of a task outside the benchmark."""
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+import run_multitask
+from training.config import RunConfig
+from training.tasks import TASKS, format_metrics, overall_score, parse_tasks
+
+CFIMDB_DATA = Path(__file__).parent / "fixtures" / "cfimdb"
+
+
+def test_overall_score_is_the_cs224n_formula_for_the_benchmark_tasks():
+    metrics = {"sst": 0.48, "qqp": 0.81, "sts": 0.87}
+    assert overall_score(metrics) == pytest.approx((0.48 + 0.81 + (0.87 + 1) / 2) / 3, abs=1e-15)
+
+
+def test_overall_score_of_one_task_is_its_unit_score():
+    assert overall_score({"cfimdb": 0.75}) == 0.75
+    assert overall_score({"sts": -1.0}) == 0.0
+
+
+def test_every_row_is_complete():
+    for name, task in TASKS.items():
+        assert task.name == name
+        assert set(task.files) == {"train", "dev", "test"}
+        assert task.divergence in ("multiclass", "binary", "regression")
+        assert (task.label_type == "class") == (task.num_classes is not None)
+        assert (task.label_type == "score") == (task.score_range is not None)
+
+
+def test_format_metrics_names_each_task_and_its_metric():
+    assert format_metrics({"sst": 0.5, "sts": 0.25}) == "SST acc 0.500 STS pearson 0.250"
+
+
+@pytest.mark.parametrize("value", ["", "sst,sst", "sst,imdb", ","])
+def test_bad_task_lists_are_refused(value):
+    with pytest.raises(ValueError, match="--tasks"):
+        parse_tasks(value)
+
+
+def config(**train) -> RunConfig:
+    c = run_multitask.parse_config([])
+    for key, value in train.items():
+        setattr(c.train, key, value)
+    return c
+
+
+def test_loss_weights_follow_the_chosen_tasks():
+    assert config(tasks="sts,sst", loss_weights="2,0.5").parsed_loss_weights() == {"sts": 2.0, "sst": 0.5}
+    assert config(tasks="qqp").parsed_loss_weights() == {"qqp": 1.0}
+    with pytest.raises(ValueError, match="2 non-negative numbers, one per task of --tasks"):
+        config(tasks="sts,sst", loss_weights="1,1,1").validate()
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"tasks": "sst,sts", "pre_qqp": True}, "--pre_qqp trains the qqp task"),
+])
+def test_stages_that_need_a_missing_task_are_refused(flags, message):
+    with pytest.raises(ValueError, match=message):
+        config(**flags).validate()
+
+
+def test_scl_and_lcl_need_their_tasks():
+    c = config(tasks="qqp")
+    c.contrastive.scl = True
+    with pytest.raises(ValueError, match="--scl builds its triples"):
+        c.validate()
+    c.contrastive.scl, c.contrastive.lcl = False, True
+    with pytest.raises(ValueError, match="--lcl needs a single-sentence classification task"):
+        c.validate()
+    assert config(tasks="sts,cfimdb,sst").lcl_task() == "cfimdb"
+
+
+def test_tasks_cfimdb_trains_and_predicts_through_the_same_run(tmp_path, tiny_model_dir, capsys):
+    argv = ["--data_dir", str(CFIMDB_DATA), "--model", str(tiny_model_dir), "--tasks", "cfimdb", "--epochs", "1",
+            "--batch_size", "4", "--max_length", "32", "--out_dir", str(tmp_path), "--run_name", "cf", "--quiet",
+            "--lcl", "--lcl_steps", "1", "--lcl_batch_size", "4"]
+    assert run_multitask.main(argv) == 0
+    run_dir = tmp_path / "cf"
+    with open(run_dir / "cfimdb-dev-output.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(CFIMDB_DATA / "ids-cfimdb-dev.csv", encoding="utf-8", newline="") as f:
+        gold = [row["id"] for row in csv.DictReader(f, delimiter="\t")]
+    assert [r["id"] for r in rows] == gold
+    assert {r["Predicted_Sentiment"] for r in rows} <= {"0", "1"}
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert set(metrics["dev"]) == {"cfimdb"}
+    assert metrics["dev_overall"] == metrics["dev"]["cfimdb"]
+    assert metrics["skipped_prediction_files"] == ["cfimdb-test-output.csv"]
+    assert not (run_dir / "sst-dev-output.csv").exists()
+    out = capsys.readouterr().out
+    assert "CFIMDB acc" in out and "SST" not in out
