@@ -20,11 +20,11 @@ same model trains on the same SST sentences three times, and only the batching d
 
 What each variant runs, exactly as ``run_multitask.py`` would with its defaults (the RunConfig
 comes from ``run_multitask.parse_config``): ``seed_everything(--seed)``; the model of
-``training.trainer.build_model`` (pretrained encoder + freshly initialised heads, so every
+``training.runs.build_model`` (pretrained encoder + freshly initialised heads, so every
 variant starts from identical weights); ``set_attention(--attention)``; our ``AdamW`` with the
 run's parameter groups (encoder at lr 5e-5, heads at 1e-3, weight decay 0.01); the SST training
-loader seeded as the run seeds it; one optimizer step per batch through ``training.task_step.TaskStep``
-(SST's cross-entropy, zero_grad, backward, step, ``loss.item()``).
+loader seeded as the run seeds it; one optimizer step per batch through the run's training loop
+(``training.loop``: SST's cross-entropy, zero_grad, backward, step, ``loss.item()``).
 
 What is timed: the wall time of the whole training epoch, from building the loader (for ``bucket``
 that includes tokenising every sentence once more for its length key) through fetching and
@@ -62,11 +62,15 @@ from data.readers import read_examples, resolve_data_dir
 from minbert import AdamW, BertTokenizer
 from minbert.atomic import write_text_atomic
 from minbert.weights import resolve_model_dir
-from training.evaluate import pick_device, predict
+from training.device import pick_device
+from training.evaluate import predict
 from training.precision import Precision
-from training.task_step import TaskStep
+from training.loop import Objective, TrainingLoop
+from training.run_log import RunLog
+from training.task_loss import TaskLoss
 from training.tasks import TASKS
-from training.trainer import adamw_impl, build_model, seed_everything
+from training.runs import build_model
+from training.trainer import adamw_impl, seed_everything
 
 VARIANTS = ("fixed", "dynamic", "bucket")
 TASK = TASKS["sst"]
@@ -188,6 +192,19 @@ def make_variant_loader(variant: str, examples, tokenizer: BertTokenizer, max_le
                       num_workers=0)
 
 
+class SstStep(Objective):
+    """One SST training step of a multi-task run: the task loss, taken by ``TrainingLoop.step``."""
+
+    def __init__(self, task_loss: TaskLoss, optimizer, loop: TrainingLoop):
+        self.task_loss, self.optimizer, self.loop = task_loss, optimizer, loop
+
+    def loss(self, batch):
+        return self.task_loss({TASK.name: batch})
+
+    def step(self, batches: dict) -> dict[str, float]:
+        return self.loop.step(self, batches[TASK.name])
+
+
 class SstEpoch:
     """Builds the run's model and optimizer and trains / evaluates one variant."""
 
@@ -201,13 +218,14 @@ class SstEpoch:
         model.bert.set_attention(self.config.speed.attention)
         return model
 
-    def new_step(self, model) -> TaskStep:
-        """Our AdamW over the run's parameter groups, inside the run's training step."""
+    def new_step(self, model) -> "SstStep":
+        """Our AdamW over the run's parameter groups, stepped by the run's training loop."""
         t = self.config.train
         groups = [{"params": [p for p in model.bert.parameters() if p.requires_grad]},
                   {"params": list(model.heads.parameters()), "lr": t.head_lr}]
         optimizer = AdamW(groups, lr=t.lr, weight_decay=t.weight_decay, **adamw_impl(self.config))
-        return TaskStep(model, optimizer, self.device, self.config.smart, precision=Precision("off", self.device))
+        return SstStep(TaskLoss(model, self.device, self.config.smart), optimizer,
+                       TrainingLoop(Precision("off", self.device), RunLog(quiet=True)))
 
     def warm_up(self, train) -> None:
         """Two untimed steps of a throw-away model on one full-width batch."""
@@ -233,7 +251,7 @@ class SstEpoch:
         losses, padded, real, widths, examples = [], 0, 0, [], 0
 
         started = time.perf_counter()
-        # seeded as run_multitask seeds the SST training loader (multitask_stage: seed + task index 0)
+        # seeded as run_multitask seeds the SST training loader (the multi-task stage: seed + task index 0)
         loader = make_variant_loader(variant, train, self.tokenizer, c.data.max_length, c.data.batch_size,
                                      True, c.train.seed)
         loader_seconds = time.perf_counter() - started

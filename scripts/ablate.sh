@@ -17,60 +17,30 @@
 #
 # A row whose run folder already exists is skipped (remove the folder to run it again), so an
 # interrupted grid resumes where it stopped. A failing row is reported and the loop goes on; Ctrl-C
-# stops the grid. At the end `python -m training.report DIR` prints the table and writes
+# stops the grid. At the end `python -m training.tools.report DIR` prints the table and writes
 # DIR/ablation.md and DIR/ablation.csv. The exit status is 1 if any row failed. Set PYTHON to
 # choose the interpreter (default: python).
 set -u
 
 # ---- budget -------------------------------------------------------------------------------------
-# Meant to fit the 26 rows in under 2 hours on 2 CPU cores with the embedded model. Measured here:
-# the 26 rows' wall times add up to 117.3 min (15 of them partly beside other jobs; the last 11,
-# on an idle machine, took 49.0 min, 2.8-6.5 min a row; the all-on rows are the slowest). Other
-# jobs on the same cores push the total past 2 hours.
+# On 2 CPU cores with the embedded model, the 26 rows without LCL took 117.3 min in all, 2.8-6.5 min
+# a row on an idle machine, the all-on rows the slowest (docs/ablation.md); the 7 LCL rows come on
+# top. Other jobs on the same cores make every row slower.
 # --epochs / --max_steps_per_epoch given to this script replace the first two values.
 BUDGET=(--epochs 1 --max_steps_per_epoch 30
         --pre_qqp_epochs 1 --pre_qqp_steps 20
         --ucl_epochs 1 --ucl_steps 20
-        --scl_epochs 1 --scl_steps 20)
+        --scl_epochs 1 --scl_steps 20
+        --lcl_epochs 1 --lcl_steps 20)
 
-# ---- the grid: "<name> <flags...>" per row (flags are split on spaces; keep values space-free) ---
-# Two baselines, then 24 ablation rows:
-#   - the CLS control (no extension; FT is the MEAN control): 1 row
-#   - each of the five extensions alone, on CLS and on MEAN pooling: 10 rows
-#   - every pair of extensions on MEAN pooling (the default pooling): 10 rows
-#   - everything but SMART (the costly one) on MEAN, and everything on CLS and on MEAN: 3 rows
-# Pooling is always given explicitly in ablation rows so the table does not depend on the default.
-GRID=(
-  "pt --option pretrain --pooling mean"
-  "ft --pooling mean"
-  "cls --pooling cls"
-  "cls-preqqp --pooling cls --pre_qqp"
-  "cls-joint --pooling cls --joint_loss"
-  "cls-smart --pooling cls --smart"
-  "cls-ucl --pooling cls --ucl"
-  "cls-scl --pooling cls --scl"
-  "mean-preqqp --pooling mean --pre_qqp"
-  "mean-joint --pooling mean --joint_loss"
-  "mean-smart --pooling mean --smart"
-  "mean-ucl --pooling mean --ucl"
-  "mean-scl --pooling mean --scl"
-  "mean-preqqp-joint --pooling mean --pre_qqp --joint_loss"
-  "mean-preqqp-smart --pooling mean --pre_qqp --smart"
-  "mean-preqqp-ucl --pooling mean --pre_qqp --ucl"
-  "mean-preqqp-scl --pooling mean --pre_qqp --scl"
-  "mean-joint-smart --pooling mean --joint_loss --smart"
-  "mean-joint-ucl --pooling mean --joint_loss --ucl"
-  "mean-joint-scl --pooling mean --joint_loss --scl"
-  "mean-smart-ucl --pooling mean --smart --ucl"
-  "mean-smart-scl --pooling mean --smart --scl"
-  "mean-ucl-scl --pooling mean --ucl --scl"
-  "mean-all-but-smart --pooling mean --pre_qqp --joint_loss --ucl --scl"
-  "cls-all --pooling cls --pre_qqp --joint_loss --smart --ucl --scl"
-  "mean-all --pooling mean --pre_qqp --joint_loss --smart --ucl --scl"
-)
-
+# ---- the grid: "<name> <flags...>" per row, from the table of extensions (training/stages.py) ----
+# python -m training.tools.grid prints it: the PT and FT baselines, the CLS control, each extension
+# alone on CLS and on MEAN, every pair on MEAN, everything but SMART (the costly one) on MEAN, and
+# everything on CLS and on MEAN.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
+mapfile -t GRID < <(cd "$ROOT" && "$PYTHON" -m training.tools.grid)
+((${#GRID[@]} > 0)) || { echo "ablate.sh: could not list the grid (python -m training.tools.grid)" >&2; exit 2; }
 OUT="predictions/ablate"
 ONLY=()
 EXTRA=()
@@ -164,5 +134,5 @@ printf '\n%d ok, %d failed, %d skipped in %dh%02dm%02ds\n' "$n_ok" "$n_failed" "
   $((total / 3600)) $((total % 3600 / 60)) $((total % 60))
 ((n_failed == 0)) || echo "failed rows: ${failed_rows[*]}"
 echo
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m training.report "$OUT"
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m training.tools.report "$OUT"
 ((n_failed == 0))

@@ -27,22 +27,20 @@ What is measured, in one run:
      by the CPU time of this process (``time.process_time``). On a machine shared with other jobs
      the wall clock measures mostly how much CPU the scheduler gave us; CPU time measures the work
      (it sums all threads, so with ``--threads`` > 1 it is not the latency);
-  3. dev metrics (SST accuracy, QQP accuracy, STS Pearson, the overall score) with the project's
-     own evaluation loop (``training.evaluate.predict``) on the dev sets (the first ``--max_dev``
-     examples of each when given), and how often the two models' predictions agree.
-The model is rebuilt as training built it (``training.trainer.build_model`` from the run
-configuration saved in ``config.json``), then the checkpoint's weights are loaded strictly.
+  3. dev metrics of the run's tasks (SST and QQP accuracy, STS Pearson, ...; the overall score)
+     with the project's own evaluation loop (``training.evaluate.predict``) on the dev sets (the
+     first ``--max_dev`` examples of each when given), and how often the two models' predictions agree.
+The model is the run's own (``training.load_run``: the modules of the saved run configuration,
+the checkpoint's weights loaded strictly), evaluated on the run's tasks.
 ``<out>/quantize-report.json`` keeps every figure (written atomically, like the weights).
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
 import time
-import typing
 import warnings
 from datetime import datetime
 from pathlib import Path
@@ -53,27 +51,18 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere
 
-from safetensors import SafetensorError  # noqa: E402
-
 from data.batching import make_loader  # noqa: E402
 from data.readers import DataError, read_examples, resolve_data_dir  # noqa: E402
-from minbert import BertConfig, BertTokenizer  # noqa: E402
 from minbert.atomic import atomic_path, write_text_atomic  # noqa: E402
-from minbert.errors import first_line  # noqa: E402
-from minbert.weights import WeightsError, resolve_model_dir  # noqa: E402
-from training.checkpoint import load_checkpoint  # noqa: E402
-from training.config import RunConfig  # noqa: E402
+from minbert.weights import WeightsError  # noqa: E402
+from training.config import DataConfig, add_flags  # noqa: E402
 from training.evaluate import predict  # noqa: E402
+from training.runs import load_run  # noqa: E402
 from training.tasks import TASKS, overall_score  # noqa: E402
-from training.trainer import build_model  # noqa: E402
 
 INT8_WEIGHTS = "model-int8.pt"
 REPORT = "quantize-report.json"
 CPU = torch.device("cpu")
-
-
-class CheckpointError(Exception):
-    """A missing or unusable checkpoint, said in one line."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         report = quantize_checkpoint(args.checkpoint, args.data_dir, args.out, max_dev=args.max_dev,
                                      batch_size=args.batch_size, bench_examples=args.bench_examples,
                                      reps=args.reps, warmup=args.warmup, per_channel=args.per_channel)
-    except (CheckpointError, DataError, WeightsError, ValueError) as err:
+    except (DataError, WeightsError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -102,13 +91,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, required=True,
                         help="a run's checkpoint/ folder (model.safetensors + config.json), or the run folder")
-    parser.add_argument("--data_dir", default=None,
-                        help="folder with the CS224N dev CSVs (default: $MINBERT_DATA, then ./data)")
     parser.add_argument("--out", type=Path, required=True,
                         help=f"output folder: {INT8_WEIGHTS} (quantized state_dict) and {REPORT}")
     parser.add_argument("--max_dev", type=int, default=None,
                         help="evaluate on the first N dev examples of each task (default: all)")
-    parser.add_argument("--batch_size", type=int, default=32, help="examples per batch (default: 32)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads for both models (default: torch's own setting)")
     parser.add_argument("--bench_examples", type=int, default=128,
@@ -117,6 +103,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, help="untimed passes per model first (default: 1)")
     parser.add_argument("--per_channel", action="store_true",
                         help="one weight scale per output row of each Linear instead of one per matrix")
+    add_flags(parser, DataConfig, only=("data_dir", "batch_size"), title="data")
     args = parser.parse_args(argv)
     for name in ("max_dev", "batch_size", "threads", "bench_examples", "reps"):
         value = getattr(args, name)
@@ -131,9 +118,10 @@ def quantize_checkpoint(checkpoint: Path, data_dir: str | None, out: Path, max_d
                         batch_size: int = 32, bench_examples: int = 128, reps: int = 7, warmup: int = 1,
                         per_channel: bool = False, log=print) -> dict:
     """Quantize, measure both models side by side, write ``<out>/model-int8.pt`` and the report."""
-    directory = checkpoint_dir(checkpoint)
-    data_path = resolve_data_dir(data_dir, [task.files["dev"] for task in TASKS.values()])
-    fp32, tokenizer, run_config = load_multitask_model(directory)
+    run = load_run(checkpoint)
+    directory, fp32, tokenizer, run_config = run.source, run.model.to(CPU), run.tokenizer, run.config
+    tasks = run_config.task_names()
+    data_path = resolve_data_dir(data_dir, [TASKS[name].files["dev"] for name in tasks])
     int8 = quantize(fp32, per_channel)
     log(f"checkpoint: {directory}   data: {data_path}   threads: {torch.get_num_threads()}   "
         f"quantized engine: {torch.backends.quantized.engine}")
@@ -143,7 +131,7 @@ def quantize_checkpoint(checkpoint: Path, data_dir: str | None, out: Path, max_d
     fp32_bytes = (directory / "model.safetensors").stat().st_size
     int8_bytes = (out / INT8_WEIGHTS).stat().st_size
 
-    dev = read_dev(data_path, max_dev, log)
+    dev = read_dev(data_path, tasks, max_dev, log)
 
     def loader(examples):  # as the trainer's evaluation loaders: the run's max_length and bucketing
         return make_loader(examples, tokenizer, run_config.data.max_length, batch_size, shuffle=False,
@@ -215,75 +203,6 @@ def quantize(model: nn.Module, per_channel: bool = False) -> nn.Module:
         return torch.ao.quantization.quantize_dynamic(model.eval(), spec, dtype=torch.qint8, inplace=False)
 
 
-def load_multitask_model(directory: Path) -> tuple[nn.Module, BertTokenizer, RunConfig]:
-    """The trained multi-task model (eval mode, CPU), its tokenizer and its run configuration.
-
-    Built like training built it (``build_model`` on the saved run configuration, which loads the
-    run's pretrained encoder and makes fresh heads, then the run's attention implementation), and
-    overwritten by the checkpoint's weights, strictly. (``--compile`` and ``--amp`` are training
-    settings and are not applied: both models here run eager fp32 activations.) The vocabulary is the checkpoint folder's ``vocab.txt`` if there is one, else that of
-    the model the run started from.
-    """
-    try:
-        state, config = load_checkpoint(directory)
-    except (SafetensorError, OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"cannot read checkpoint {directory}: {first_line(err)} "
-                              "(truncated or corrupt file?)") from None
-    if not isinstance(config, dict) or not isinstance(config.get("run"), dict) or "bert" not in config:
-        raise CheckpointError(f"{directory / 'config.json'}: wants {{\"bert\": ..., \"run\": ...}} "
-                              "as written by training/checkpoint.py")
-    try:
-        run_config = run_config_from_dict(config["run"])
-        saved_bert = BertConfig.from_dict(config["bert"])
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(f"{directory / 'config.json'}: unusable configuration: {first_line(err)}") from None
-    model_dir = resolve_model_dir(run_config.model.model)
-    model = build_model(run_config, model_dir)
-    if not same_architecture(model.bert.config, saved_bert):
-        raise CheckpointError(f"{directory / 'config.json'}: its BERT config differs from that of {model_dir}, "
-                              "the model the run started from")
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as err:
-        raise CheckpointError(f"{directory / 'model.safetensors'}: the weights do not fit the model of the run "
-                              f"config: {' '.join(str(err).split())[:300]}") from None
-    model.bert.set_attention(run_config.speed.attention)
-    vocab = directory / "vocab.txt" if (directory / "vocab.txt").is_file() else model_dir / "vocab.txt"
-    if not vocab.is_file():
-        raise CheckpointError(f"vocabulary {vocab} not found")
-    return model.to(CPU).eval(), BertTokenizer(vocab), run_config
-
-
-def checkpoint_dir(path: Path) -> Path:
-    """``path`` itself, or its ``checkpoint/`` subfolder when a run folder is given; both files must exist."""
-    if not path.is_dir():
-        raise CheckpointError(f"checkpoint folder not found: {path}")
-    if not (path / "config.json").is_file() and (path / "checkpoint" / "config.json").is_file():
-        path = path / "checkpoint"
-    for name in ("config.json", "model.safetensors"):
-        if not (path / name).is_file():
-            raise CheckpointError(f"checkpoint file {path / name} not found (--checkpoint wants a run's "
-                                  "checkpoint/ folder)")
-    return path
-
-
-def run_config_from_dict(values: dict) -> RunConfig:
-    """The ``RunConfig`` saved in ``config.json``; sections or fields it lacks (older runs) take defaults."""
-    sections = {}
-    for name, section_type in typing.get_type_hints(RunConfig).items():
-        given = values.get(name) or {}
-        known = {f.name for f in dataclasses.fields(section_type)}
-        sections[name] = section_type(**{k: v for k, v in given.items() if k in known})
-    return RunConfig(**sections)
-
-
-def same_architecture(a: BertConfig, b: BertConfig) -> bool:
-    """Equal but for dropout, which does not act in evaluation."""
-    ignored = {"hidden_dropout_prob", "attention_probs_dropout_prob"}
-    da, db = dataclasses.asdict(a), dataclasses.asdict(b)
-    return all(da[k] == db.get(k) for k in da if k not in ignored)
-
-
 def count_linear(model: nn.Module) -> int:
     return sum(isinstance(m, nn.Linear) for m in model.modules())
 
@@ -298,10 +217,11 @@ def linear_fraction(model: nn.Module) -> float:
 # data, timing, agreement
 
 
-def read_dev(data_dir: Path, max_dev: int | None, log) -> dict:
-    """Each task's labelled dev examples, the first ``max_dev`` of them when given."""
+def read_dev(data_dir: Path, tasks: list[str], max_dev: int | None, log) -> dict:
+    """Each of ``tasks``' labelled dev examples, the first ``max_dev`` of them when given."""
     dev = {}
-    for name, task in TASKS.items():
+    for name in tasks:
+        task = TASKS[name]
         path = data_dir / task.files["dev"]
         examples, read_report = read_examples(path, task.text_columns, task.label_column, task.label_type,
                                               task.num_classes, task.score_range)
@@ -364,8 +284,9 @@ def format_table(report: dict) -> str:
         ("inference (seq/CPU-s)", speed["fp32_seq_per_cpu_s"], speed["int8_seq_per_cpu_s"],
          f"{speed['cpu_ratio']:.3f}x", "{:.1f}"),
     ]
-    for key, label in (("sst", "SST accuracy"), ("qqp", "QQP accuracy"), ("sts", "STS Pearson"),
-                       ("overall", "overall")):
+    labels = {name: f"{name.upper()} {'Pearson' if TASKS[name].metric_name == 'pearson' else 'accuracy'}"
+              for name in dev["examples"]}
+    for key, label in (*labels.items(), ("overall", "overall")):
         rows.append((f"dev {label}", dev["fp32"][key], dev["int8"][key], f"{dev['delta'][key]:+.4f}", "{:.4f}"))
     lines = [f"{'':<22}{'fp32':>10}{'int8':>10}{'int8 vs fp32':>14}"]
     for label, a, b, change, fmt in rows:
@@ -373,7 +294,7 @@ def format_table(report: dict) -> str:
     n = dev["examples"]
     agree = ", ".join(f"{k} {v:.4f}" for k, v in dev["agreement"].items())
     lines += [
-        f"dev examples: SST {n['sst']}, QQP {n['qqp']}, STS {n['sts']}"
+        "dev examples: " + ", ".join(f"{name.upper()} {count}" for name, count in n.items())
         + ("" if dev["max_dev"] is None else f" (--max_dev {dev['max_dev']})"),
         f"agreement: {agree}",
         f"speed: median of {speed['reps']} interleaved passes over {speed['sequences']} sequences "

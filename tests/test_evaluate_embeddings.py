@@ -1,5 +1,6 @@
-"""training.evaluate_embeddings: correlations against hand-computed values, the SentEval / SICK /
-CS224N readers on tiny fixture files, the encoder, and main() end to end on a tiny random BERT."""
+"""training.tools.evaluate_embeddings: correlations against hand-computed values, the SentEval / SICK /
+CS224N readers (data.senteval) on tiny fixture files, and main() end to end on a tiny random BERT."""
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -11,11 +12,12 @@ import torch.nn.functional as F
 from scipy.stats import pearsonr, spearmanr
 
 from data.readers import DataError
-from heads.pooling import pool
+from data.senteval import find_datasets, load_dataset, read_senteval_sts, read_sick
 from minbert import BertModel, BertTokenizer
 from training.checkpoint import save_checkpoint
-from training.evaluate_embeddings import (correlations, encode, find_datasets, load_dataset, main, read_senteval_sts,
-                                          read_sick)
+from training.config import RunConfig
+from training.runs import build_model, encode
+from training.tools.evaluate_embeddings import correlations, main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SENTEVAL = FIXTURES / "senteval"
@@ -63,10 +65,14 @@ def test_weighted_mean_weights_by_subset_size():
     assert result["wmean"]["spearman"] == pytest.approx((3 + 3 - 4) / 10)
 
 
-def test_undefined_correlation_is_nan_and_propagates_to_the_mean():
-    result = correlations({"flat": ([0.5, 0.5, 0.5], [1.0, 2.0, 3.0]), "ok": ([1.0, 2.0], [1.0, 2.0])})
-    assert math.isnan(result["subsets"]["flat"]["spearman"]) and math.isnan(result["mean"]["pearson"])
+def test_undefined_correlation_is_zero_as_everywhere_and_counts_in_the_mean():
+    """A constant prediction or a single pair: 0.0, the rule of training.tasks.pearson."""
+    result = correlations({"flat": ([0.5, 0.5, 0.5], [1.0, 2.0, 3.0]), "ok": ([1.0, 2.0], [1.0, 2.0]),
+                           "one": ([0.3], [4.0])})
+    assert result["subsets"]["flat"] == {"spearman": 0.0, "pearson": 0.0, "n": 3}
+    assert result["subsets"]["one"] == {"spearman": 0.0, "pearson": 0.0, "n": 1}
     assert result["subsets"]["ok"]["spearman"] == pytest.approx(1.0)
+    assert result["mean"]["pearson"] == pytest.approx(1 / 3)
 
 
 def test_correlations_rejects_mismatched_lengths():
@@ -155,27 +161,11 @@ def tiny(tiny_model_dir):
     return BertModel.from_pretrained(tiny_model_dir), BertTokenizer(tiny_model_dir / "vocab.txt")
 
 
-def test_encode_keeps_order_and_matches_one_by_one_encoding(tiny):
-    model, tokenizer = tiny
-    model.train()
-    sentences = ["a short one", "a much longer sentence than the others in this list", "mid length text"]
-    batched = encode(model, tokenizer, sentences, "first_last", "max", batch_size=2, max_length=32)
-    assert model.training  # put back in the mode it was in
-    model.eval()
-    for i, sentence in enumerate(sentences):
-        enc = tokenizer.encode_batch([sentence], max_length=32)
-        with torch.no_grad():
-            outputs = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
-        torch.testing.assert_close(batched[i], pool(outputs, enc["attention_mask"], "first_last", "max")[0],
-                                   rtol=0, atol=1e-5)
-    assert encode(model, tokenizer, [], "last4_concat").shape == (0, 64)
-
-
 def _expected_spearman(model, tokenizer, path, pooling="mean"):
     """Independent of main(): encode each pair directly, cosine, scipy."""
     subset = load_dataset(path).subsets[0]
-    u = encode(model, tokenizer, subset.first, pooling, batch_size=4)
-    v = encode(model, tokenizer, subset.second, pooling, batch_size=4)
+    u = torch.from_numpy(encode(model, tokenizer, subset.first, pooling, batch_size=4))
+    v = torch.from_numpy(encode(model, tokenizer, subset.second, pooling, batch_size=4))
     cos = F.cosine_similarity(u, v, dim=-1).numpy()
     return spearmanr(cos, subset.gold)[0], pearsonr(cos, subset.gold)[0]
 
@@ -202,12 +192,12 @@ def test_main_end_to_end_writes_json(tiny, tiny_model_dir, tmp_path, capsys):
     assert "Spearman all" in printed and "Spearman mean" in printed and "alpha" in printed
 
 
-def test_main_reads_a_run_checkpoint(tiny, tiny_model_dir, tmp_path):
-    """A checkpoint's bert.* weights give the same numbers as the model they came from; heads.* are ignored."""
-    model, _ = tiny
-    state = {f"bert.{k}": v for k, v in model.state_dict().items()}
-    state["heads.sts.weight"] = torch.ones(3)
-    save_checkpoint(tmp_path / "run" / "checkpoint", state, model.config, {"model": {"model": str(tiny_model_dir)}})
+def test_main_reads_a_run_checkpoint(tiny_model_dir, tmp_path):
+    """A run checkpoint's encoder gives the same numbers as the model it started from (untrained
+    here); its heads play no part."""
+    config = RunConfig.from_dict({"model": {"model": str(tiny_model_dir)}})
+    model = build_model(config, tiny_model_dir)
+    save_checkpoint(tmp_path / "run" / "checkpoint", model.state_dict(), model.bert.config, dataclasses.asdict(config))
     out_ckpt, out_model = tmp_path / "ckpt.json", tmp_path / "model.json"
     assert main(["--checkpoint", str(tmp_path / "run"), "--data", str(STS_DEV), "--pooling", "cls",
                  "--out", str(out_ckpt)]) == 0
@@ -221,6 +211,11 @@ def test_main_reads_a_run_checkpoint(tiny, tiny_model_dir, tmp_path):
 def test_main_errors_are_one_line(tiny_model_dir, tmp_path, capsys):
     assert main(["--model", str(tiny_model_dir), "--data", str(tmp_path / "missing.csv")]) == 1
     assert main(["--checkpoint", str(tmp_path), "--data", str(STS_DEV)]) == 1
+    assert main(["--checkpoint", str(tmp_path), "--model", str(tiny_model_dir), "--data", str(STS_DEV)]) == 1
+    assert main(["--checkpoint", str(tiny_model_dir), "--data", str(STS_DEV)]) == 1  # a --model, not a run
     errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 4
     assert errors[0].startswith("error: STS data not found")
     assert errors[1].startswith("error: checkpoint file") and "config.json not found" in errors[1]
+    assert errors[2] == "error: give --checkpoint or --model, not both"
+    assert errors[3].startswith(f"error: {tiny_model_dir / 'config.json'}: wants")

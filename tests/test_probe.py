@@ -1,5 +1,6 @@
-"""training.probe: k-means ARI/AMI and the logistic-regression probe on synthetic embeddings whose
+"""training.tools.probe: k-means ARI/AMI and the logistic-regression probe on synthetic embeddings whose
 answers are known, and main() end to end on a tiny random BERT and a tiny CFIMDB-format fixture."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -8,7 +9,9 @@ import pytest
 import torch
 
 from training.checkpoint import save_checkpoint
-from training.probe import PROBE_TASKS, cluster_scores, main, probe_scores, subsample
+from training.config import RunConfig
+from training.runs import build_model
+from training.tools.probe import TASK_CHOICES, build_parser, cluster_scores, main, probe_scores, subsample
 
 CFIMDB = Path(__file__).resolve().parent / "fixtures" / "cfimdb"
 
@@ -90,11 +93,10 @@ def test_subsample_is_seeded_and_keeps_file_order():
     assert subsample((examples, None), 80, seed=1)[0] == examples
 
 
-def test_task_table_describes_sst_and_cfimdb():
-    assert PROBE_TASKS["sst"].files == {"train": "ids-sst-train.csv", "dev": "ids-sst-dev.csv"}
-    assert PROBE_TASKS["sst"].num_classes == 5
-    assert PROBE_TASKS["cfimdb"].files == {"train": "ids-cfimdb-train.csv", "dev": "ids-cfimdb-dev.csv"}
-    assert PROBE_TASKS["cfimdb"].num_classes == 2
+def test_tasks_are_the_single_sentence_classification_rows():
+    assert TASK_CHOICES == ["sst", "cfimdb"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--task", "qqp"])  # a pair task has no single sentences to probe
 
 
 # --- main() end to end ---------------------------------------------------------------------------
@@ -119,12 +121,10 @@ def test_main_end_to_end_on_cfimdb_fixture(tiny_model_dir, tmp_path, capsys):
 
 
 def test_main_max_train_and_checkpoint_give_the_model_numbers(tiny_model_dir, tmp_path):
-    """A run checkpoint's bert.* weights give the same report as the model they came from."""
-    from minbert import BertModel
-    model = BertModel.from_pretrained(tiny_model_dir)
-    state = {f"bert.{k}": v for k, v in model.state_dict().items()}
-    state["heads.sst.weight"] = torch.zeros(5, 16)
-    save_checkpoint(tmp_path / "run" / "checkpoint", state, model.config, {"model": {"model": str(tiny_model_dir)}})
+    """A run checkpoint's encoder gives the same report as the model it started from (untrained here)."""
+    config = RunConfig.from_dict({"model": {"model": str(tiny_model_dir)}, "train": {"tasks": "sst,cfimdb"}})
+    model = build_model(config, tiny_model_dir)
+    save_checkpoint(tmp_path / "run" / "checkpoint", model.state_dict(), model.bert.config, dataclasses.asdict(config))
     common = ["--task", "cfimdb", "--data_dir", str(CFIMDB), "--pooling", "cls", "--max_train", "6", "--normalize"]
     assert main(["--model", str(tiny_model_dir), *common, "--out", str(tmp_path / "a.json")]) == 0
     assert main(["--checkpoint", str(tmp_path / "run"), *common, "--out", str(tmp_path / "b.json")]) == 0

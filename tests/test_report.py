@@ -1,4 +1,4 @@
-"""training.report on hand-written run folders (tests/fixtures/runs), and scripts/ablate.sh's interface.
+"""training.tools.report on hand-written run folders (tests/fixtures/runs), and scripts/ablate.sh's interface.
 
 Nothing here trains: ablate.sh is exercised with --help, --list, --dry_run and a stand-in interpreter.
 """
@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 import run_multitask
-from training.report import COLUMNS, collect_runs, find_flag, main, render_markdown, write_csv
+from training.stages import EXTENSIONS
+from training.tools.grid import grid_rows
+from training.tools.report import collect_runs, columns, find_flag, main, render_markdown, write_csv
+
+COLUMNS = columns()
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = Path(__file__).parent / "fixtures" / "runs"
@@ -50,9 +54,10 @@ def rows():
     return collect_runs(RUNS)
 
 
-def test_columns_are_exactly_the_study_columns_plus_wall_time_and_status(rows):
-    assert COLUMNS == ["run", "pre-QQP", "pooling", "joint-loss", "SMART", "U-CL", "S-CL",
-                       "SST acc", "QQP acc", "STS-B Pearson", "average", "wall (min)", "status"]
+def test_columns_are_the_extensions_and_the_tasks_plus_wall_time_and_status(rows):
+    assert COLUMNS == ["run", "pooling", "U-CL", "S-CL", "LCL", "pre-QQP", "joint-loss", "SMART",
+                       "SST acc", "QQP acc", "STS Pearson", "average", "wall (min)", "status"]
+    assert columns(["cfimdb"])[-5:] == ["SMART", "CFIMDB acc", "average", "wall (min)", "status"]
     table = markdown_rows(render_markdown(rows))
     assert table[0] == COLUMNS
     assert all(len(line) == len(COLUMNS) for line in table)
@@ -73,21 +78,21 @@ def test_average_is_the_cs224n_overall_score(rows):
     for name, expected in EXPECTED_AVERAGE.items():
         assert by_run(rows)[name].average == pytest.approx(expected, abs=1e-12), name
     row = by_run(rows)["ablate-mean-smart"]
-    assert (row.sst, row.qqp, row.sts) == (0.47, 0.76, 0.82)
+    assert row.dev == {"sst": 0.47, "qqp": 0.76, "sts": 0.82}
 
 
 def test_flag_marks_pooling_and_baselines(rows):
     table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(render_markdown(rows))[2:]}
-    flags = ["pre-QQP", "pooling", "joint-loss", "SMART", "U-CL", "S-CL"]
+    flags = ["pre-QQP", "pooling", "joint-loss", "SMART", "U-CL", "S-CL", "LCL"]
     expected = {
-        "ablate-pt (PT)": ["×", "MEAN", "×", "×", "×", "×"],
-        "ablate-ft (FT)": ["×", "MEAN", "×", "×", "×", "×"],   # config without smart/contrastive: off
-        "ablate-mean-smart": ["×", "MEAN", "×", "✓", "×", "×"],
-        "ablate-cls-preqqp-ucl": ["✓", "CLS", "×", "×", "✓", "×"],
-        "ablate-running": ["×", "CLS", "✓", "×", "×", "✓"],
-        "ablate-failed": ["×", "MEAN", "✓", "×", "×", "×"],
-        "ablate-corrupt": ["", "", "", "", "", ""],            # no readable config: unknown, not "off"
-        "ablate-csv-only": ["", "", "", "", "", ""],
+        "ablate-pt (PT)": ["×", "MEAN", "×", "×", "×", "×", "×"],
+        "ablate-ft (FT)": ["×", "MEAN", "×", "×", "×", "×", "×"],   # config without smart/contrastive: off
+        "ablate-mean-smart": ["×", "MEAN", "×", "✓", "×", "×", "×"],
+        "ablate-cls-preqqp-ucl": ["✓", "CLS", "×", "×", "✓", "×", "×"],
+        "ablate-running": ["×", "CLS", "✓", "×", "×", "✓", "×"],
+        "ablate-failed": ["×", "MEAN", "✓", "×", "×", "×", "×"],
+        "ablate-corrupt": ["", "", "", "", "", "", ""],            # no readable config: unknown, not "off"
+        "ablate-csv-only": ["", "", "", "", "", "", ""],
     }
     assert set(table) == set(expected)
     for run, marks in expected.items():
@@ -97,7 +102,7 @@ def test_flag_marks_pooling_and_baselines(rows):
 def test_markdown_numbers_have_three_decimals_and_wall_minutes_one(rows):
     line = dict(zip(COLUMNS, markdown_rows(render_markdown(rows))[2]))
     assert line["run"] == "ablate-mean-smart"
-    assert [line[c] for c in ("SST acc", "QQP acc", "STS-B Pearson", "average", "wall (min)")] == \
+    assert [line[c] for c in ("SST acc", "QQP acc", "STS Pearson", "average", "wall (min)")] == \
         ["0.470", "0.760", "0.820", "0.713", "5.2"]   # 315 s
 
 
@@ -109,7 +114,7 @@ def test_unfinished_runs_show_status_and_blank_metrics(rows):
     failed = table["ablate-failed"]["status"]
     assert failed.startswith("failed: ValueError: --loss_weights") and "w_sst|w_qqp|w_sts, got '1,2'" in failed
     for run in UNFINISHED:
-        assert all(table[run][c] == "" for c in ("SST acc", "QQP acc", "STS-B Pearson", "average")), run
+        assert all(table[run][c] == "" for c in ("SST acc", "QQP acc", "STS Pearson", "average")), run
     assert table["ablate-running"]["wall (min)"] == "2.0"
 
 
@@ -120,7 +125,7 @@ def test_csv_has_the_same_rows_at_full_precision(rows, tmp_path):
     table = markdown_rows(render_markdown(rows))
     assert lines[0] == COLUMNS
     assert len(lines) == len(table) - 1   # no separator line
-    numeric = {"SST acc", "QQP acc", "STS-B Pearson", "average", "wall (min)"}
+    numeric = {"SST acc", "QQP acc", "STS Pearson", "average", "wall (min)"}
     for csv_line, md_line in zip(lines[1:], table[2:]):
         for column, csv_cell, md_cell in zip(COLUMNS, csv_line, md_line):
             if column in numeric and csv_cell:
@@ -164,7 +169,7 @@ def test_finished_run_with_a_null_metric_is_listed_last(tmp_path):
                                                   "dev": {"sst": 0.5, "qqp": 0.7, "sts": None}}))
     (row,) = collect_runs(tmp_path)
     assert row.average is None and row.status == "finished, dev metrics missing"
-    assert row.flags == {"pre_qqp": False, "joint_loss": False, "smart": False, "ucl": False, "scl": False}
+    assert row.flags == {e.flag: False for e in EXTENSIONS}
 
 
 def test_find_flag_looks_in_any_section():
@@ -179,7 +184,7 @@ def test_find_flag_looks_in_any_section():
 
 def test_report_runs_as_a_module(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "training.report", str(RUNS), "--out", str(tmp_path / "t")],
+    result = subprocess.run([sys.executable, "-m", "training.tools.report", str(RUNS), "--out", str(tmp_path / "t")],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert markdown_rows(result.stdout)[0] == COLUMNS
@@ -203,14 +208,18 @@ def test_ablate_help_prints_usage_and_runs_nothing(tmp_path):
     assert not (tmp_path / "grid").exists()
 
 
-def test_ablate_grid_has_the_two_baselines_and_24_ablation_rows():
+def test_ablate_grid_rows_come_from_the_extension_table():
     result = ablate("--list")
     assert result.returncode == 0
     rows = [line.split() for line in result.stdout.splitlines()]
+    assert rows == [[name, *flags] for name, flags in grid_rows()]
     names = [row[0] for row in rows]
-    assert len(rows) == 26 and len(set(names)) == 26
-    assert names[:2] == ["pt", "ft"] and "--option" in rows[0] and "pretrain" in rows[0]
-    extensions = {"--pre_qqp", "--joint_loss", "--smart", "--ucl", "--scl"}
+    n = len(EXTENSIONS)
+    assert len(rows) == 3 + 2 * n + n * (n - 1) // 2 + 3 and len(set(names)) == len(rows)
+    assert names[:3] == ["pt", "ft", "cls"] and "--option" in rows[0] and "pretrain" in rows[0]
+    assert "mean-preqqp" in names and "mean-ucl-preqqp" in names and "mean-all-but-smart" in names
+    extensions = {f"--{e.flag}" for e in EXTENSIONS}
+    assert "--lcl" in extensions
     for row in rows[2:]:
         assert "--pooling" in row, row[0]
     for ext in extensions:   # each extension alone on both poolings
@@ -232,8 +241,8 @@ def test_ablate_dry_run_commands_parse_with_run_multitask(tmp_path):
         assert config.train.epochs == 2 and config.train.max_steps_per_epoch == 30
         assert config.data.data_dir == "somewhere"
     pt, everything = (vars(run_multitask.build_parser().parse_args(c[2:])) for c in commands)
-    assert pt["option"] == "pretrain" and not any(pt[k] for k in ("pre_qqp", "joint_loss", "smart", "ucl", "scl"))
-    assert all(everything[k] for k in ("pre_qqp", "joint_loss", "smart", "ucl", "scl"))
+    assert pt["option"] == "pretrain" and not any(pt[e.flag] for e in EXTENSIONS)
+    assert all(everything[e.flag] for e in EXTENSIONS)
 
 
 def test_ablate_rejects_an_unknown_row_or_option():
@@ -242,7 +251,7 @@ def test_ablate_rejects_an_unknown_row_or_option():
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
-# Stand-in for python: `-m training.report` goes to the real interpreter; a run_multitask.py call writes
+# Stand-in for python: `-m training.tools.*` goes to the real interpreter; a run_multitask.py call writes
 # a finished metrics.json (with the --ucl flag in its config), except for SMART rows, which fail.
 if [[ "$1" == "-m" ]]; then exec "{python}" "$@"; fi
 shift

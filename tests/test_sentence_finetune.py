@@ -1,5 +1,5 @@
-"""training.sentence_finetune: ce and lcl each move the encoder, the written checkpoint is read by
-training.probe / load_encoder, and bad flags are one-line errors (tiny random BERT, tiny CSVs);
+"""training.tools.sentence_finetune: ce and lcl each move the encoder, the written checkpoint is read by
+training.tools.probe / load_run, it trains bit-identically to its own loop written out, and bad flags are one-line errors (tiny random BERT, tiny CSVs);
 scripts/lcl_study.sh lists its steps, and scripts/plot_table.py --csv writes the study's CSV."""
 import csv
 import importlib.util
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from minbert import BertModel
-from training import probe
-from training.evaluate_embeddings import load_encoder
-from training.sentence_finetune import main
+from training import load_run
+from training.tools import probe
+from training.tools.sentence_finetune import main
 
 SST_ROWS = [  # (sentence, sentiment 0..4)
     ("a dull , lifeless mess .", 0), ("tedious and far too long .", 0), ("it never finds its footing .", 1),
@@ -55,20 +55,22 @@ def test_finetune_moves_the_encoder_and_writes_a_loadable_checkpoint(tiny_model_
     out = tmp_path / "run"
     assert _run(tiny_model_dir, data_dir, out, "--task", task, "--loss", loss, "--epochs", "2") == 0
     before = BertModel.from_pretrained(tiny_model_dir).state_dict()
-    bert, tokenizer, source = load_encoder(out / "checkpoint", None)
+    loaded = load_run(out / "checkpoint")
+    bert, tokenizer = loaded.model.bert, loaded.tokenizer
     after = bert.state_dict()
     assert before.keys() == after.keys()
     unchanged = [k for k in before if torch.equal(before[k], after[k])]
     assert len(unchanged) < len(before) // 4, unchanged  # lcl with mean pooling leaves the NSP pooler alone
-    assert tokenizer.vocab_size == bert.config.vocab_size and source == str(out / "checkpoint")
+    assert tokenizer.vocab_size == bert.config.vocab_size and loaded.source == out / "checkpoint"
 
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["status"] == "finished" and metrics["settings"]["loss"] == loss
+    assert metrics["status"] == "finished" and metrics["tool"]["loss"] == loss
     rows = len(SST_ROWS if task == "sst" else CFIMDB_ROWS)
     assert metrics["steps"] == 2 * math.ceil(rows / 6) and metrics["examples"] == 2 * rows
     assert metrics["loss_curve"][-1][0] == metrics["steps"] and metrics["seconds"] >= 0 and metrics["cpu_seconds"] >= 0
     config = json.loads((out / "checkpoint" / "config.json").read_text())
-    assert config["run"]["kind"] == "sentence_finetune" and config["bert"]["hidden_size"] == 16
+    assert config["run"]["tool"]["name"] == "sentence_finetune" and config["bert"]["hidden_size"] == 16
+    assert list(loaded.model.heads) == ([task] if loss == "ce" else []) and loaded.config.model.pooling == "mean"
 
     from safetensors.torch import load_file
     keys = load_file(str(out / "checkpoint" / "model.safetensors")).keys()
@@ -83,7 +85,7 @@ def test_finetune_moves_the_encoder_and_writes_a_loadable_checkpoint(tiny_model_
 def test_same_seed_same_weights(tiny_model_dir, data_dir, tmp_path):
     for name in ("a", "b"):
         assert _run(tiny_model_dir, data_dir, tmp_path / name, "--task", "sst", "--loss", "ce", "--max_steps", "1") == 0
-    a, b = (load_encoder(tmp_path / name / "checkpoint", None)[0].state_dict() for name in ("a", "b"))
+    a, b = (load_run(tmp_path / name).model.state_dict() for name in ("a", "b"))
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -91,8 +93,8 @@ def test_same_seed_same_weights(tiny_model_dir, data_dir, tmp_path):
     (["--task", "mnli"], "error: unknown --task 'mnli'; choose one of sst, cfimdb"),
     (["--task", "sst", "--loss", "mse"], "error: unknown --loss 'mse'; choose one of ce, lcl"),
     (["--task", "sst", "--max_steps", "0"], "error: --max_steps must be at least 1, got 0"),
-    (["--task", "sst", "--temp", "0"], "error: --temp must be > 0"),
-    (["--task", "sst", "--pooling", "avg"], "error: unknown --pooling 'avg'"),
+    (["--task", "sst", "--temp", "0"], "error: --temp must be positive"),
+    (["--task", "sst", "--lr", "-1"], "error: --lr must be positive"),
 ])
 def test_bad_flags_are_one_line_errors(tiny_model_dir, data_dir, tmp_path, capsys, flags, message):
     assert _run(tiny_model_dir, data_dir, tmp_path / "run", *flags) == 1
@@ -111,12 +113,43 @@ def test_missing_file_and_used_folder_are_one_line_errors(tiny_model_dir, data_d
     assert "already holds files" in capsys.readouterr().err
 
 
+def test_the_loop_trains_as_a_written_out_loop(tiny_model_dir, data_dir, tmp_path):
+    """The tool's objective through training/loop.py takes the same steps as the plain loop:
+    zero_grad, backward, AdamW step on each bucketed batch."""
+    from data.batching import make_loader
+    from heads import MultitaskBert
+    from minbert import AdamW, BertTokenizer
+    from training.losses import label_contrastive_loss
+    from training.tools.probe import read_split
+    from training.tasks import TASKS
+
+    assert _run(tiny_model_dir, data_dir, tmp_path / "run", "--task", "sst", "--loss", "lcl", "--epochs", "2") == 0
+    model = MultitaskBert(BertModel.from_pretrained(tiny_model_dir), {}, "mean").train()
+    torch.manual_seed(11711)  # after building the model, as the tool seeds the dropout masks
+    examples, _ = read_split(data_dir / "ids-sst-train.csv", TASKS["sst"])
+    loader = make_loader(examples, BertTokenizer(tiny_model_dir / "vocab.txt"), 24, 6, shuffle=True, seed=11711,
+                         bucket=True)
+    optimizer = AdamW(list(model.bert.parameters()), lr=1e-3, weight_decay=0.01)
+    for _ in range(2):
+        for batch in loader:
+            loss = label_contrastive_loss(model.embed(batch["inputs"][0]), batch["labels"], 0.05)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    trained = load_run(tmp_path / "run").model.state_dict()
+    assert all(torch.equal(value, trained[key]) for key, value in model.state_dict().items())
+
+
 def test_usage_errors_are_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--task", "sst"])  # --out missing
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the following arguments are required: --out" in err[0]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--task", "sst", "--out", "x", "--pooling", "avg"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1 and "invalid choice: 'avg'" in err[0]
 
 
 # --- scripts/lcl_study.sh and its table -----------------------------------------------------------
@@ -131,8 +164,8 @@ def test_lcl_study_dry_run_lists_the_runs_and_probes(data_dir, tmp_path):
                             capture_output=True, text=True, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    train = [line for line in lines if "training.sentence_finetune" in line]
-    probes = [line for line in lines if "training.probe" in line]
+    train = [line for line in lines if "training.tools.sentence_finetune" in line]
+    probes = [line for line in lines if "training.tools.probe" in line]
     assert len(train) == 4 and all("--temp 0.1" in line for line in train)
     assert any("--task cfimdb --loss lcl" in line and "--epochs 2 --max_steps 50" in line for line in train)
     assert len(probes) == 6 and sum("--checkpoint" in line for line in probes) == 4

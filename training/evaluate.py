@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .device import to_device
 from .tasks import Task
 
 
@@ -53,16 +54,3 @@ def predict(model, task: Task, loader, device: torch.device, desc: str | None = 
         predictions=np.concatenate(predictions) if predictions else np.zeros(0),
         labels=np.concatenate(labels) if labels else None,
     )
-
-
-def to_device(encoding: dict, device: torch.device) -> dict:
-    return {key: value.to(device, non_blocking=True) for key, value in encoding.items()}
-
-
-def pick_device(choice: str) -> torch.device:
-    """``auto``: CUDA when available, else CPU; ``cuda`` without a GPU is a one-line error."""
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available (use --device cpu or auto)")
-    if choice == "auto":
-        choice = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(choice)

@@ -41,6 +41,11 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Gradients back to their true size before they are read (e.g. clipped); fp16 only."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.scaler is None:
             optimizer.step()

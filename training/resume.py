@@ -53,19 +53,19 @@ class ResumeError(Exception):
 class TrainingClock:
     """Counts optimizer steps across all stages, saves training checkpoints, and replays on resume.
 
-    ``modules`` and ``optimizers`` (name -> object with ``state_dict``/``load_state_dict``) are
-    what a checkpoint holds besides the model; a stage with its own optimizer registers it with
-    ``begin_stage``. ``resume`` is a ``Checkpoint`` to continue from, or None for a fresh run.
+    Besides the model, a checkpoint holds the state of every object reachable from ``components``
+    that has one (``resumable_state``): optimizers, loss weightings, SMART's EMA model, the gradient
+    scaler, a learning-rate schedule. Nothing is registered by hand, so nothing can be forgotten.
+    ``resume`` is a ``Checkpoint`` to continue from, or None for a fresh run.
     """
 
-    def __init__(self, model: torch.nn.Module, run_dir: Path, config: dict, save_every: int = 0, keep: int = 2,
-                 resume: "Checkpoint | None" = None, best_file: Path | None = None, enabled: bool = True,
-                 log: Callable[[str], None] = print):
+    def __init__(self, model: torch.nn.Module | None, run_dir: Path | None, config: dict, save_every: int = 0,
+                 keep: int = 2, resume: "Checkpoint | None" = None, best_file: Path | None = None,
+                 enabled: bool = True, log: Callable[[str], None] = print):
         self.model, self.run_dir, self.config = model, run_dir, config
         self.save_every, self.keep, self.enabled, self.log = save_every, keep, enabled, log
         self.best_file = best_file
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
-        self.modules: dict[str, object] = {}
+        self.components: dict[str, object] = {}   # roots of the resumable state, e.g. {"run": run}
         self.step = 0
         self.stage: str | None = None
         self.progress: dict = {}
@@ -76,6 +76,14 @@ class TrainingClock:
         if resume:
             self.finished_stages = resume.state["finished_stages"]
 
+    @classmethod
+    def off(cls) -> "TrainingClock":
+        """A clock that only counts: no checkpoints, no resume (a tool's training)."""
+        return cls(None, None, {}, enabled=False)
+
+    def state(self) -> dict[str, object]:
+        return resumable_state(self.components, self.model)
+
     # ---- stages ------------------------------------------------------------------------------
     def finished_stage(self, name: str) -> dict | None:
         """A stage that had finished before the crash: its log, and the clock moves past its steps."""
@@ -85,7 +93,7 @@ class TrainingClock:
         self.step = record["end_step"]
         return record["log"]
 
-    def begin_stage(self, name: str, progress: dict, optimizer: torch.optim.Optimizer | None = None) -> dict:
+    def begin_stage(self, name: str, progress: dict) -> dict:
         """Start a stage; returns its progress dict (the saved one when resuming into this stage).
 
         ``progress`` must be JSON-serialisable and is saved with every checkpoint in this stage;
@@ -95,14 +103,10 @@ class TrainingClock:
         if self.resume and self.resume.state["stage"] == name:
             progress = self.resume.state["progress"]
         self.progress = progress
-        self.optimizers.pop("stage", None)
-        if optimizer is not None:
-            self.optimizers["stage"] = optimizer
         return progress
 
     def end_stage(self, name: str, log: dict) -> None:
         self.finished_stages[name] = {"end_step": self.step, "log": log}
-        self.optimizers.pop("stage", None)
         self.stage, self.progress = None, {}
 
     # ---- steps -------------------------------------------------------------------------------
@@ -119,7 +123,7 @@ class TrainingClock:
         """Restore the checkpoint's state now if the replay has just reached it (call before any
         computation that is not a step, e.g. an evaluation)."""
         if self.resume is not None and self.step >= self.resume_step:
-            self.resume.restore(self.model, self.optimizers, self.modules)
+            self.resume.restore(self.model, self.state())
             self.log(f"resumed at step {self.step} from {self.resume.path}")
             self.resume = None
 
@@ -149,9 +153,8 @@ class TrainingClock:
                       str(tmp / "model.safetensors"), metadata={"format": "pt"})
             if self.best_file is not None and self.best_file.is_file():
                 _link_or_copy(self.best_file, tmp / "best.safetensors")
-            torch.save({"optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
-                        "modules": {k: m.state_dict() for k, m in self.modules.items()},
-                        "rng": rng_state()}, tmp / "state.pt")
+            torch.save({"state": {k: o.state_dict() for k, o in self.state().items()}, "rng": rng_state()},
+                       tmp / "state.pt")
             state = {"step": self.step, "stage": self.stage, "progress": self.progress,
                      "finished_stages": self.finished_stages, "config": self.config,
                      "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -187,8 +190,8 @@ class Checkpoint:
     def config(self) -> dict:
         return self.state["config"]
 
-    def restore(self, model: torch.nn.Module, optimizers: dict, modules: dict) -> None:
-        """Load the model, the named optimizers and modules, and the RNG states."""
+    def restore(self, model: torch.nn.Module, objects: dict[str, object]) -> None:
+        """Load the model, the named objects' states (``resumable_state``) and the RNG states."""
         weights = _load_safetensors(self.path / "model.safetensors")
         missing, unexpected = model.load_state_dict(weights, strict=False)
         if missing or unexpected:
@@ -198,12 +201,12 @@ class Checkpoint:
             extra = torch.load(self.path / "state.pt", map_location="cpu", weights_only=True)
         except Exception as err:  # a damaged pickle raises many kinds of errors
             raise ResumeError(f"{self.path / 'state.pt'}: unreadable ({first_line(err)})") from None
-        for kind, objects in (("optimizers", optimizers), ("modules", modules)):
-            saved = extra[kind]
-            if set(saved) != set(objects):
-                raise ResumeError(f"{self.path / 'state.pt'}: holds {kind} {sorted(saved)}, the run has {sorted(objects)}")
-            for name, obj in objects.items():
-                obj.load_state_dict(saved[name])
+        saved = extra.get("state", {})
+        if set(saved) != set(objects):
+            raise ResumeError(f"{self.path / 'state.pt'}: holds the state of {sorted(saved)}, the run has "
+                              f"{sorted(objects)}")
+        for name, obj in objects.items():
+            obj.load_state_dict(saved[name])
         set_rng_state(extra["rng"])
 
     def best_state(self) -> dict[str, torch.Tensor] | None:
@@ -229,6 +232,36 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint:
         raise ResumeError(f"--resume {run_dir}: no checkpoint in {run_dir / CHECKPOINTS} "
                           f"(checkpoints are written every --save_every steps and at each epoch end)")
     return Checkpoint(found[-1])
+
+
+def resumable_state(roots: dict[str, object], model: torch.nn.Module | None) -> dict[str, object]:
+    """Every object reachable from ``roots`` through the attributes of this project's own classes
+    that has a ``state_dict`` and ``load_state_dict``, by attribute path (``run.optimizer``,
+    ``run.task_loss.weighting``, ``run.loop.objective.optimizer``, ...). An object reachable twice
+    is taken once, at its first path. The model (saved as model.safetensors) and modules sharing
+    its parameters (a DistributedDataParallel wrapper) are left out; so are plain containers."""
+    model_params = {id(p) for p in model.parameters()} if model is not None else set()
+    found: dict[str, object] = {}
+    seen: set[int] = {id(model)}
+
+    def visit(path: str, obj) -> None:
+        if obj is None or id(obj) in seen or isinstance(obj, (TrainingClock, type)):
+            return
+        seen.add(id(obj))
+        if hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"):
+            if not (isinstance(obj, torch.nn.Module) and any(id(p) in model_params for p in obj.parameters())):
+                found[path] = obj
+            return
+        if type(obj).__module__.split(".")[0] in OWN_PACKAGES and hasattr(obj, "__dict__"):
+            for name, value in vars(obj).items():
+                visit(f"{path}.{name}", value)
+
+    for name, root in roots.items():
+        visit(name, root)
+    return found
+
+
+OWN_PACKAGES = ("training", "heads", "minbert", "data")
 
 
 # ---- RNG states ----------------------------------------------------------------------------------

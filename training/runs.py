@@ -2,17 +2,35 @@
 
 ``build_model`` is the one place that turns a configuration into a ``MultitaskBert`` (the encoder
 plus one head per task of ``--tasks``, each made by its ``Task`` row), so a loaded run has exactly
-the modules the training run had.
+the modules the training run had. ``load_run`` is the one loader of a saved run that every tool
+uses, and ``encode`` the one loop that turns sentences into pooled vectors.
 """
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from tqdm.auto import tqdm
+
+from data.batching import make_loader
+from data.readers import Example
 from heads import MultitaskBert, pooled_size
-from minbert import BertModel
+from heads.pooling import TOKEN_REDUCTIONS, applied_reduction, pool
+from minbert import BertConfig, BertModel, BertTokenizer, WeightsError
+from minbert.errors import first_line
+from minbert.weights import resolve_model_dir
 
+from .checkpoint import load_checkpoint
 from .config import RunConfig
+from .device import to_device
 from .tasks import TASKS
+
+PROGRESS_FROM = 2000  # sentences from which ``encode`` shows a progress bar unless told
 
 
 def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
@@ -20,11 +38,147 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
     overrides = {"hidden_dropout_prob": config.model.hidden_dropout_prob}
     if config.model.attention_probs_dropout_prob is not None:
         overrides["attention_probs_dropout_prob"] = config.model.attention_probs_dropout_prob
-    bert = BertModel.from_pretrained(model_dir, **overrides)
-    width = pooled_size(bert.config.hidden_size, config.model.pooling)
-    heads = {name: TASKS[name].head(width, config.model) for name in config.task_names()}
-    model = MultitaskBert(bert, heads, config.model.pooling)
+    model = with_heads(BertModel.from_pretrained(model_dir, **overrides), config, config.task_names())
     if config.model.option == "pretrain":
         for p in model.bert.parameters():
             p.requires_grad_(False)
     return model
+
+
+@dataclass
+class LoadedRun:
+    """A saved run (or a pretrained encoder): its configuration, model (eval mode, CPU unless
+    moved) and tokenizer. ``source`` is the folder it came from."""
+
+    source: Path
+    config: RunConfig
+    model: MultitaskBert
+    tokenizer: BertTokenizer
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 64, progress: bool | str | None = None, *,
+               pooling: str | None = None, reduction: str = "mean", max_length: int | None = None) -> np.ndarray:
+        """``encode`` with this run's encoder, pooling and ``--max_length`` unless others are given."""
+        return encode(self.model.bert, self.tokenizer, sentences, pooling or self.model.pooling, reduction,
+                      batch_size, max_length or self.config.data.max_length, progress)
+
+
+def load_run(path: str | Path) -> LoadedRun:
+    """The model a run saved in ``path/checkpoint/`` (or in ``path`` itself, a checkpoint folder).
+
+    The folder holds what ``training/checkpoint.py`` writes: ``model.safetensors`` (``bert.*`` and
+    ``heads.*``) and ``config.json`` = ``{"bert": BertConfig, "run": RunConfig}``. The encoder is
+    built from the saved BertConfig (the original model's weights are not read), the heads from
+    the run's ``Task`` rows, then every weight is loaded strictly; a checkpoint without any
+    ``heads.*`` is an encoder alone and gets no heads. The vocabulary is the folder's
+    ``vocab.txt`` if it has one, else that of the model the run started from. Anything unusable is
+    a one-line ``WeightsError`` naming the file.
+    """
+    directory = checkpoint_dir(Path(path))
+    config_file, weights = directory / "config.json", directory / "model.safetensors"
+    try:
+        state, saved = load_checkpoint(directory)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise WeightsError(f"cannot read checkpoint file {config_file}: {first_line(err)}") from None
+    except (SafetensorError, OSError) as err:
+        raise WeightsError(f"cannot read checkpoint file {weights}: {first_line(err)} "
+                           "(truncated or corrupt file?)") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("bert"), dict) or not isinstance(saved.get("run"), dict):
+        raise WeightsError(f"{config_file}: wants {{\"bert\": ..., \"run\": ...}} as written by training/checkpoint.py"
+                           " (an HF-format BERT directory is a --model, not a run)")
+    try:
+        config = RunConfig.from_dict(saved["run"])
+        tasks = config.task_names() if any(k.startswith("heads.") for k in state) else []
+        bert = BertModel(BertConfig.from_dict(saved["bert"]))
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise WeightsError(f"{config_file}: unusable configuration: {first_line(err)}") from None
+    model = with_heads(bert, config, tasks)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise WeightsError(f"{weights}: the weights do not fit the model of {config_file.name}: "
+                           f"{' '.join(str(err).split())[:300]}") from None
+    model.bert.set_attention(config.speed.attention)
+    vocab = directory / "vocab.txt"
+    if not vocab.is_file():
+        try:
+            vocab = resolve_model_dir(config.model.model) / "vocab.txt"
+        except WeightsError as err:
+            raise WeightsError(f"{directory}: no vocab.txt, and the run's model has none: {err}") from None
+    return LoadedRun(directory, config, model.eval(), _tokenizer(vocab, bert))
+
+
+def pretrained_run(model: str | Path | None = None, pooling: str = "mean") -> LoadedRun:
+    """A pretrained encoder (``--model``: an HF-format directory, None = the embedded model) as a
+    run without heads, so tools treat it and a trained run alike."""
+    directory = resolve_model_dir(model)
+    bert = BertModel.from_pretrained(directory)
+    config = RunConfig.from_dict({"model": {"model": str(directory), "pooling": pooling}})
+    return LoadedRun(directory, config, with_heads(bert, config, []).eval(), _tokenizer(directory / "vocab.txt", bert))
+
+
+def checkpoint_dir(path: Path) -> Path:
+    """``path`` if it is a checkpoint folder, its ``checkpoint/`` if it is a run folder; both files must exist."""
+    if not path.is_dir():
+        raise WeightsError(f"run or checkpoint folder not found: {path}" if not path.exists() else
+                           f"{path} is a file: expected a run folder or its checkpoint/ folder")
+    if not (path / "config.json").is_file() and (path / "checkpoint").is_dir():
+        path = path / "checkpoint"
+    for name in ("config.json", "model.safetensors"):
+        if not (path / name).is_file():
+            raise WeightsError(f"checkpoint file {path / name} not found (expected a run folder or its "
+                               "checkpoint/ folder, as written by training/checkpoint.py)")
+    return path
+
+
+def with_heads(bert: BertModel, config: RunConfig, tasks: Sequence[str]) -> MultitaskBert:
+    """``bert`` with a fresh head for each of ``tasks``, made by its ``Task`` row, on the run's pooling."""
+    width = pooled_size(bert.config.hidden_size, config.model.pooling)
+    return MultitaskBert(bert, {name: TASKS[name].head(width, config.model) for name in tasks},
+                         config.model.pooling)
+
+
+@torch.no_grad()
+def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], pooling: str = "mean",
+           reduction: str = "mean", batch_size: int = 64, max_length: int = 128,
+           progress: bool | str | None = None) -> np.ndarray:
+    """Pooled vectors, float32 ``(len(sentences), width)``, in the order of ``sentences``.
+
+    The encoder runs in eval mode (put back in its previous mode after) on its own device.
+    Batches are length-bucketed (``data.batching``, sorted by word pieces), so each pads little.
+    ``progress``: a tqdm bar, with this description if a string; None shows one from
+    ``PROGRESS_FROM`` sentences.
+    """
+    if reduction not in TOKEN_REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduction!r}; choose one of {list(TOKEN_REDUCTIONS)}")
+    applied_reduction(pooling, reduction)  # an unknown mode fails here, even for an empty list
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    vectors = np.zeros((len(sentences), pooled_size(bert.config.hidden_size, pooling)), dtype=np.float32)
+    if not sentences:
+        return vectors
+    examples = [Example(str(i), (text,), None, 0) for i, text in enumerate(sentences)]
+    loader = make_loader(examples, tokenizer, max_length, batch_size, shuffle=False, bucket=True)
+    show = len(sentences) >= PROGRESS_FROM if progress is None else bool(progress)
+    device = next(bert.parameters()).device
+    was_training = bert.training
+    bert.eval()
+    try:
+        for batch in tqdm(loader, desc=progress if isinstance(progress, str) else "encode", leave=False,
+                          dynamic_ncols=True, disable=not show):
+            encoding = to_device(batch["inputs"][0], device)
+            outputs = bert(encoding["input_ids"], encoding["attention_mask"], encoding["token_type_ids"])
+            pooled = pool(outputs, encoding["attention_mask"], pooling, reduction)
+            vectors[[int(i) for i in batch["ids"]]] = pooled.float().cpu().numpy()
+    finally:
+        bert.train(was_training)
+    return vectors
+
+
+def _tokenizer(vocab: Path, bert: BertModel) -> BertTokenizer:
+    if not vocab.is_file():
+        raise WeightsError(f"vocabulary {vocab} not found")
+    tokenizer = BertTokenizer(vocab)
+    if tokenizer.vocab_size > bert.config.vocab_size:
+        raise WeightsError(f"{vocab} has {tokenizer.vocab_size} tokens but the model's embedding has "
+                           f"{bert.config.vocab_size} rows")
+    return tokenizer

@@ -27,7 +27,8 @@ from .checkpoint import save_checkpoint
 from .config import RunConfig
 from .curves import MatplotlibMissing, plot_curves
 from .distributed import Distributed, check_batch_size, init_distributed, shutdown, wrap_model
-from .evaluate import TaskPredictions, pick_device, predict
+from .device import pick_device
+from .evaluate import TaskPredictions, predict
 from .losses import make_loss_weighting
 from .memory import keep_freed_memory
 from .outputs import prediction_path, write_json, write_predictions
@@ -35,8 +36,9 @@ from .precision import Precision
 from .resume import Checkpoint, TrainingClock, latest_checkpoint
 from .run_log import RunLog
 from .runs import build_model
-from .stages import StageContext, enabled_stages, multitask_stage
-from .task_step import TaskStep
+from .loop import TrainingLoop
+from .stages import Run, enabled_stages, multitask_stage
+from .task_loss import TaskLoss
 from .tasks import TASKS, format_metrics, overall_score
 
 
@@ -144,28 +146,22 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     forward_model = wrap_model(model, place, device)
     if place.rank > 0:  # same initial weights (DDP copies process 0's), own dropout masks
         torch.manual_seed(config.train.seed + place.rank)
-    task_step = TaskStep(model, optimizer, device, config.smart, weighting, forward_model, place, precision)
     clock = TrainingClock(model, run_dir, config_dict(config), config.output.save_every, config.output.keep_checkpoints,
                           resume=resume, best_file=run_dir / "checkpoint" / "model.safetensors",
                           enabled=write.enabled, log=log)
-    clock.optimizers["main"] = optimizer
-    if weighting is not None:
-        clock.modules["weighting"] = weighting
-    if task_step.bregman is not None:
-        clock.modules["bregman_ema"] = task_step.bregman.ema
-    if precision.scaler is not None:
-        clock.modules["grad_scaler"] = precision.scaler
-    ctx = StageContext(config, model, forward_model, splits, loader, task_step, device, log, clock, precision,
-                       on_epoch_end)
+    task_loss = TaskLoss(model, device, config.smart, weighting, forward_model, place)
+    run = Run(config, model, forward_model, splits, loader, device, log, optimizer, task_loss,
+              TrainingLoop(precision, log, clock), on_epoch_end)
+    clock.components = {"run": run}
     metrics["stages"] = {}
     for name, stage in enabled_stages(config):
         stage_log = clock.finished_stage(name)
         if stage_log is None:
-            stage_log = stage(ctx)
+            stage_log = stage(run)
             clock.end_stage(name, stage_log)
         metrics["stages"][name] = stage_log
         write.json(metrics)
-    result = multitask_stage(ctx)
+    result = multitask_stage(run)
     history, best = result["epochs"], result["best"]
     metrics["loss_curves"] = result["loss_curves"]
 

@@ -1,10 +1,12 @@
 """The ablation table: one row per run folder, built from each run's ``metrics.json``.
 
-    python -m training.report predictions/ablate                  # writes predictions/ablate/ablation.{md,csv}
-    python -m training.report predictions/ --out results/table --sort name
+    python -m training.tools.report predictions/ablate        # writes predictions/ablate/ablation.{md,csv}
+    python -m training.tools.report predictions/ --out results/table --sort name
 
-Columns are those of the CS224N study the grid reproduces (run, pre-QQP, pooling, joint-loss, SMART,
-U-CL, S-CL, SST acc, QQP acc, STS-B Pearson, average), plus the run's wall time and its status.
+Columns: the run, its pooling, one on/off column per extension (``training.stages.EXTENSIONS``, in
+stage order: U-CL, S-CL, LCL, pre-QQP, joint-loss, SMART), one dev metric column per task the runs
+trained (``training.tasks.TASKS``: SST acc, QQP acc, STS Pearson, ...), the average, the run's wall
+time and its status.
 
 Rules, so the table can be read without this file:
 
@@ -14,8 +16,9 @@ Rules, so the table can be read without this file:
   today and elsewhere tomorrow); a flag absent from the config counts as off. A run without a readable
   config (no or corrupt ``metrics.json``) shows blank flag cells.
 - Baselines are marked in the run column: ``(PT)`` for ``--option pretrain`` (frozen BERT, heads
-  only); ``(FT)`` for ``--option finetune`` with all five extensions off (any pooling).
-- average = ``training.tasks.overall_score`` of the dev metrics, (SST + QQP + (STS + 1) / 2) / 3.
+  only); ``(FT)`` for ``--option finetune`` with every extension off (any pooling).
+- average = ``training.tasks.overall_score`` of the run's dev metrics: for SST, QQP and STS the
+  CS224N score (SST + QQP + (STS + 1) / 2) / 3.
 - Finished runs come first, by average (highest first) or by name; every other run follows, by
   name, with its status and blank metrics: ``incomplete (running)`` (still running, or killed),
   ``incomplete (no metrics.json)``, ``failed: <error>``, ``corrupt metrics.json``.
@@ -30,22 +33,29 @@ import io
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from minbert.atomic import write_text_atomic
 
-from .tasks import overall_score
+from ..stages import EXTENSIONS
+from ..tasks import DEFAULT_TASKS, TASKS, overall_score
 
-COLUMNS = ["run", "pre-QQP", "pooling", "joint-loss", "SMART", "U-CL", "S-CL",
-           "SST acc", "QQP acc", "STS-B Pearson", "average", "wall (min)", "status"]
-# table column -> config flag name, for the on/off extension columns
-FLAG_COLUMNS = {"pre-QQP": "pre_qqp", "joint-loss": "joint_loss", "SMART": "smart", "U-CL": "ucl", "S-CL": "scl"}
 ON, OFF = "✓", "×"
 FINISHED = "finished"
 LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT = fine-tuning with no extension. "
-          "average = (SST acc + QQP acc + (STS-B Pearson + 1) / 2) / 3 on dev. Unfinished runs are listed last "
-          "with blank metrics.")
+          "average = mean of the tasks' dev scores, a Pearson r counted as (r + 1) / 2 (the CS224N score for "
+          "SST, QQP and STS). Unfinished runs are listed last with blank metrics.")
+FLAG_COLUMNS = [e.column for e in EXTENSIONS]
+
+
+def metric_column(task: str) -> str:
+    return f"{task.upper()} {'Pearson' if TASKS[task].metric_name == 'pearson' else 'acc'}"
+
+
+def columns(tasks=DEFAULT_TASKS) -> list[str]:
+    """The table's header for runs of ``tasks``."""
+    return ["run", "pooling", *FLAG_COLUMNS, *map(metric_column, tasks), "average", "wall (min)", "status"]
 
 
 @dataclass
@@ -53,12 +63,10 @@ class RunRow:
     """One run folder as the table shows it; ``None`` means unknown (a blank cell)."""
     run: str
     status: str
-    flags: dict[str, bool] | None = None   # config flag name -> on/off, None without a readable config
+    flags: dict[str, bool] | None = None   # extension flag name -> on/off, None without a readable config
     pooling: str | None = None
     baseline: str = ""                     # "PT", "FT" or ""
-    sst: float | None = None
-    qqp: float | None = None
-    sts: float | None = None
+    dev: dict[str, float | None] = field(default_factory=dict)   # task -> dev metric
     average: float | None = None
     wall_minutes: float | None = None
 
@@ -66,19 +74,21 @@ class RunRow:
     def complete(self) -> bool:
         return self.status == FINISHED and self.average is not None
 
-    def cells(self, number) -> list[str]:
-        """The row's cells in ``COLUMNS`` order; ``number(value, column)`` formats the floats."""
-        def flag_cell(name):
-            return "" if self.flags is None else (ON if self.flags[name] else OFF)
-
+    def cells(self, number, tasks=DEFAULT_TASKS) -> list[str]:
+        """The row's cells in ``columns(tasks)`` order; ``number(value, column)`` formats the floats."""
         def num(value, column):
             return "" if value is None else number(value, column)
 
-        return [f"{self.run} ({self.baseline})" if self.baseline else self.run,
-                flag_cell("pre_qqp"), self.pooling or "", flag_cell("joint_loss"),
-                flag_cell("smart"), flag_cell("ucl"), flag_cell("scl"),
-                num(self.sst, "SST acc"), num(self.qqp, "QQP acc"), num(self.sts, "STS-B Pearson"),
-                num(self.average, "average"), num(self.wall_minutes, "wall (min)"), self.status]
+        flags = ["" if self.flags is None else (ON if self.flags[e.flag] else OFF) for e in EXTENSIONS]
+        metrics = [num(self.dev.get(task), metric_column(task)) for task in tasks]
+        return [f"{self.run} ({self.baseline})" if self.baseline else self.run, self.pooling or "", *flags,
+                *metrics, num(self.average, "average"), num(self.wall_minutes, "wall (min)"), self.status]
+
+
+def table_tasks(rows: list[RunRow]) -> list[str]:
+    """The tasks any of the rows has dev metrics for, in task-table order (the benchmark's three if none)."""
+    seen = {task for row in rows for task in row.dev}
+    return [task for task in TASKS if task in seen] or list(DEFAULT_TASKS)
 
 
 def collect_runs(folder: str | Path, sort: str = "average") -> list[RunRow]:
@@ -101,9 +111,11 @@ def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
 
 def render_markdown(rows: list[RunRow]) -> str:
     """A Markdown table (metrics to 3 decimals, wall time to 0.1 minute) followed by a one-line legend."""
+    tasks = table_tasks(rows)
+    header = columns(tasks)
     align = {"run": "---", "pooling": ":-:", "status": "---", **{c: ":-:" for c in FLAG_COLUMNS}}
-    lines = [_md_line(COLUMNS), _md_line([align.get(c, "--:") for c in COLUMNS])]
-    lines += [_md_line(row.cells(_short_number)) for row in rows]
+    lines = [_md_line(header), _md_line([align.get(c, "--:") for c in header])]
+    lines += [_md_line(row.cells(_short_number, tasks)) for row in rows]
     return "\n".join(lines) + "\n\n" + LEGEND + "\n"
 
 
@@ -111,13 +123,14 @@ def write_csv(rows: list[RunRow], path: str | Path) -> None:
     """The same rows and cells as the Markdown table, numbers at full precision (UTF-8, ✓/×)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    writer.writerows(row.cells(lambda value, column: repr(float(value))) for row in rows)
+    tasks = table_tasks(rows)
+    writer.writerow(columns(tasks))
+    writer.writerows(row.cells(lambda value, column: repr(float(value)), tasks) for row in rows)
     write_text_atomic(path, buffer.getvalue())
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m training.tools.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="parent folder(s) of run folders")
     parser.add_argument("--out", type=Path, default=None,
                         help="write PREFIX.md and PREFIX.csv (default: <first folder>/ablation)")
@@ -157,7 +170,7 @@ def read_run(folder: Path) -> RunRow:
     if not isinstance(data, dict):
         return RunRow(folder.name, "corrupt metrics.json")
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
-    flags = {name: _is_on(find_flag(config, name)) for name in FLAG_COLUMNS.values()}
+    flags = {e.flag: _is_on(find_flag(config, e.flag)) for e in EXTENSIONS}
     pooling = find_flag(config, "pooling")
     row = RunRow(folder.name, _status(data), flags, None if pooling is None else str(pooling).upper(),
                  _baseline(find_flag(config, "option", "finetune"), flags),
@@ -185,11 +198,11 @@ _MISSING = object()
 
 def _fill_metrics(row: RunRow, dev) -> None:
     dev = dev if isinstance(dev, dict) else {}
-    row.sst, row.qqp, row.sts = (_number(dev.get(task)) for task in ("sst", "qqp", "sts"))
-    if None in (row.sst, row.qqp, row.sts):
+    row.dev = {task: _number(value) for task, value in dev.items() if task in TASKS}
+    if not row.dev or None in row.dev.values():
         row.status = "finished, dev metrics missing"
         return
-    row.average = overall_score({"sst": row.sst, "qqp": row.qqp, "sts": row.sts})
+    row.average = overall_score(row.dev)
 
 
 def _status(data: dict) -> str:

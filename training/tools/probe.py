@@ -1,11 +1,11 @@
 """Clustering and linear-probe evaluation of frozen sentence embeddings on a labelled single-sentence task.
 
-    python -m training.probe --task cfimdb --data_dir ../shared/data/cs224n --pooling mean
-    python -m training.probe --checkpoint predictions/<run>/checkpoint --task sst \\
+    python -m training.tools.probe --task cfimdb --data_dir ../shared/data/cs224n --pooling mean
+    python -m training.tools.probe --checkpoint predictions/<run>/checkpoint --task sst \\
         --data_dir ../shared/data/cs224n --pooling mean --out probe-sst.json
 
-The encoder alone (no task head; ``heads.pooling`` gives the vector, ``training.evaluate_embeddings``
-loads the model and encodes) embeds the train and dev sentences, frozen. Two judgements of how well
+The encoder alone (no task head; ``heads.pooling`` gives the vector, ``training.runs`` loads the
+model and encodes) embeds the train and dev sentences, frozen. Two judgements of how well
 the embeddings separate the classes, as in contrastive fine-tuning studies that compare
 cross-entropy with label-contrastive training by their embeddings rather than by a head:
 
@@ -16,16 +16,17 @@ cross-entropy with label-contrastive training by their embeddings rather than by
 - **linear probe**: a multinomial logistic regression (scikit-learn, L2, C = 1, lbfgs,
   ``max_iter=1000``, fixed seed) trained on the train embeddings; its train and dev accuracy.
 
-``--normalize`` L2-normalises the vectors first (the geometry a cosine-based contrastive loss
-shapes); by default the raw pooled vectors are used. ``--max_train N`` keeps a seeded random N of
-the training sentences (for speed: the probe is trained and train k-means run on those only).
+The tasks are the single-sentence classification rows of ``training.tasks.TASKS`` (files, columns,
+number of classes). ``--normalize`` L2-normalises the vectors first (the geometry a cosine-based
+contrastive loss shapes); by default the raw pooled vectors are used. ``--max_train N`` keeps a
+seeded random N of the training sentences (for speed: the probe is trained and train k-means run
+on those only).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -35,53 +36,36 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
 
 from data.readers import DataError, Example, read_examples, resolve_data_dir
-from heads.pooling import POOLING_MODES, TOKEN_REDUCTIONS
 from minbert import WeightsError
 
-from .evaluate_embeddings import encode, open_encoder
-from .outputs import write_json
+from ..config import DataConfig, TrainConfig, add_flags
+from ..outputs import write_json
+from ..tasks import TASKS, Task
+from .evaluate_embeddings import add_encoder_flags, open_encoder
 
-DEFAULT_SEED = 11711
-
-
-@dataclass(frozen=True)
-class ProbeTask:
-    """A labelled single-sentence task as the probe needs it: where its files are and what they hold."""
-
-    name: str
-    files: dict[str, str]      # split ("train", "dev") -> file name in the data directory
-    text_column: str
-    label_column: str
-    num_classes: int
-    description: str
-
-
-# The task-as-data table: a new labelled single-sentence task is one more row.
-PROBE_TASKS: dict[str, ProbeTask] = {task.name: task for task in (
-    ProbeTask("sst", {"train": "ids-sst-train.csv", "dev": "ids-sst-dev.csv"}, "sentence", "sentiment", 5,
-              "Stanford Sentiment Treebank, 5 classes (0 negative .. 4 positive)"),
-    ProbeTask("cfimdb", {"train": "ids-cfimdb-train.csv", "dev": "ids-cfimdb-dev.csv"}, "sentence", "sentiment", 2,
-              "CFIMDB movie reviews, 2 classes (0 negative, 1 positive)"),
-)}
+DEFAULT_SEED = TrainConfig.seed
+SPLITS = ("train", "dev")
+# The tasks a probe applies to: every labelled single-sentence classification row of TASKS.
+TASK_CHOICES = [name for name, task in TASKS.items() if not task.is_pair and task.label_type == "class"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     started = time.time()
-    task = PROBE_TASKS[args.task]
+    task = TASKS[args.task]
     try:
         if args.max_train is not None and args.max_train < 1:
             raise ValueError(f"--max_train must be at least 1, got {args.max_train}")
-        data_dir = resolve_data_dir(args.data_dir, list(task.files.values()))
-        splits = {split: read_split(data_dir / name, task) for split, name in task.files.items()}
+        data_dir = resolve_data_dir(args.data_dir, [task.files[split] for split in SPLITS])
+        splits = {split: read_split(data_dir / task.files[split], task) for split in SPLITS}
         if args.max_train is not None:
             splits["train"] = subsample(splits["train"], args.max_train, args.seed)
-        model, tokenizer, source, reduction = open_encoder(args)
+        run, reduction = open_encoder(args)
         vectors, labels = {}, {}
         encode_started = time.time()
         for split, (examples, _) in splits.items():
-            x = encode(model, tokenizer, [e.texts[0] for e in examples], args.pooling, args.reduction,
-                       args.batch_size, args.max_length).numpy().astype(np.float64)
+            x = run.encode([e.texts[0] for e in examples], args.batch_size, pooling=args.pooling,
+                           reduction=args.reduction, max_length=args.max_length).astype(np.float64)
             if args.normalize:
                 x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
             vectors[split], labels[split] = x, np.array([e.label for e in examples], dtype=np.int64)
@@ -96,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     report = {
-        "encoder": source, "task": task.name, "data_dir": str(data_dir), "pooling": args.pooling,
+        "encoder": str(run.source), "task": task.name, "data_dir": str(data_dir), "pooling": args.pooling,
         "reduction": reduction, "normalize": args.normalize, "max_length": args.max_length,
         "max_train": args.max_train, "seed": args.seed, "num_classes": task.num_classes,
         "files": {split: {"path": str(data_dir / task.files[split]), "rows": read.n_rows,
@@ -114,28 +98,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m training.probe", description=__doc__.split("\n\n")[0])
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--checkpoint", type=Path, default=None,
-                        help="a run's checkpoint/ folder (or the run folder holding it): its encoder, no heads")
-    source.add_argument("--model", default=None,
-                        help="local HF-format BERT directory or the embedded model's name (default: the embedded model)")
-    parser.add_argument("--task", required=True, choices=list(PROBE_TASKS),
-                        help="; ".join(f"{t.name}: {t.description}, {t.files['train']} / {t.files['dev']}"
-                                       for t in PROBE_TASKS.values()))
-    parser.add_argument("--data_dir", default=None,
-                        help="folder with the task's train and dev files (default: $MINBERT_DATA, else ./data)")
-    parser.add_argument("--pooling", default="mean", choices=list(POOLING_MODES), help="pooling mode (default: mean)")
-    parser.add_argument("--reduction", default="mean", choices=list(TOKEN_REDUCTIONS),
-                        help="token reduction of the layer-combining modes (default: mean)")
+    parser = argparse.ArgumentParser(prog="python -m training.tools.probe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", required=True, choices=TASK_CHOICES,
+                        help="; ".join(f"{name}: {TASKS[name].description}, {TASKS[name].files['train']} / "
+                                       f"{TASKS[name].files['dev']}" for name in TASK_CHOICES))
+    add_encoder_flags(parser)
+    add_flags(parser, DataConfig, only=("data_dir",), title="data")
+    add_flags(parser, TrainConfig, only=("seed",), title="seed")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise the vectors before k-means and the probe")
     parser.add_argument("--max_train", type=int, default=None,
                         help="use a seeded random subset of this many training sentences (default: all)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                        help=f"seed of k-means, the probe and --max_train (default: {DEFAULT_SEED})")
-    parser.add_argument("--batch_size", type=int, default=64, help="sentences per forward pass (default: 64)")
-    parser.add_argument("--max_length", type=int, default=128, help="word pieces per sentence (default: 128)")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: cuda if available")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON to this file")
     return parser
 
@@ -182,9 +154,10 @@ def probe_scores(train_x, train_y, dev_x, dev_y, seed: int = DEFAULT_SEED) -> di
 # data
 
 
-def read_split(path: Path, task: ProbeTask):
-    """``(examples, ReadReport)`` of one labelled file; rows with a bad field are skipped and reported."""
-    examples, report = read_examples(path, (task.text_column,), task.label_column, label_type="class",
+def read_split(path: Path, task: Task):
+    """``(examples, ReadReport)`` of one labelled file of a single-sentence ``Task`` row; rows with a
+    bad field are skipped and reported."""
+    examples, report = read_examples(path, task.text_columns, task.label_column, label_type=task.label_type,
                                      num_classes=task.num_classes)
     if report.bad_rows:
         print(f"note: {report.summary()}", file=sys.stderr)

@@ -1,0 +1,218 @@
+"""Scored sentence-pair files for STS-style evaluation: CS224N ``sts-*.csv``, SentEval STS12–16 and
+SICK-R, each read into ``PairSubset`` rows (two sentence lists and the gold scores).
+
+Layouts (``find_datasets`` takes files or folders; each names one *dataset*, split into *subsets*):
+
+- a CS224N STS file (tab-separated, columns ``sentence1``, ``sentence2``, ``similarity``): one subset;
+- a SentEval STS12–16 folder (``STS.input.<name>.txt``: tab-separated sentence pairs, and
+  ``STS.gs.<name>.txt``: one gold score per line, a blank line = an unscored pair, skipped): each
+  ``<name>`` is a subset. One ``STS.input.<name>.txt`` (or ``STS.gs``) file: that one subset;
+- SICK-R (``SICK_*.txt``, tab-separated, columns ``sentence_A``, ``sentence_B``, ``relatedness_score``):
+  a file is one subset, a folder's ``SICK*.txt`` files are its subsets;
+- a folder holding none of these but subfolders that do (SentEval's ``data/downstream/STS``): each
+  subfolder is a dataset.
+
+Malformed rows are skipped and listed in each subset's ``ReadReport``; every failure is a one-line
+``DataError``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .readers import BadRow, DataError, ReadReport, column_indices, read_examples, read_utf8
+
+STS_INPUT = re.compile(r"^STS\.input\.(.+)\.txt$")
+STS_GOLD = re.compile(r"^STS\.gs\.(.+)\.txt$")
+SICK_FILE = re.compile(r"^SICK.*\.txt$")
+CS224N_COLUMNS = ("sentence1", "sentence2", "similarity")
+SICK_COLUMNS = ("sentence_A", "sentence_B", "relatedness_score")
+LAYOUTS_HELP = ("expected a CS224N STS file (columns sentence1, sentence2, similarity), SentEval STS12-16 "
+                "files (STS.input.<name>.txt + STS.gs.<name>.txt) or SICK-R files (SICK_*.txt with columns "
+                "sentence_A, sentence_B, relatedness_score)")
+
+
+@dataclass
+class PairSubset:
+    """Scored sentence pairs of one file; ``report`` lists skipped malformed rows."""
+
+    name: str
+    first: list[str]
+    second: list[str]
+    gold: np.ndarray
+    report: ReadReport
+    unscored: int = 0  # SentEval pairs with a blank gold line
+
+    def describe(self) -> str:
+        return self.report.summary() + (f", {self.unscored} unscored pairs skipped" if self.unscored else "")
+
+
+@dataclass
+class PairDataset:
+    """One input of ``find_datasets``: a file (one subset) or a folder (a subset per file)."""
+
+    name: str
+    path: Path
+    layout: str  # "cs224n", "senteval-sts" or "sick"
+    subsets: list[PairSubset] = field(default_factory=list)
+
+
+def find_datasets(paths: Sequence[Path]) -> list[PairDataset]:
+    """One ``PairDataset`` per file or folder (a folder of dataset folders expands to each of them)."""
+    datasets: list[PairDataset] = []
+    for path in map(Path, paths):
+        if path.is_dir() and _folder_layout(path) is None:
+            found = [load_dataset(sub) for sub in sorted(path.iterdir(), key=lambda p: p.name.lower())
+                     if sub.is_dir() and _folder_layout(sub) is not None]
+            if not found:
+                hint = " (to score CS224N CSVs, pass the sts-*.csv files themselves)" if any(path.glob("*.csv")) else ""
+                raise DataError(f"{path}: no STS files in this folder or its subfolders{hint}; {LAYOUTS_HELP}")
+            datasets.extend(found)
+        else:
+            datasets.append(load_dataset(path))
+    names = [d.name for d in datasets]
+    for dataset in datasets:  # two inputs with one name (sts-dev.csv from two folders): use the paths
+        if names.count(dataset.name) > 1:
+            dataset.name = str(dataset.path)
+    return datasets
+
+
+def load_dataset(path: Path) -> PairDataset:
+    """Read one file (one subset) or one SentEval/SICK folder (its files are the subsets)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"STS data not found: {path}")
+    if path.is_dir():
+        layout = _folder_layout(path)
+        if layout == "senteval-sts":
+            inputs = sorted((p for p in path.iterdir() if STS_INPUT.match(p.name)), key=lambda p: p.name.lower())
+            return PairDataset(path.name, path, layout, [read_senteval_sts(p) for p in inputs])
+        if layout == "sick":
+            files = sorted((p for p in path.iterdir() if SICK_FILE.match(p.name)), key=lambda p: p.name.lower())
+            return PairDataset(path.name, path, layout, [read_sick(p) for p in files])
+        raise DataError(f"{path}: no STS files in this folder; {LAYOUTS_HELP}")
+    gold = STS_GOLD.match(path.name)
+    if gold:
+        path = path.with_name(f"STS.input.{gold.group(1)}.txt")
+    if STS_INPUT.match(path.name):
+        subset = read_senteval_sts(path)
+        return PairDataset(f"{path.parent.name}/{subset.name}", path, "senteval-sts", [subset])
+    header = _header(path)
+    if all(c in header for c in CS224N_COLUMNS):
+        return PairDataset(path.stem, path, "cs224n", [read_cs224n_sts(path)])
+    if all(c in header for c in SICK_COLUMNS):
+        return PairDataset(path.stem, path, "sick", [read_sick(path)])
+    if all(c in header for c in CS224N_COLUMNS[:2]):
+        raise DataError(f"{path}: no '{CS224N_COLUMNS[2]}' column: an unlabelled (test) file "
+                        "has no gold scores to correlate with")
+    raise DataError(f"{path}: unknown layout (header {header}); {LAYOUTS_HELP}")
+
+
+def read_cs224n_sts(path: Path) -> PairSubset:
+    """A CS224N ``sts-*.csv`` (rows with a bad field are skipped and reported)."""
+    examples, report = read_examples(path, CS224N_COLUMNS[:2], CS224N_COLUMNS[2], label_type="score")
+    if not examples:
+        raise DataError(f"{path}: no usable rows ({report.summary()})")
+    return PairSubset(path.stem, [e.texts[0] for e in examples], [e.texts[1] for e in examples],
+                      np.array([e.label for e in examples], dtype=np.float64), report)
+
+
+def read_senteval_sts(input_path: Path) -> PairSubset:
+    """``STS.input.<name>.txt`` (tab-separated pair per line; extra columns ignored) and its
+    ``STS.gs.<name>.txt`` (one score per line; a blank line marks an unscored pair, skipped as
+    SentEval does). Scored lines that are malformed are skipped and reported."""
+    input_path = Path(input_path)
+    match = STS_INPUT.match(input_path.name)
+    if not match:
+        raise DataError(f"{input_path}: not a SentEval STS input file (STS.input.<name>.txt)")
+    gold_path = input_path.with_name(f"STS.gs.{match.group(1)}.txt")
+    if not input_path.is_file():
+        raise DataError(f"STS input file not found: {input_path}")
+    if not gold_path.is_file():
+        raise DataError(f"{input_path}: gold-score file {gold_path.name} not found beside it")
+    pairs = read_utf8(input_path).splitlines()
+    scores = read_utf8(gold_path).splitlines()
+    if len(pairs) != len(scores):
+        raise DataError(f"{input_path} has {len(pairs)} lines but {gold_path.name} has {len(scores)}")
+    first, second, gold = [], [], []
+    report = ReadReport(path=input_path, n_rows=len(pairs))
+    unscored = 0
+    for line, (pair, score) in enumerate(zip(pairs, scores), start=1):
+        if not score.strip():
+            unscored += 1
+            continue
+        fields = pair.split("\t")
+        value = _float(score)
+        if len(fields) < 2:
+            report.bad_rows.append(BadRow(line, "row", f"{len(fields)} tab-separated field(s), want 2"))
+        elif value is None:
+            report.bad_rows.append(BadRow(line, "score", f"gold score {score.strip()!r} is not a number"))
+        else:
+            first.append(fields[0].strip())
+            second.append(fields[1].strip())
+            gold.append(value)
+    if not gold:
+        raise DataError(f"{input_path}: no scored pairs ({report.summary()}, {unscored} unscored)")
+    return PairSubset(match.group(1), first, second, np.array(gold, dtype=np.float64), report, unscored)
+
+
+def read_sick(path: Path) -> PairSubset:
+    """A SICK file: tab-separated with a header naming ``sentence_A``, ``sentence_B``,
+    ``relatedness_score`` (the other columns are ignored); malformed rows are skipped and reported."""
+    path = Path(path)
+    lines = read_utf8(path).splitlines()
+    if not lines or not lines[0].strip():
+        raise DataError(f"{path}: file is empty (expected a tab-separated header row)")
+    header = lines[0].split("\t")
+    index = column_indices(path, header, SICK_COLUMNS)
+    first, second, gold = [], [], []
+    report = ReadReport(path=path, n_rows=0)
+    for line, row in enumerate(lines[1:], start=2):
+        if not row.strip():
+            continue
+        report.n_rows += 1
+        fields = row.split("\t")
+        if len(fields) <= max(index.values()):
+            report.bad_rows.append(BadRow(line, "row", f"{len(fields)} fields, header has {len(header)}"))
+            continue
+        a, b = fields[index["sentence_A"]].strip(), fields[index["sentence_B"]].strip()
+        value = _float(fields[index["relatedness_score"]])
+        if not a or not b:
+            report.bad_rows.append(BadRow(line, "sentence_A" if not a else "sentence_B", "empty sentence"))
+        elif value is None:
+            report.bad_rows.append(BadRow(line, "relatedness_score", "not a number"))
+        else:
+            first.append(a)
+            second.append(b)
+            gold.append(value)
+    if not gold:
+        raise DataError(f"{path}: no usable rows ({report.summary()})")
+    return PairSubset(path.stem, first, second, np.array(gold, dtype=np.float64), report)
+
+
+def _folder_layout(path: Path) -> str | None:
+    names = [p.name for p in path.iterdir() if p.is_file()]
+    if any(STS_INPUT.match(n) for n in names):
+        return "senteval-sts"
+    if any(SICK_FILE.match(n) for n in names):
+        return "sick"
+    return None
+
+
+def _header(path: Path) -> list[str]:
+    text = read_utf8(path)
+    first_line = text.split("\n", 1)[0].rstrip("\r")
+    return [h.strip() for h in first_line.split("\t")]
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None

@@ -1,0 +1,100 @@
+"""training/loop.py: one step equals the written-out step, the clipping and schedule hooks match
+torch's own, epochs log and record their figures, and loss curves keep their windows."""
+import pytest
+import torch
+
+from training.loop import CURVE_EVERY, LossCurve, Objective, TrainingLoop
+from training.precision import Precision
+from training.run_log import RunLog
+
+CPU = torch.device("cpu")
+
+
+class Regression(Objective):
+    """Least squares on fixed random batches."""
+
+    name, epochs = "regression", 2
+
+    def __init__(self, model, batches, lr=0.1):
+        self.model, self.data = model, batches
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+
+    def batches(self):
+        return iter(self.data)
+
+    def loss(self, batch):
+        x, y = batch
+        loss = (self.model(x).squeeze(-1) - y).pow(2).mean()
+        return loss, {"mse": loss}
+
+    def examples(self, batch):
+        return len(batch[0])
+
+
+def data(n=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(4, 3, generator=g), 10 * torch.randn(4, generator=g)) for _ in range(n)]
+
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 1)
+
+
+def loop(**hooks):
+    return TrainingLoop(Precision("off", CPU), RunLog(quiet=True), **hooks)
+
+
+def written_out(m, batches, epochs, lr=0.1, clip=None, schedule=None):
+    optimizer = torch.optim.SGD(m.parameters(), lr=lr)
+    scheduler = schedule(optimizer) if schedule else None
+    for _ in range(epochs):
+        for x, y in batches:
+            loss = (m(x).squeeze(-1) - y).pow(2).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(m.parameters(), clip)
+            optimizer.step()
+            if scheduler:
+                scheduler.step()
+    return m
+
+
+@pytest.mark.parametrize("hooks", [{}, {"max_grad_norm": 0.5},
+                                   {"schedule": lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))}])
+def test_training_equals_the_written_out_loop(hooks):
+    batches = data()
+    trained = model()
+    result = loop(**hooks).train(Regression(trained, batches))
+    reference = written_out(model(), batches, 2, clip=hooks.get("max_grad_norm"), schedule=hooks.get("schedule"))
+    for a, b in zip(trained.parameters(), reference.parameters()):
+        assert torch.equal(a, b)
+    assert result["batches"] == 12
+
+
+def test_clipping_changes_the_step_when_the_norm_is_larger():
+    batches = data()
+    plain, clipped = model(), model()
+    loop().train(Regression(plain, batches))
+    loop(max_grad_norm=1e-3).train(Regression(clipped, batches))
+    assert not torch.equal(plain.weight, clipped.weight)
+
+
+def test_epoch_records_and_log_lines(capsys):
+    objective = Regression(model(), data(n=25))
+    result = loop().train(objective)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == ["epoch 1", "epoch 2"] and "train loss mse" in out[0]
+    assert len(result["loss_curve"]) == 5 and result["loss_curve"][0][0] == CURVE_EVERY  # 50 steps, a point every 10
+
+
+def test_loss_curve_points_are_window_means_and_survive_a_round_trip():
+    curve = LossCurve()
+    for value in range(1, 16):
+        curve.add(float(value))
+    assert curve.points == [[10, 5.5]]
+    again = LossCurve(curve.data)   # the saved dict continues the curve
+    for value in range(16, 21):
+        again.add(float(value))
+    assert again.points == [[10, 5.5], [20, 15.5]]

@@ -1,0 +1,17 @@
+"""Where tensors live: the device a run trains on, and moving a batch's encodings there."""
+from __future__ import annotations
+
+import torch
+
+
+def pick_device(choice: str) -> torch.device:
+    """``auto``: CUDA when available, else CPU; ``cuda`` without a GPU is a one-line error."""
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available (use --device cpu or auto)")
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(choice)
+
+
+def to_device(encoding: dict, device: torch.device) -> dict:
+    return {key: value.to(device, non_blocking=True) for key, value in encoding.items()}

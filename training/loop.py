@@ -1,0 +1,184 @@
+"""The training loop. Every stage of a run (SimCSE, label-contrastive, pre-QQP, multi-task) and the
+sentence fine-tuning tool train through ``TrainingLoop.train(objective)``.
+
+An *objective* says what is trained: its batches, its loss, its optimizer and what happens when an
+epoch ends (the multi-task objective evaluates on dev there). The loop owns how, once for all:
+
+- the resume clock: steps done before a crash are replayed without computing, checkpoints are
+  written every ``--save_every`` steps and at every epoch end (``training/resume.py``);
+- the step: autocast, backward, the optimizer step through the gradient scaler (``--amp``), and the
+  hooks between them: the objective's own (e.g. all-reducing learned loss weights across
+  processes, SMART's EMA update), gradient clipping and a learning-rate schedule;
+- loss curves, timing, examples per second, the progress bar and one log line per epoch.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+import torch
+from tqdm.auto import tqdm
+
+from .precision import Precision
+from .resume import TrainingClock
+from .run_log import RunLog
+
+CURVE_EVERY = 10  # batches per point of a logged loss curve
+
+
+class Objective:
+    """What a stage trains. Subclasses set the attributes and implement ``batches`` and ``loss``.
+
+    ``loss(batch)`` runs under autocast and returns the loss to minimise and the named parts to log
+    (one loss curve per name).
+    """
+
+    name = "train"            # the stage: key of its checkpointed progress, log and progress-bar label
+    log_prefix = ""           # epoch log lines read "<log_prefix>epoch N: ..."
+    epochs = 1
+    optimizer: torch.optim.Optimizer
+
+    def batches(self) -> Iterable:
+        """One epoch's batches; replayed identically on resume (seeded loaders)."""
+        raise NotImplementedError
+
+    def steps(self) -> int | None:
+        """Optimizer steps per epoch, for the progress bar."""
+        return None
+
+    def loss(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def examples(self, batch) -> int:
+        return len(batch["ids"])
+
+    def start(self, progress: dict) -> None:
+        """Called once with the stage's progress (the saved one when resuming into this stage)."""
+
+    def after_backward(self) -> None:
+        """Between backward and the optimizer step (gradients are there, not yet used)."""
+
+    def after_step(self) -> None:
+        """After the optimizer step."""
+
+    def end_epoch(self, record: dict, progress: dict) -> str:
+        """An epoch ended (``record``: its training figures, already in ``progress["epochs"]``; add
+        to it). Returns text for the end of the epoch's log line."""
+        return ""
+
+    def result(self, progress: dict) -> dict:
+        """What the stage reports (metrics.json ``stages``): batches, seconds, loss curve(s)."""
+        curves = {name: data["points"] for name, data in progress["curves"].items()}
+        return {"batches": sum(e["train_steps"] for e in progress["epochs"]),
+                "seconds": round(sum(e["train_seconds"] for e in progress["epochs"]), 1),
+                "loss_curve": next(iter(curves.values()), []) if len(curves) <= 1 else curves}
+
+
+class TrainingLoop:
+    """Trains objectives one after the other on one clock (``clock=None``: no checkpoints, no resume).
+
+    ``max_grad_norm`` clips the global gradient norm of the optimizer's parameters before each step;
+    ``schedule(optimizer)`` makes a ``torch.optim.lr_scheduler`` stepped after each optimizer step.
+    Neither changes anything when left at None.
+    """
+
+    def __init__(self, precision: Precision, log: RunLog, clock: TrainingClock | None = None,
+                 max_grad_norm: float | None = None, schedule=None):
+        self.precision, self.log, self.clock = precision, log, clock or TrainingClock.off()
+        self.max_grad_norm, self.schedule = max_grad_norm, schedule
+        self.objective: Objective | None = None   # the one being trained (its optimizer is checkpointed)
+        self.scheduler = None
+
+    def train(self, objective: Objective) -> dict:
+        """Run ``objective`` for its epochs; returns ``objective.result``."""
+        clock, log = self.clock, self.log
+        self.objective = objective
+        self.scheduler = self.schedule(objective.optimizer) if self.schedule else None
+        progress = clock.begin_stage(objective.name, {"epochs": [], "current": None, "curves": {}})
+        objective.start(progress)
+        history, curves = progress["epochs"], {}
+        for epoch in range(1, objective.epochs + 1):
+            if progress["current"] is None or progress["current"]["epoch"] < epoch:
+                progress["current"] = {"epoch": epoch, "losses": {}, "steps": 0, "examples": 0, "seconds": 0.0}
+            current = progress["current"]
+            bar = tqdm(objective.batches(), desc=f"{objective.log_prefix}epoch {epoch}/{objective.epochs}",
+                       total=objective.steps(), dynamic_ncols=True, disable=not log.progress_bars)
+            mark = time.time()  # wall time of real steps, data loading included; replayed steps excluded
+            for batch in bar:
+                if clock.skip_step():
+                    mark = time.time()
+                    continue
+                losses = self.step(objective, batch)
+                for name, value in losses.items():
+                    current["losses"].setdefault(name, []).append(value)
+                    if name not in curves:
+                        curves[name] = LossCurve(progress["curves"].setdefault(name, {}))
+                    curves[name].add(value)
+                current["steps"] += 1
+                current["examples"] += objective.examples(batch)
+                current["seconds"] += time.time() - mark
+                mark = time.time()
+                clock.step_done()
+                if current["steps"] % 20 == 0:
+                    bar.set_postfix({k: f"{sum(v) / len(v):.3f}" for k, v in current["losses"].items() if v},
+                                    refresh=False)
+            if epoch <= len(history):  # this epoch had ended before the crash
+                continue
+            clock.catch_up()
+            record = {"epoch": epoch,
+                      "train_loss": {k: sum(v) / max(len(v), 1) for k, v in current["losses"].items()},
+                      "train_steps": current["steps"], "train_seconds": round(current["seconds"], 1),
+                      "train_examples": current["examples"],
+                      "train_examples_per_second": round(current["examples"] / max(current["seconds"], 1e-9), 1)}
+            history.append(record)
+            tail = objective.end_epoch(record, progress)
+            log.result(f"{objective.log_prefix}epoch {epoch}: train loss "
+                       + " ".join(f"{k} {v:.3f}" for k, v in record["train_loss"].items()) + tail)
+            clock.save()
+        clock.catch_up()  # a run killed after its last checkpoint still needs the saved state
+        self.objective = None
+        return objective.result(progress)
+
+    def step(self, objective: Objective, batch) -> dict[str, float]:
+        """One optimizer step on ``batch``; returns the logged loss parts as numbers."""
+        precision, optimizer = self.precision, objective.optimizer
+        with precision.autocast():
+            total, parts = objective.loss(batch)
+        if total.requires_grad:  # a frozen encoder under a parameter-free head has nothing to learn
+            optimizer.zero_grad(set_to_none=True)
+            precision.backward(total)
+            objective.after_backward()
+            if self.max_grad_norm is not None:
+                precision.unscale(optimizer)
+                torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
+                                               self.max_grad_norm)
+            precision.step(optimizer)
+            if self.scheduler is not None:
+                self.scheduler.step()
+            objective.after_step()
+        return {name: value.item() for name, value in parts.items()}
+
+
+class LossCurve:
+    """Mean loss every ``CURVE_EVERY`` batches, as ``[batch, mean]`` points for metrics.json.
+
+    Its whole state lives in the dict ``data`` (JSON-serialisable), kept in the stage's checkpointed
+    progress; pass the saved dict back to continue a curve after a resume.
+    """
+
+    def __init__(self, data: dict | None = None):
+        self.data = data if data is not None else {}
+        for key, empty in (("points", []), ("window", []), ("count", 0)):
+            self.data.setdefault(key, empty)
+
+    @property
+    def points(self) -> list[list[float]]:
+        return self.data["points"]
+
+    def add(self, value: float) -> None:
+        d = self.data
+        d["count"] += 1
+        d["window"].append(value)
+        if len(d["window"]) == CURVE_EVERY:
+            d["points"].append([d["count"], round(sum(d["window"]) / CURVE_EVERY, 5)])
+            d["window"] = []

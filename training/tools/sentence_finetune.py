@@ -1,0 +1,218 @@
+"""Fine-tune the encoder on one labelled single-sentence task (SST, CFIMDB) with cross-entropy or
+a label-contrastive loss, and save it for the embedding evaluations.
+
+    python -m training.tools.sentence_finetune --task sst --loss lcl --data_dir ../shared/data/cs224n \\
+        --out predictions/lcl_study/runs/sst-lcl --max_steps 150
+    python -m training.tools.probe --checkpoint predictions/lcl_study/runs/sst-lcl --task sst \\
+        --data_dir ../shared/data/cs224n --pooling mean
+
+Two objectives on the pooled sentence vector u = pool(BERT(x)) (``heads.pooling``, ``--pooling``):
+
+- ``ce``: the task's head (its ``Task`` row: dropout + linear, ``heads.SentimentHead``) on u,
+  cross-entropy against the class. The encoder learns at ``--lr``, the head at ``--head_lr``.
+- ``lcl``: no head; the loss is on the batch's pooled vectors themselves,
+  ``training.losses.label_contrastive_loss`` — supervised contrastive learning (Khosla et al. 2020,
+  "Supervised Contrastive Learning", §3.2), used to fine-tune a pretrained language model by
+  Gunel et al. 2021 ("Supervised Contrastive Learning for Pre-trained Language Model
+  Fine-tuning", §2), here in its KL form and alone (Gunel et al. mix it with cross-entropy):
+
+      S_ij = cos(u_i, u_j) / τ,   T_ij = [y_i = y_j] / Σ_{k≠i} [y_i = y_k]   (j ≠ i; rows of Y·Yᵀ, normalised)
+      L    = mean over rows i with a same-class neighbour of KL(T_i ‖ softmax_{j≠i}(S_i))
+
+  Batches of fewer than two sentences have no pair to contrast and are skipped.
+
+It trains through the run's training loop (``training/loop.py``) and its flags are the run's
+(``training/config.py``). The output folder (refused if it already holds files) gets
+
+- ``checkpoint/``: what a multi-task run writes (``training/checkpoint.py``), so ``load_run`` and
+  the ``--checkpoint`` of the probe and the embedding evaluator read it: ``model.safetensors`` (the
+  encoder as ``bert.*``; with ``ce`` also the head as ``heads.<task>.*``), ``config.json``
+  (``{"bert": BertConfig, "run": the RunConfig, with "tool": this tool's own settings}``) and the
+  model's ``vocab.txt``;
+- ``metrics.json``: settings, steps, examples, wall and CPU seconds, the loss curve (mean of every
+  10 batches), the mean loss of the first and of the last 10 batches.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from data.batching import make_loader
+from data.readers import DataError, resolve_data_dir
+from minbert import AdamW, WeightsError
+from minbert.atomic import write_text_atomic
+
+from ..checkpoint import save_checkpoint
+from ..config import DataConfig, ModelConfig, RunConfig, TrainConfig, add_flags, section_from_args
+from ..device import pick_device, to_device
+from ..loop import CURVE_EVERY, Objective, TrainingLoop
+from ..losses import label_contrastive_loss
+from ..outputs import write_json
+from ..precision import Precision
+from ..run_log import RunLog
+from ..runs import pretrained_run, with_heads
+from ..tasks import TASKS
+from .probe import TASK_CHOICES, read_split
+
+OBJECTIVES = ("ce", "lcl")
+DEFAULTS = {"epochs": 1, "lr": 3e-5}  # where this tool starts from other values than a multi-task run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    started = time.time()
+    try:
+        config = run_config(args)
+        out = Path(args.out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise ValueError(f"--out {out} already holds files; give a new folder")
+        task = TASKS[args.task]
+        data_dir = resolve_data_dir(args.data_dir, [task.files["train"]])
+        examples, read_report = read_split(data_dir / task.files["train"], task)
+        device = pick_device(config.train.device)
+        encoder = pretrained_run(config.model.model, config.model.pooling)
+    except (DataError, WeightsError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+    bert = encoder.model.bert
+    config.model.hidden_dropout_prob = bert.config.hidden_dropout_prob  # the head's dropout, as the encoder's
+    torch.manual_seed(config.train.seed)  # the head's initialisation and the dropout masks
+    model = with_heads(bert, config, [task.name] if args.loss == "ce" else []).to(device).train()
+    loader = make_loader(examples, encoder.tokenizer, config.data.max_length, config.data.batch_size, shuffle=True,
+                         seed=config.train.seed, bucket=True)
+    print(f"{task.name}: {len(examples)} training sentences from {data_dir / task.files['train']}; "
+          f"encoder {encoder.source}; loss {args.loss}; device {device}", file=sys.stderr)
+    objective = SentenceObjective(model, loader, args.loss, task.name if args.loss == "ce" else None,
+                                  epochs=config.train.epochs, max_steps=args.max_steps, lr=config.train.lr,
+                                  head_lr=config.train.head_lr, weight_decay=config.train.weight_decay,
+                                  temperature=config.model.temp, device=device)
+    train_started, cpu_started = time.time(), time.process_time()
+    log = TrainingLoop(Precision("off", device), RunLog()).train(objective)
+    log.update(seconds=round(time.time() - train_started, 1), cpu_seconds=round(time.process_time() - cpu_started, 1))
+
+    tool = {"name": "sentence_finetune", "task": task.name, "loss": args.loss, "max_steps": args.max_steps}
+    save_checkpoint(out / "checkpoint", model.state_dict(), bert.config,
+                    {**dataclasses.asdict(config), "tool": tool, "encoder": str(encoder.source)})
+    write_text_atomic(out / "checkpoint" / "vocab.txt",
+                      (Path(encoder.source) / "vocab.txt").read_text(encoding="utf-8"))
+    metrics = {"status": "finished", "tool": tool, "config": dataclasses.asdict(config),
+               "encoder": str(encoder.source), "device": str(device),
+               "train_file": str(data_dir / task.files["train"]), "rows": read_report.n_rows,
+               "skipped": len(read_report.bad_rows), **log,
+               "torch_threads": torch.get_num_threads(), "wall_seconds": round(time.time() - started, 1)}
+    write_json(out / "metrics.json", metrics)
+    print(f"{task.name} {args.loss}: {log['steps']} steps, loss {log['first_loss']:.4f} -> "
+          f"{log['last_loss']:.4f} (means of the first and last {CURVE_EVERY} batches), "
+          f"{log['seconds']:.0f} s -> {out / 'checkpoint'}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineErrorParser(prog="python -m training.tools.sentence_finetune",
+                                 description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", required=True,
+                        help="; ".join(f"{name}: {TASKS[name].description}" for name in TASK_CHOICES))
+    parser.add_argument("--loss", default="lcl", help="ce: the task's head + cross-entropy; lcl: label-contrastive "
+                                                      "loss on the pooled vectors, no head (default: lcl)")
+    parser.add_argument("--out", required=True, help="a new folder for checkpoint/ and metrics.json")
+    parser.add_argument("--max_steps", type=int, default=None, help="batches per epoch (default: the whole training set)")
+    add_flags(parser, ModelConfig, only=("model", "pooling", "temp"), title="model")
+    add_flags(parser, DataConfig, only=("data_dir", "max_length", "batch_size"), title="data")
+    add_flags(parser, TrainConfig, only=("epochs", "lr", "head_lr", "weight_decay", "seed", "device"),
+              title="training", **DEFAULTS)
+    return parser
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """The flags as a ``RunConfig`` (checked: a ``ValueError`` naming the first flag out of range)."""
+    if args.task not in TASK_CHOICES:
+        raise ValueError(f"unknown --task {args.task!r}; choose one of {', '.join(TASK_CHOICES)}")
+    if args.loss not in OBJECTIVES:
+        raise ValueError(f"unknown --loss {args.loss!r}; choose one of {', '.join(OBJECTIVES)}")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise ValueError(f"--max_steps must be at least 1, got {args.max_steps}")
+    if args.loss == "lcl" and args.batch_size < 2:
+        raise ValueError("--loss lcl needs --batch_size of at least 2 (it contrasts the sentences of a batch)")
+    config = dataclasses.replace(RunConfig.from_dict({}), model=section_from_args(ModelConfig, args),
+                                 data=section_from_args(DataConfig, args),
+                                 train=section_from_args(TrainConfig, args, tasks=args.task))
+    config.validate()
+    return config
+
+
+class SentenceObjective(Objective):
+    """Labelled single-sentence batches with ``objective`` "ce" (``model.heads[head]`` +
+    cross-entropy) or "lcl" (``label_contrastive_loss`` on the pooled vectors; no head).
+    One AdamW: the encoder's trainable parameters at ``lr``, the head's (ce) at ``head_lr``.
+    ``max_steps`` caps the batches of each epoch."""
+
+    name = "sentence_finetune"
+
+    def __init__(self, model, loader, objective: str, head: str | None, *, epochs: int, max_steps: int | None,
+                 lr: float, head_lr: float, weight_decay: float, temperature: float, device: torch.device):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        if objective == "ce" and head not in model.heads:
+            raise ValueError(f"objective ce needs a head; the model has {sorted(model.heads) or 'none'}, "
+                             f"asked for {head!r}")
+        self.model, self.loader, self.objective, self.head = model, loader, objective, head
+        self.epochs, self.temperature, self.device = epochs, temperature, device
+        self.per_epoch = len(loader) if max_steps is None else min(len(loader), max_steps)
+        groups = [{"params": [p for p in model.bert.parameters() if p.requires_grad], "lr": lr}]
+        if objective == "ce":
+            groups.append({"params": [p for p in model.heads[head].parameters() if p.requires_grad], "lr": head_lr})
+        self.optimizer = AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=weight_decay)
+        self.losses: list[torch.Tensor] = []
+
+    def batches(self):
+        for i, batch in enumerate(self.loader):
+            if i >= self.per_epoch:
+                return
+            if self.objective == "ce" or len(batch["ids"]) >= 2:  # lcl: a single sentence has nothing to contrast
+                yield batch
+
+    def steps(self) -> int:
+        return self.per_epoch
+
+    def loss(self, batch):
+        labels, encoding = batch["labels"].to(self.device), to_device(batch["inputs"][0], self.device)
+        if self.objective == "ce":
+            loss = F.cross_entropy(self.model(self.head, [encoding]), labels)
+        else:
+            loss = label_contrastive_loss(self.model.embed(encoding), labels, self.temperature)
+        self.losses.append(loss.detach())
+        return loss, {self.objective: loss}
+
+    def result(self, progress: dict) -> dict:
+        """``{"steps", "examples", "loss_curve", "first_loss", "last_loss"}``; the curve's last point
+        is the mean of the batches after the last full window."""
+        if not self.losses:
+            raise ValueError("no training step was taken (every batch had fewer than two sentences)")
+        losses = [loss.item() for loss in self.losses]
+        curve = [[min(end, len(losses)), round(_mean(losses[end - CURVE_EVERY:end]), 5)]
+                 for end in range(CURVE_EVERY, len(losses) + CURVE_EVERY, CURVE_EVERY)]
+        return {"steps": len(losses), "examples": sum(e["train_examples"] for e in progress["epochs"]),
+                "loss_curve": curve, "first_loss": _mean(losses[:CURVE_EVERY]), "last_loss": _mean(losses[-CURVE_EVERY:])}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``prog: error: ...``) rather than usage + error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
