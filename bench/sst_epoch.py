@@ -62,14 +62,15 @@ from data.readers import read_examples, resolve_data_dir
 from minbert import AdamW, BertTokenizer
 from minbert.atomic import write_text_atomic
 from minbert.weights import resolve_model_dir
+from training.config import DataConfig, ModelConfig, SpeedConfig, TrainConfig, add_flags
 from training.device import pick_device
 from training.evaluate import predict
-from training.precision import Precision
 from training.loop import Objective, TrainingLoop
+from training.precision import Precision
 from training.run_log import RunLog
+from training.runs import build_model
 from training.task_loss import TaskLoss
 from training.tasks import TASKS
-from training.runs import build_model
 from training.trainer import adamw_impl, seed_everything
 
 VARIANTS = ("fixed", "dynamic", "bucket")
@@ -125,21 +126,16 @@ def main(argv: list[str] | None = None) -> dict:
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench.sst_epoch", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data_dir", default=None, help="CS224N data folder (default: $MINBERT_DATA, then ./data)")
-    parser.add_argument("--model", default=None, help="HF-format BERT directory (default: the embedded model)")
     parser.add_argument("--variants", type=_variant_list, default=list(VARIANTS),
                         help="comma-separated, run in this order (fixed,dynamic,bucket)")
-    parser.add_argument("--batch_size", type=int, default=32, help="sentences per batch (32)")
-    parser.add_argument("--max_length", type=int, default=128,
-                        help="truncation length, and the width of every fixed batch (128)")
     parser.add_argument("--max_batches", type=int, default=None,
                         help="cap on training and on dev batches per variant (quick checks only)")
-    parser.add_argument("--attention", choices=["manual", "auto"], default="manual",
-                        help="BertModel.set_attention (manual: what run_multitask uses by default)")
-    parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu", help="where to train (cpu)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
-    parser.add_argument("--seed", type=int, default=11711, help="seed of weights init, shuffling, dropout (11711)")
     parser.add_argument("--out", default=None, help="also write the results to this JSON file")
+    add_flags(parser, ModelConfig, only=("model",))
+    add_flags(parser, DataConfig, only=("data_dir", "batch_size", "max_length"))
+    add_flags(parser, SpeedConfig, only=("attention",))
+    add_flags(parser, TrainConfig, only=("device", "seed"), device="cpu")
     args = parser.parse_args(argv)
     if args.batch_size < 1 or args.max_length < 3 or (args.max_batches is not None and args.max_batches < 1):
         parser.error("--batch_size and --max_batches must be >= 1, --max_length >= 3")

@@ -55,6 +55,7 @@ import torch
 
 from minbert import AdamW, BertModel
 from minbert.weights import resolve_model_dir
+from training.config import ModelConfig, add_flags
 from training.memory import keep_freed_memory
 
 LR = 1e-5
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="HF-format BERT directory (default: the embedded model)")
+    add_flags(parser, ModelConfig, only=("model",))
     parser.add_argument("--batch_size", type=int, default=32, help="sequences per step (32)")
     parser.add_argument("--seq_lens", type=_int_list, default=[48], help="comma-separated lengths (48)")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per side and kind (10)")

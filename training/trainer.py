@@ -8,7 +8,6 @@ newest checkpoint in ``RUN_DIR/checkpoints/`` (``training/resume.py``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import time
 from datetime import datetime
@@ -20,23 +19,21 @@ import torch
 from data.batching import make_loader
 from data.readers import DataError, Example, read_examples, resolve_data_dir
 from heads import MultitaskBert
-from minbert import AdamW, BertModel, BertTokenizer
+from minbert import AdamW, BertTokenizer
 from minbert.weights import resolve_model_dir
 
 from .checkpoint import save_checkpoint
 from .config import RunConfig
-from .curves import MatplotlibMissing, plot_curves
-from .distributed import Distributed, check_batch_size, init_distributed, shutdown, wrap_model
 from .device import pick_device
-from .evaluate import TaskPredictions, predict
+from .distributed import Distributed, check_batch_size, init_distributed, shutdown, wrap_model
+from .loop import TrainingLoop
 from .losses import make_loss_weighting
 from .memory import keep_freed_memory
-from .outputs import prediction_path, write_json, write_predictions
+from .outputs import RunFiles, new_run_dir, read_metrics
 from .precision import Precision
 from .resume import Checkpoint, TrainingClock, latest_checkpoint
 from .run_log import RunLog
 from .runs import build_model
-from .loop import TrainingLoop
 from .stages import Run, enabled_stages, multitask_stage
 from .task_loss import TaskLoss
 from .tasks import TASKS, format_metrics, overall_score
@@ -169,8 +166,8 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     if not write.enabled:  # only process 0 predicts and writes
         return
     log(f"best epoch {best['epoch']} (dev overall {best['score']:.4f}); writing predictions")
-    written, skipped = write_all_predictions(model, best["dev"], splits, loader, config.data.batch_size,
-                                             device, run_dir, log, precision)
+    written, skipped = write.predictions(model, best["dev"], splits, loader, config.data.batch_size, device, log,
+                                         precision)
     final_dev = {name: best["dev"][name].score(TASKS[name]) for name in config.task_names()}
     train_seconds = sum(e["train_seconds"] for e in history)
     train_examples = sum(e["train_examples"] for e in history)
@@ -221,69 +218,12 @@ def read_all_splits(data_dir: Path, tasks: list[str], strict: bool,
     return splits, report
 
 
-def write_all_predictions(model, dev: dict[str, TaskPredictions], splits, loader, batch_size: int, device,
-                          run_dir: Path, log, precision: Precision | None = None):
-    """Dev (already predicted by the best epoch) and test prediction CSVs; returns file lists."""
-    written, skipped = [], []
-    for name in dev:
-        task = TASKS[name]
-        for split in ("dev", "test"):
-            path = prediction_path(run_dir, task, split)
-            if split == "dev":
-                result = dev[name]
-            elif split in splits[name]:
-                result = predict(model, task, loader(splits[name][split], batch_size, False), device,
-                                 f"{split} {name}", log.progress_bars, precision)
-            else:
-                skipped.append(path.name)
-                log(f"note: no {task.files[split]} in the data directory; skipping {path.name}")
-                continue
-            write_predictions(path, task, result)
-            written.append(path.name)
-    return written, skipped
-
-
-class RunFiles:
-    """The run folder's ``metrics.json`` writer; a no-op in data-parallel processes other than 0."""
-
-    def __init__(self, run_dir: Path, enabled: bool):
-        self.run_dir, self.enabled = run_dir, enabled
-        self.warned = False
-
-    def json(self, metrics: dict) -> None:
-        if self.enabled:
-            write_json(self.run_dir / "metrics.json", metrics)
-
-    def curves(self, metrics: dict, log: RunLog) -> None:
-        """``curves.png`` beside metrics.json (once per run a note if matplotlib is missing)."""
-        if not self.enabled:
-            return
-        try:
-            plot_curves(metrics, self.run_dir / "curves.png")
-        except MatplotlibMissing as err:
-            if not self.warned:
-                log(f"note: {err}")
-                self.warned = True
-
-
 def check_corpus_files(config: RunConfig) -> None:
     """The SimCSE corpus files given by flag exist (one line naming the flag)."""
     c = config.contrastive
     for on, flag, path in ((c.ucl, "--ucl_data", c.ucl_data), (c.scl, "--scl_data", c.scl_data)):
         if on and path and not Path(path).is_file():
             raise DataError(f"{flag} {path}: no such file")
-
-
-def new_run_dir(config: RunConfig, check: bool = True) -> Path:
-    """``<out_dir>/<run_name>`` (not created yet); refuses a folder that already holds a run
-    (nothing is overwritten). Only process 0 checks (and later creates) it."""
-    name = config.output.run_name or "-".join([
-        config.model.option, config.model.pooling, config.model.para_head, config.model.sts_head,
-        datetime.now().strftime("%Y%m%d-%H%M%S")])
-    run_dir = Path(config.output.out_dir) / name
-    if check and run_dir.exists() and any(run_dir.iterdir()):
-        raise FileExistsError(f"{run_dir} already holds a run; choose another --run_name or remove it")
-    return run_dir
 
 
 def adamw_impl(config: RunConfig) -> dict:
@@ -309,14 +249,6 @@ def resumed_config(flags: RunConfig, checkpoint: Checkpoint) -> RunConfig:
     config.output.log_file = flags.output.log_file
     config.validate()
     return config
-
-
-def read_metrics(run_dir: Path) -> dict:
-    """The run's metrics.json so far (an unreadable one is started afresh, not an error)."""
-    try:
-        return json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {"run_name": run_dir.name}
 
 
 def seed_everything(seed: int) -> None:
