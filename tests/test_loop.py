@@ -45,14 +45,16 @@ def loop(**hooks):
     return TrainingLoop(Precision("off", CPU), RunLog(quiet=True), **hooks)
 
 
-def written_out(m, batches, epochs, lr=0.1, clip=None, schedule=None):
+def written_out(m, batches, epochs, lr=0.1, clip=None, schedule=None, accum=1):
     optimizer = torch.optim.SGD(m.parameters(), lr=lr)
     scheduler = schedule(optimizer) if schedule else None
     for _ in range(epochs):
-        for x, y in batches:
-            loss = (m(x).squeeze(-1) - y).pow(2).mean()
+        for i in range(0, len(batches), accum):
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            group = batches[i:i + accum]
+            for x, y in group:
+                loss = (m(x).squeeze(-1) - y).pow(2).mean()
+                (loss / len(group) if len(group) > 1 else loss).backward()
             if clip is not None:
                 torch.nn.utils.clip_grad_norm_(m.parameters(), clip)
             optimizer.step()
@@ -61,16 +63,17 @@ def written_out(m, batches, epochs, lr=0.1, clip=None, schedule=None):
     return m
 
 
-@pytest.mark.parametrize("hooks", [{}, {"max_grad_norm": 0.5},
+@pytest.mark.parametrize("hooks", [{}, {"max_grad_norm": 0.5}, {"grad_accum": 4},
                                    {"schedule": lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))}])
 def test_training_equals_the_written_out_loop(hooks):
     batches = data()
     trained = model()
     result = loop(**hooks).train(Regression(trained, batches))
-    reference = written_out(model(), batches, 2, clip=hooks.get("max_grad_norm"), schedule=hooks.get("schedule"))
+    reference = written_out(model(), batches, 2, clip=hooks.get("max_grad_norm"), schedule=hooks.get("schedule"),
+                            accum=hooks.get("grad_accum", 1))
     for a, b in zip(trained.parameters(), reference.parameters()):
         assert torch.equal(a, b)
-    assert result["batches"] == 12
+    assert result["batches"] == (4 if "grad_accum" in hooks else 12)   # optimizer steps: 6 batches = 4 + 2
 
 
 def test_clipping_changes_the_step_when_the_norm_is_larger():

@@ -146,3 +146,15 @@ def test_unknown_pooling_is_rejected_by_the_parser(capsys):
         run_multitask.parse_config(["--pooling", "average"])
     assert exit_info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_grad_accum_and_clipping_flags_train_through_the_loop(tmp_path, tiny_model_dir):
+    assert run(tmp_path, tiny_model_dir, "--epochs", "1", run_name="plain") == 0
+    assert run(tmp_path, tiny_model_dir, "--epochs", "1", "--grad_accum", "2", "--max_grad_norm", "1.0",
+               run_name="accum") == 0
+    plain, accum = (json.loads((tmp_path / name / "metrics.json").read_text())["epochs"][0] for name in ("plain", "accum"))
+    assert accum["train_steps"] == -(-plain["train_steps"] // 2) and accum["train_examples"] == plain["train_examples"]
+    a, b = (BertModel.from_pretrained(tiny_model_dir).state_dict(),
+            load_checkpoint(tmp_path / "accum" / "checkpoint")[0])
+    assert any(not torch.equal(a[k], b[f"bert.{k}"]) for k in a)   # it trained
+    assert run_multitask.main(["--grad_accum", "0"]) == 1 and run_multitask.main(["--max_grad_norm", "-1"]) == 1

@@ -63,6 +63,9 @@ class TrainConfig:
                    choices=["min", "exhaust"])
     max_steps_per_epoch: int | None = flag(None, "cap on round-robin steps per epoch (one step = one batch of each task)",
                                            type=int)
+    grad_accum: int = flag(1, "batches whose gradients make one optimizer step (gradient accumulation)")
+    max_grad_norm: float | None = flag(None, "clip the global gradient norm to this before each optimizer step "
+                                             "(default: no clipping)", type=float)
     device: str = flag("auto", "where to train", choices=["auto", "cpu", "cuda"])
     pre_qqp: bool = flag(False, "before multi-task training, train encoder + paraphrase head on QQP alone")
     pre_qqp_epochs: int = flag(1, "QQP pre-training epochs (the CS224N study used 10)")
@@ -179,6 +182,8 @@ class RunConfig:
             (self.train.lr > 0, "--lr must be positive"),
             (self.train.head_lr > 0, "--head_lr must be positive"),
             (self.train.weight_decay >= 0, "--weight_decay must not be negative"),
+            (self.train.grad_accum >= 1, "--grad_accum must be at least 1"),
+            (self.train.max_grad_norm is None or self.train.max_grad_norm > 0, "--max_grad_norm must be positive"),
             (self.train.max_steps_per_epoch is None or self.train.max_steps_per_epoch >= 1,
              "--max_steps_per_epoch must be at least 1"),
             (self.data.batch_size >= 1, "--batch_size must be at least 1"),

@@ -77,15 +77,16 @@ class Objective:
 class TrainingLoop:
     """Trains objectives one after the other on one clock (``clock=None``: no checkpoints, no resume).
 
-    ``max_grad_norm`` clips the global gradient norm of the optimizer's parameters before each step;
-    ``schedule(optimizer)`` makes a ``torch.optim.lr_scheduler`` stepped after each optimizer step.
-    Neither changes anything when left at None.
+    ``grad_accum`` batches make one optimizer step (their gradients summed, each loss divided by
+    their number); ``max_grad_norm`` clips the global gradient norm of the optimizer's parameters
+    before each step; ``schedule(optimizer)`` makes a ``torch.optim.lr_scheduler`` stepped after each
+    optimizer step. At 1 and None they change nothing.
     """
 
     def __init__(self, precision: Precision, log: RunLog, clock: TrainingClock | None = None,
-                 max_grad_norm: float | None = None, schedule=None):
+                 max_grad_norm: float | None = None, schedule=None, grad_accum: int = 1):
         self.precision, self.log, self.clock = precision, log, clock or TrainingClock.off()
-        self.max_grad_norm, self.schedule = max_grad_norm, schedule
+        self.max_grad_norm, self.schedule, self.grad_accum = max_grad_norm, schedule, grad_accum
         self.objective: Objective | None = None   # the one being trained (its optimizer is checkpointed)
         self.scheduler = None
 
@@ -101,21 +102,24 @@ class TrainingLoop:
             if progress["current"] is None or progress["current"]["epoch"] < epoch:
                 progress["current"] = {"epoch": epoch, "losses": {}, "steps": 0, "examples": 0, "seconds": 0.0}
             current = progress["current"]
-            bar = tqdm(objective.batches(), desc=f"{objective.log_prefix}epoch {epoch}/{objective.epochs}",
-                       total=objective.steps(), dynamic_ncols=True, disable=not log.progress_bars)
+            steps = objective.steps()
+            bar = tqdm(_groups(objective.batches(), self.grad_accum),
+                       desc=f"{objective.log_prefix}epoch {epoch}/{objective.epochs}",
+                       total=steps and -(-steps // self.grad_accum), dynamic_ncols=True,
+                       disable=not log.progress_bars)
             mark = time.time()  # wall time of real steps, data loading included; replayed steps excluded
-            for batch in bar:
+            for batches in bar:
                 if clock.skip_step():
                     mark = time.time()
                     continue
-                losses = self.step(objective, batch)
+                losses = self.step(objective, *batches)
                 for name, value in losses.items():
                     current["losses"].setdefault(name, []).append(value)
                     if name not in curves:
                         curves[name] = LossCurve(progress["curves"].setdefault(name, {}))
                     curves[name].add(value)
                 current["steps"] += 1
-                current["examples"] += objective.examples(batch)
+                current["examples"] += sum(objective.examples(batch) for batch in batches)
                 current["seconds"] += time.time() - mark
                 mark = time.time()
                 clock.step_done()
@@ -139,14 +143,21 @@ class TrainingLoop:
         self.objective = None
         return objective.result(progress)
 
-    def step(self, objective: Objective, batch) -> dict[str, float]:
-        """One optimizer step on ``batch``; returns the logged loss parts as numbers."""
+    def step(self, objective: Objective, *batches) -> dict[str, float]:
+        """One optimizer step on the gradients of ``batches`` (several: gradient accumulation);
+        returns the mean of each logged loss part."""
         precision, optimizer = self.precision, objective.optimizer
-        with precision.autocast():
-            total, parts = objective.loss(batch)
-        if total.requires_grad:  # a frozen encoder under a parameter-free head has nothing to learn
-            optimizer.zero_grad(set_to_none=True)
-            precision.backward(total)
+        optimizer.zero_grad(set_to_none=True)
+        logged, learned = {}, False
+        for batch in batches:
+            with precision.autocast():
+                total, parts = objective.loss(batch)
+            if total.requires_grad:  # a frozen encoder under a parameter-free head has nothing to learn
+                precision.backward(total / len(batches) if len(batches) > 1 else total)
+                learned = True
+            for name, value in parts.items():
+                logged[name] = logged.get(name, 0.0) + value.item() / len(batches)
+        if learned:
             objective.after_backward()
             if self.max_grad_norm is not None:
                 precision.unscale(optimizer)
@@ -156,7 +167,19 @@ class TrainingLoop:
             if self.scheduler is not None:
                 self.scheduler.step()
             objective.after_step()
-        return {name: value.item() for name, value in parts.items()}
+        return logged
+
+
+def _groups(batches, size: int):
+    """``batches`` in lists of ``size`` (the last one may be shorter)."""
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
 
 
 class LossCurve:

@@ -148,7 +148,8 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
                           enabled=write.enabled, log=log)
     task_loss = TaskLoss(model, device, config.smart, weighting, forward_model, place)
     run = Run(config, model, forward_model, splits, loader, device, log, optimizer, task_loss,
-              TrainingLoop(precision, log, clock), on_epoch_end)
+              TrainingLoop(precision, log, clock, config.train.max_grad_norm, grad_accum=config.train.grad_accum),
+              on_epoch_end)
     clock.components = {"run": run}
     metrics["stages"] = {}
     for name, stage in enabled_stages(config):
