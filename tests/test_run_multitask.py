@@ -158,3 +158,13 @@ def test_grad_accum_and_clipping_flags_train_through_the_loop(tmp_path, tiny_mod
             load_checkpoint(tmp_path / "accum" / "checkpoint")[0])
     assert any(not torch.equal(a[k], b[f"bert.{k}"]) for k in a)   # it trained
     assert run_multitask.main(["--grad_accum", "0"]) == 1 and run_multitask.main(["--max_grad_norm", "-1"]) == 1
+
+
+def test_help_shows_every_default_and_names_the_other_tools():
+    import argparse
+    parser = run_multitask.build_parser()
+    for action in parser._actions:
+        if action.option_strings and not isinstance(action, (argparse._StoreTrueAction, argparse._HelpAction)):
+            assert "default" in action.help, action.option_strings
+    assert all(f"training.tools.{tool}" in parser.epilog for tool in ("report", "evaluate_embeddings", "probe",
+                                                                       "sentence_finetune"))

@@ -268,8 +268,8 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
         if f.type in (bool, "bool"):
             group.add_argument(f"--{f.name}", action="store_true", help=meta["help"])
             continue
-        if default is not None:  # a None default is explained by the help text itself
-            meta["help"] += f" (default: {default})"
+        if default is not None or "default" not in meta["help"]:  # else the help says what None means
+            meta["help"] += f" (default: {'none' if default is None else default})"
         kind = meta.pop("type", None) or type(f.default)
         group.add_argument(f"--{f.name}", type=kind, default=default, **meta)
 
