@@ -130,43 +130,36 @@ def test_checkpoint_folder_is_complete_and_pruned(tiny_model_dir, tmp_path):
         assert {f.name for f in path.iterdir()} == {"model.safetensors", "best.safetensors", "state.pt", "state.json"}
     assert not list((tmp_path / "run" / "checkpoints").glob(".tmp*"))
     extra = torch.load(found[-1] / "state.pt", weights_only=True)
-    assert set(extra) == {"state", "rng"} and set(extra["state"]) == {"run.optimizer"}
+    assert set(extra) == {"optimizers", "modules", "rng"}
     assert json.loads((found[-1] / "state.json").read_text())["step"] == 48
 
 
 def test_resumable_state_finds_every_stateful_part_without_registration():
-    """Optimizers, modules and scalers anywhere under the roots are found by attribute path, once
-    each; the model and a wrapper sharing its parameters are not (they are model.safetensors)."""
+    """Optimizers, modules and the gradient scaler anywhere under the Run are found by attribute
+    path, once each; the model and a wrapper sharing its parameters are not (model.safetensors
+    holds them), and neither is anything inside a plain object of another package."""
     from types import SimpleNamespace
 
+    from training.loop import TrainingLoop
     from training.precision import Precision
     from training.resume import resumable_state
+    from training.run_log import RunLog
+    from training.stages import Run
     from training.task_loss import TaskLoss
 
-    model = torch.nn.Linear(2, 2)
+    model, weighting = torch.nn.Linear(2, 2), torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    weighting = torch.nn.Linear(1, 1)
     precision = Precision("off", torch.device("cpu"))
-    precision.scaler = torch.amp.GradScaler("cpu")  # as --amp fp16 would hold one
-    task_loss = TaskLoss(model, torch.device("cpu"), SimpleNamespace(smart=True, smart_bregman=True, smart_mu=1.0,
-                                                                      smart_beta=0.9), weighting)
-    wrapper = torch.nn.Sequential(model)
-    run = SimpleNamespace(optimizer=optimizer, task_loss=task_loss, wrapper=wrapper, precision=precision,
-                          again=optimizer)
-    found = resumable_state({"run": run}, model)
-    # SimpleNamespace is not one of the project's classes: only a project class is walked into
-    assert found == {}
-    from training.stages import Run
-    fields = dict(config=None, model=model, forward_model=wrapper, splits={}, loader=None, device=None, log=None,
-                  optimizer=optimizer, task_loss=task_loss, loop=SimpleNamespace(precision=precision))
-    found = resumable_state({"run": Run(**fields)}, model)
-    assert found == {"run.optimizer": optimizer, "run.task_loss.weighting": weighting,
-                     "run.task_loss.bregman.ema": task_loss.bregman.ema}
-    from training.loop import TrainingLoop
-    from training.run_log import RunLog
-    fields["loop"] = TrainingLoop(precision, RunLog(quiet=True))
-    found = resumable_state({"run": Run(**fields)}, model)
-    assert found["run.loop.precision.scaler"] is precision.scaler and len(found) == 4
+    precision.scaler = torch.amp.GradScaler("cpu")  # as --amp fp16 holds one
+    smart = SimpleNamespace(smart=True, smart_bregman=True, smart_mu=1.0, smart_beta=0.9)
+    task_loss = TaskLoss(model, torch.device("cpu"), smart, weighting)
+    run = Run(config=None, model=model, forward_model=torch.nn.Sequential(model), splits={}, loader=None,
+              device=None, log=None, optimizer=optimizer, task_loss=task_loss,
+              loop=TrainingLoop(precision, RunLog(quiet=True)))
+    assert resumable_state({"run": run}, model) == {
+        "run.optimizer": optimizer, "run.task_loss.weighting": weighting,
+        "run.task_loss.bregman.ema": task_loss.bregman.ema, "run.loop.precision.scaler": precision.scaler}
+    assert resumable_state({"run": SimpleNamespace(optimizer=optimizer)}, model) == {}
 
 
 def test_rng_state_round_trip():

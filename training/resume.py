@@ -5,7 +5,7 @@ depends on after optimizer step N (counted across all stages):
 
     model.safetensors   every parameter and buffer of the model (encoder and heads)
     best.safetensors    the best epoch's weights so far (a hard link to <run>/checkpoint/, if any)
-    state.pt            optimizer states, loss-weighting and SMART EMA modules, RNG states
+    state.pt            optimizer states, loss-weighting and SMART EMA modules, gradient scaler, RNG states
                         (Python, NumPy, torch): plain tensors, lists and numbers, loaded with
                         ``torch.load(weights_only=True)``
     state.json          the step, the run configuration, finished stages' logs and the current
@@ -153,8 +153,9 @@ class TrainingClock:
                       str(tmp / "model.safetensors"), metadata={"format": "pt"})
             if self.best_file is not None and self.best_file.is_file():
                 _link_or_copy(self.best_file, tmp / "best.safetensors")
-            torch.save({"state": {k: o.state_dict() for k, o in self.state().items()}, "rng": rng_state()},
-                       tmp / "state.pt")
+            objects = self.state()
+            torch.save({kind: {k: o.state_dict() for k, o in objects.items() if _kind(o) == kind}
+                        for kind in ("optimizers", "modules")} | {"rng": rng_state()}, tmp / "state.pt")
             state = {"step": self.step, "stage": self.stage, "progress": self.progress,
                      "finished_stages": self.finished_stages, "config": self.config,
                      "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -201,7 +202,7 @@ class Checkpoint:
             extra = torch.load(self.path / "state.pt", map_location="cpu", weights_only=True)
         except Exception as err:  # a damaged pickle raises many kinds of errors
             raise ResumeError(f"{self.path / 'state.pt'}: unreadable ({first_line(err)})") from None
-        saved = extra.get("state", {})
+        saved = {**extra.get("optimizers", {}), **extra.get("modules", {})}
         if set(saved) != set(objects):
             raise ResumeError(f"{self.path / 'state.pt'}: holds the state of {sorted(saved)}, the run has "
                               f"{sorted(objects)}")
@@ -262,6 +263,11 @@ def resumable_state(roots: dict[str, object], model: torch.nn.Module | None) -> 
 
 
 OWN_PACKAGES = ("training", "heads", "minbert", "data")
+
+
+def _kind(obj) -> str:
+    """Where ``state.pt`` keeps an object's state: under "optimizers" or under "modules"."""
+    return "optimizers" if isinstance(obj, torch.optim.Optimizer) else "modules"
 
 
 # ---- RNG states ----------------------------------------------------------------------------------
