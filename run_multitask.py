@@ -18,6 +18,8 @@ from training.resume import ResumeError
 from training.trainer import run
 
 EPILOG = """other tools:
+  python -m training.tools.predict RUN --data_dir DIR --out DIR   predict files with a trained run
+  python -m training.tools.embed RUN --input FILE --out FILE.npy  sentence vectors of a file
   python -m training.tools.report predictions/         results table of run folders
   python -m training.tools.evaluate_embeddings ...     STS / SentEval embedding evaluation
   python -m training.tools.probe ...                   k-means and linear probe of sentence vectors

@@ -157,6 +157,12 @@ def _csv_rows(path: Path):
     return csv_records(path, read_utf8(path), delimiter="\t")
 
 
+def read_header(path: Path) -> list[str]:
+    """The column names of a tab-separated file's header row."""
+    first_line = read_utf8(path).split("\n", 1)[0].rstrip("\r")
+    return [name.strip() for name in first_line.split("\t")]
+
+
 def read_utf8(path: Path) -> str:
     """The file's text (a UTF-8 BOM is dropped), or a one-line ``DataError`` naming file and line.
 

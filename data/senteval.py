@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .readers import BadRow, DataError, ReadReport, column_indices, read_examples, read_utf8
+from .readers import BadRow, DataError, ReadReport, column_indices, read_examples, read_header, read_utf8
 
 STS_INPUT = re.compile(r"^STS\.input\.(.+)\.txt$")
 STS_GOLD = re.compile(r"^STS\.gs\.(.+)\.txt$")
@@ -102,7 +102,7 @@ def load_dataset(path: Path) -> PairDataset:
     if STS_INPUT.match(path.name):
         subset = read_senteval_sts(path)
         return PairDataset(f"{path.parent.name}/{subset.name}", path, "senteval-sts", [subset])
-    header = _header(path)
+    header = read_header(path)
     if all(c in header for c in CS224N_COLUMNS):
         return PairDataset(path.stem, path, "cs224n", [read_cs224n_sts(path)])
     if all(c in header for c in SICK_COLUMNS):
@@ -202,12 +202,6 @@ def _folder_layout(path: Path) -> str | None:
     if any(SICK_FILE.match(n) for n in names):
         return "sick"
     return None
-
-
-def _header(path: Path) -> list[str]:
-    text = read_utf8(path)
-    first_line = text.split("\n", 1)[0].rstrip("\r")
-    return [h.strip() for h in first_line.split("\t")]
 
 
 def _float(text: str) -> float | None:

@@ -26,8 +26,9 @@ def flag(default, help: str, choices=None, type=None):
 
 @dataclass
 class ModelConfig:
-    model: str | None = flag(None, "local HF-format BERT directory (config.json, vocab.txt, model.safetensors); "
-                                   "default: the embedded all-MiniLM-L6-v2", type=str)
+    model: str | None = flag(None, "local HF-format BERT directory (config.json, vocab.txt, model.safetensors), or a "
+                                   "saved run (its folder or checkpoint/) to start from its encoder; default: the "
+                                   "embedded all-MiniLM-L6-v2", type=str)
     pooling: str = flag("mean", "sentence vector from the encoder",
                         choices=sorted(POOLING_MODES))
     para_head: str = flag("concat", "paraphrase (QQP) head: linear on [u; v; |u-v|] or (cos(u, v) - b)/temp, b learned",

@@ -7,6 +7,7 @@ uses, and ``encode`` the one loop that turns sentences into pooled vectors.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,17 +29,25 @@ from minbert.weights import resolve_model_dir
 from .checkpoint import load_checkpoint
 from .config import RunConfig
 from .device import to_device
+from .evaluate import TaskPredictions, predict
 from .tasks import TASKS
 
 PROGRESS_FROM = 2000  # sentences from which ``encode`` shows a progress bar unless told
 
 
 def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
-    """Pretrained encoder + fresh heads; with ``--option pretrain`` the encoder is frozen."""
+    """Pretrained encoder + fresh heads; with ``--option pretrain`` the encoder is frozen.
+    ``model_dir`` is an HF-format BERT directory or a saved run's ``checkpoint/`` (``model_directory``)."""
     overrides = {"hidden_dropout_prob": config.model.hidden_dropout_prob}
     if config.model.attention_probs_dropout_prob is not None:
         overrides["attention_probs_dropout_prob"] = config.model.attention_probs_dropout_prob
-    model = with_heads(BertModel.from_pretrained(model_dir, **overrides), config, config.task_names())
+    if is_checkpoint(model_dir):  # runs chain: a saved run's encoder, with this run's dropout
+        state, saved = load_checkpoint(model_dir)
+        bert = BertModel(BertConfig.from_dict({**saved["bert"], **overrides}))
+        bert.load_state_dict({k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")})
+    else:
+        bert = BertModel.from_pretrained(model_dir, **overrides)
+    model = with_heads(bert, config, config.task_names())
     if config.model.option == "pretrain":
         for p in model.bert.parameters():
             p.requires_grad_(False)
@@ -60,6 +69,35 @@ class LoadedRun:
         """``encode`` with this run's encoder, pooling and ``--max_length`` unless others are given."""
         return encode(self.model.bert, self.tokenizer, sentences, pooling or self.model.pooling, reduction,
                       batch_size, max_length or self.config.data.max_length, progress)
+
+    def predict(self, task: str, inputs: Sequence, batch_size: int | None = None) -> np.ndarray:
+        """The task head's predictions (a class, or a 0..5 score) for sentences (single-sentence
+        tasks) or ``(sentence1, sentence2)`` pairs, in input order."""
+        width = len(TASKS[task].text_columns) if task in TASKS else 0
+        examples = [Example(str(i), (item,) if isinstance(item, str) else tuple(item), None, 0)
+                    for i, item in enumerate(inputs)]
+        bad = next((e for e in examples if len(e.texts) != width), None)
+        if bad is not None:
+            raise ValueError(f"{task} wants {'sentences' if width == 1 else 'pairs of sentences'}; input "
+                             f"{bad.id} is {bad.texts!r}")
+        return self.predict_examples(task, examples, batch_size).predictions
+
+    def predict_examples(self, task: str, examples: Sequence[Example], batch_size: int | None = None,
+                         progress: bool = False) -> TaskPredictions:
+        """``TaskPredictions`` of the task's head (ids, predictions and, where the examples have
+        them, gold labels) in the order of ``examples``. Batches as the run evaluated dev (its
+        ``--batch_size`` and ``--bucket`` unless ``batch_size`` is given), so a run's own dev files
+        come out as it wrote them."""
+        if task not in self.model.heads:
+            raise ValueError(f"this run has no {task!r} head; it trained {', '.join(self.model.heads) or 'none'}")
+        indexed = [dataclasses.replace(example, id=str(i)) for i, example in enumerate(examples)]
+        loader = make_loader(indexed, self.tokenizer, self.config.data.max_length,
+                             batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
+        result = predict(self.model, TASKS[task], loader, next(self.model.parameters()).device, f"predict {task}",
+                         progress)
+        order = np.argsort([int(i) for i in result.ids], kind="stable")
+        return TaskPredictions([examples[int(result.ids[j])].id for j in order], result.predictions[order],
+                               None if result.labels is None else result.labels[order])
 
 
 def load_run(path: str | Path) -> LoadedRun:
@@ -98,22 +136,49 @@ def load_run(path: str | Path) -> LoadedRun:
         raise WeightsError(f"{weights}: the weights do not fit the model of {config_file.name}: "
                            f"{' '.join(str(err).split())[:300]}") from None
     model.bert.set_attention(config.speed.attention)
-    vocab = directory / "vocab.txt"
-    if not vocab.is_file():
-        try:
-            vocab = resolve_model_dir(config.model.model) / "vocab.txt"
-        except WeightsError as err:
-            raise WeightsError(f"{directory}: no vocab.txt, and the run's model has none: {err}") from None
-    return LoadedRun(directory, config, model.eval(), _tokenizer(vocab, bert))
+    return LoadedRun(directory, config, model.eval(), _tokenizer(vocab_file(directory), bert))
 
 
 def pretrained_run(model: str | Path | None = None, pooling: str = "mean") -> LoadedRun:
-    """A pretrained encoder (``--model``: an HF-format directory, None = the embedded model) as a
-    run without heads, so tools treat it and a trained run alike."""
-    directory = resolve_model_dir(model)
-    bert = BertModel.from_pretrained(directory)
+    """A pretrained encoder (``--model``: an HF-format directory or a saved run, None = the embedded
+    model) as a run without heads, so tools treat it and a trained run alike."""
+    directory = model_directory(model)
+    bert = load_run(directory).model.bert if is_checkpoint(directory) else BertModel.from_pretrained(directory)
     config = RunConfig.from_dict({"model": {"model": str(directory), "pooling": pooling}})
-    return LoadedRun(directory, config, with_heads(bert, config, []).eval(), _tokenizer(directory / "vocab.txt", bert))
+    return LoadedRun(directory, config, with_heads(bert, config, []).eval(), _tokenizer(vocab_file(directory), bert))
+
+
+def model_directory(model: str | Path | None) -> Path:
+    """``--model`` as a folder: a saved run (its folder or ``checkpoint/``), else an HF-format BERT
+    directory (None: the embedded model)."""
+    if model is not None:
+        path = Path(model)
+        for candidate in (path, path / "checkpoint"):
+            if is_checkpoint(candidate):
+                return candidate
+    return resolve_model_dir(model)
+
+
+def is_checkpoint(path: Path) -> bool:
+    """A folder written by ``training/checkpoint.py``: its config.json holds "bert" and "run"."""
+    try:
+        saved = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and "bert" in saved and "run" in saved
+
+
+def vocab_file(directory: Path) -> Path:
+    """The vocabulary of a model folder: its own ``vocab.txt``, else (a checkpoint written without
+    one) that of the model its run started from."""
+    vocab = directory / "vocab.txt"
+    if vocab.is_file() or not is_checkpoint(directory):
+        return vocab
+    saved = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    try:
+        return vocab_file(model_directory(RunConfig.from_dict(saved["run"]).model.model))
+    except WeightsError as err:
+        raise WeightsError(f"{directory}: no vocab.txt, and the run's model has none: {err}") from None
 
 
 def checkpoint_dir(path: Path) -> Path:

@@ -20,7 +20,6 @@ from data.batching import make_loader
 from data.readers import DataError, Example, read_examples, resolve_data_dir
 from heads import MultitaskBert
 from minbert import AdamW, BertTokenizer
-from minbert.weights import resolve_model_dir
 
 from .checkpoint import save_checkpoint
 from .config import RunConfig
@@ -33,7 +32,7 @@ from .outputs import RunFiles, new_run_dir, read_metrics
 from .precision import Precision
 from .resume import Checkpoint, TrainingClock, latest_checkpoint
 from .run_log import RunLog
-from .runs import build_model
+from .runs import build_model, model_directory, vocab_file
 from .stages import Run, enabled_stages, multitask_stage
 from .task_loss import TaskLoss
 from .tasks import TASKS, format_metrics, overall_score
@@ -68,13 +67,13 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     run_dir = Path(config.output.resume) if resume else new_run_dir(config, check=place.is_main)
     tasks = config.task_names()
     data_dir = resolve_data_dir(config.data.data_dir, [TASKS[t].files[s] for t in tasks for s in ("train", "dev")])
-    model_dir = resolve_model_dir(config.model.model)
+    model_dir = model_directory(config.model.model)
     check_corpus_files(config)
-    tokenizer = BertTokenizer(model_dir / "vocab.txt")
+    tokenizer = BertTokenizer(vocab_file(model_dir))
     splits, data_report = read_all_splits(data_dir, tasks, config.data.strict, log)
     model = build_model(config, model_dir)
     if tokenizer.vocab_size > model.bert.config.vocab_size:
-        raise DataError(f"{model_dir / 'vocab.txt'} has {tokenizer.vocab_size} tokens but the model's "
+        raise DataError(f"{vocab_file(model_dir)} has {tokenizer.vocab_size} tokens but the model's "
                         f"embedding has {model.bert.config.vocab_size} rows")
     if resume is None:
         if place.is_main:
@@ -129,7 +128,8 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     def on_epoch_end(progress: dict) -> None:
         if progress["improved"] and write.enabled:
             best = progress["best"]
-            save_checkpoint(run_dir / "checkpoint", best["state"], model.bert.config, config_dict(config))
+            save_checkpoint(run_dir / "checkpoint", best["state"], model.bert.config, config_dict(config),
+                            tokenizer.vocab_file)
         metrics.update(epochs=progress["epochs"], loss_curves=progress["loss_curves"],
                        wall_seconds=round(time.time() - started, 1))
         write.json(metrics)

@@ -47,7 +47,6 @@ import torch.nn.functional as F
 from data.batching import make_loader
 from data.readers import DataError, resolve_data_dir
 from minbert import AdamW, WeightsError
-from minbert.atomic import write_text_atomic
 
 from ..checkpoint import save_checkpoint
 from ..config import DataConfig, ModelConfig, RunConfig, TrainConfig, add_flags, section_from_args
@@ -100,9 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     tool = {"name": "sentence_finetune", "task": task.name, "loss": args.loss, "max_steps": args.max_steps}
     save_checkpoint(out / "checkpoint", model.state_dict(), bert.config,
-                    {**dataclasses.asdict(config), "tool": tool, "encoder": str(encoder.source)})
-    write_text_atomic(out / "checkpoint" / "vocab.txt",
-                      (Path(encoder.source) / "vocab.txt").read_text(encoding="utf-8"))
+                    {**dataclasses.asdict(config), "tool": tool, "encoder": str(encoder.source)},
+                    encoder.tokenizer.vocab_file)
     metrics = {"status": "finished", "tool": tool, "config": dataclasses.asdict(config),
                "encoder": str(encoder.source), "device": str(device),
                "train_file": str(data_dir / task.files["train"]), "rows": read_report.n_rows,

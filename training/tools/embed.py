@@ -1,0 +1,85 @@
+"""Embed sentences with a trained run's encoder and pooling: a .txt file with one sentence per line,
+or one column of a CSV file (tab-separated like the CS224N files, or comma-separated); writes a
+float32 ``.npy`` of shape (sentences, width), in input order.
+
+    python -m training.tools.embed predictions/<run> --input sentences.txt --out vectors.npy
+    python -m training.tools.embed predictions/<run> --input ids-sst-dev.csv --column sentence --out sst-dev.npy
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from data.readers import DataError, read_utf8
+from minbert import WeightsError
+from minbert.atomic import atomic_path
+
+from ..config import DataConfig, TrainConfig, add_flags
+from ..device import pick_device
+from ..runs import load_run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        sentences = read_sentences(Path(args.input), args.column)
+        run = load_run(args.run)
+        run.model.to(pick_device(args.device))
+        vectors = run.encode(sentences, batch_size=args.batch_size)
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out) as tmp, open(tmp, "wb") as f:
+            np.save(f, vectors)
+    except (DataError, WeightsError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"{len(sentences)} sentences -> {out} {vectors.shape} ({run.config.model.pooling} pooling)", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m training.tools.embed", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="a run folder or its checkpoint/")
+    parser.add_argument("--input", required=True, help=".txt (one sentence per line) or .csv/.tsv with a header")
+    parser.add_argument("--column", default=None, help="the CSV column to embed (default: sentence)")
+    parser.add_argument("--out", required=True, help="the .npy file to write")
+    add_flags(parser, DataConfig, only=("batch_size",), batch_size=64)
+    add_flags(parser, TrainConfig, only=("device",))
+    return parser
+
+
+def read_sentences(path: Path, column: str | None = None) -> list[str]:
+    """The sentences of ``path``: its non-empty lines (.txt), or one column of a CSV file."""
+    if not path.is_file():
+        raise DataError(f"--input {path}: no such file")
+    text = read_utf8(path)
+    if path.suffix.lower() not in (".csv", ".tsv"):
+        if column is not None:
+            raise ValueError(f"--column applies to .csv/.tsv files, not {path.name}")
+        sentences = [line.strip() for line in text.splitlines() if line.strip()]
+    else:
+        first = text.split("\n", 1)[0]
+        rows = list(csv.reader(io.StringIO(text), delimiter="\t" if "\t" in first else ","))
+        header = [name.strip() for name in rows[0]] if rows else []
+        column = column or "sentence"
+        if column not in header:
+            raise DataError(f"{path}: no column {column!r} (columns: {header}); choose one with --column")
+        index = header.index(column)
+        sentences = []
+        for line, row in enumerate(rows[1:], start=2):
+            if len(row) <= index or not row[index].strip():
+                raise DataError(f"{path}, line {line}, field {column}: empty or missing sentence")
+            sentences.append(row[index].strip())
+    if not sentences:
+        raise DataError(f"{path}: no sentences")
+    return sentences
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Predict task files with a trained run, without training: CS224N prediction CSVs for every file of
+the run's tasks that the data folder holds (dev, test-student, or a labelled test file of your own),
+scored where the file has labels.
+
+    python -m training.tools.predict predictions/<run> --data_dir ../shared/data/multitask --out preds/
+    python -m training.tools.predict predictions/<run>/checkpoint --data_dir my-data --out preds/ --tasks sts
+
+Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes) and ``<out>/metrics.json``
+(the scores of the labelled files); prints one line per file.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from data.readers import DataError, read_examples, read_header, resolve_data_dir
+from minbert import WeightsError
+
+from ..config import DataConfig, TrainConfig, add_flags
+from ..device import pick_device
+from ..outputs import prediction_path, write_json, write_predictions
+from ..runs import load_run
+from ..tasks import TASKS, format_metrics, parse_tasks
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        run = load_run(args.run)
+        tasks = parse_tasks(args.tasks) if args.tasks else run.config.task_names()
+        data_dir = resolve_data_dir(args.data_dir)
+        run.model.to(pick_device(args.device))
+        scores = predict_files(run, tasks, data_dir, Path(args.out), args.batch_size)
+    except (DataError, WeightsError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    write_json(Path(args.out) / "metrics.json", {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m training.tools.predict", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="a run folder or its checkpoint/")
+    parser.add_argument("--out", required=True, help="folder for the prediction CSVs and metrics.json")
+    parser.add_argument("--tasks", default=None, help="comma-separated tasks to predict (default: the run's tasks)")
+    add_flags(parser, DataConfig, only=("data_dir",))
+    parser.add_argument("--batch_size", type=int, default=None, help="examples per batch (default: the run's)")
+    add_flags(parser, TrainConfig, only=("device",))
+    return parser
+
+
+def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: int) -> dict:
+    """Predict and write every dev/test file of ``tasks`` found in ``data_dir``; returns
+    ``{file name: metric}`` for the labelled ones. A folder with none of the files is an error."""
+    scores, written = {}, 0
+    for name in tasks:
+        task = TASKS[name]
+        if name not in run.model.heads:
+            raise ValueError(f"{run.source} has no {name} head; it trained {', '.join(run.model.heads)}")
+        for split in ("dev", "test"):
+            path = data_dir / task.files[split]
+            if not path.is_file():
+                print(f"note: no {path.name} in {data_dir}; skipping it", file=sys.stderr)
+                continue
+            labelled = task.label_column in read_header(path)
+            examples, report = read_examples(path, task.text_columns, task.label_column if labelled else None,
+                                             task.label_type, task.num_classes, task.score_range)
+            if report.bad_rows:
+                print(f"warning: {report.summary()}", file=sys.stderr)
+            result = run.predict_examples(name, examples, batch_size, progress=len(examples) >= 2000)
+            target = prediction_path(out, task, split)
+            out.mkdir(parents=True, exist_ok=True)
+            write_predictions(target, task, result)
+            written += 1
+            line = f"{path.name}: {len(examples)} predictions -> {target}"
+            if labelled:
+                scores[path.name] = result.score(task)
+                line += f"   {format_metrics({name: scores[path.name]}, 4)}"
+            print(line)
+    if not written:
+        raise DataError(f"{data_dir}: none of the files of {', '.join(tasks)} "
+                        f"({', '.join(TASKS[n].files[s] for n in tasks for s in ('dev', 'test'))})")
+    return scores
+
+
+if __name__ == "__main__":
+    sys.exit(main())
