@@ -68,7 +68,7 @@ from training.evaluate import predict
 from training.loop import Objective, TrainingLoop
 from training.precision import Precision
 from training.run_log import RunLog
-from training.runs import build_model
+from training.runs import build_model, tokenizer_for
 from training.task_loss import TaskLoss
 from training.tasks import TASKS
 from training.trainer import adamw_impl, seed_everything
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     device = pick_device(config.train.device)
     data_dir = resolve_data_dir(config.data.data_dir, [TASK.files["train"], TASK.files["dev"]])
     model_dir = resolve_model_dir(config.model.model)
-    tokenizer = BertTokenizer(model_dir / "vocab.txt")
+    tokenizer = tokenizer_for(model_dir)
     train, dev = (read_split(data_dir, split) for split in ("train", "dev"))
 
     bench = SstEpoch(config, model_dir, tokenizer, device, args.max_batches)

@@ -18,6 +18,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a written file gets the usual permissions
     os.close(fd)
     tmp = Path(name)
     try:
@@ -32,3 +33,9 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
 def write_text_atomic(target: str | Path, text: str) -> None:
     with atomic_path(target) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask

@@ -27,6 +27,7 @@ class BertTokenizer:
 
     def __init__(self, vocab_file: str | Path, lowercase: bool = True):
         self.vocab_file = vocab_file = Path(vocab_file)
+        self.lowercase = lowercase
         if not vocab_file.is_file():
             raise FileNotFoundError(f"vocabulary file not found: {vocab_file}")
         vocab = _read_vocab(vocab_file)

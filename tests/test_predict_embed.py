@@ -100,3 +100,13 @@ def test_tools_take_a_saved_run_as_their_model(run_dir):
     assert list(encoder.model.heads) == [] and encoder.model.pooling == "cls"
     trained = load_run(run_dir).model.bert.state_dict()
     assert all(torch.equal(v, trained[k]) for k, v in encoder.model.bert.state_dict().items())
+
+
+def test_the_tokenizer_follows_do_lower_case(run_dir, tiny_model_dir, tmp_path):
+    from training.runs import tokenizer_for
+    cased = tmp_path / "cased"
+    shutil.copytree(tiny_model_dir, cased)
+    (cased / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    assert tokenizer_for(tiny_model_dir).tokenize("Hello World") == ["hello", "world"]
+    assert tokenizer_for(cased).tokenize("Hello World") != ["hello", "world"]
+    assert json.loads((run_dir / "checkpoint" / "tokenizer_config.json").read_text())["do_lower_case"] is True

@@ -8,17 +8,19 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from minbert import BertConfig
+from minbert import BertConfig, BertTokenizer
 from minbert.atomic import atomic_path, write_text_atomic
 
 
 def save_checkpoint(directory: Path, state: dict[str, torch.Tensor], bert_config: BertConfig, run_config: dict,
-                    vocab: Path | None = None) -> None:
-    """Write the vocabulary (a copy of ``vocab``), weights, then config, each atomically (a reader
-    never sees a half-written file)."""
+                    tokenizer: BertTokenizer | None = None) -> None:
+    """Write the tokenizer's files (vocab.txt, tokenizer_config.json), the weights, then the config,
+    each atomically (a reader never sees a half-written file)."""
     directory.mkdir(parents=True, exist_ok=True)
-    if vocab is not None and not (directory / "vocab.txt").is_file():
-        write_text_atomic(directory / "vocab.txt", Path(vocab).read_text(encoding="utf-8"))
+    if tokenizer is not None and not (directory / "vocab.txt").is_file():
+        write_text_atomic(directory / "vocab.txt", tokenizer.vocab_file.read_text(encoding="utf-8"))
+        write_text_atomic(directory / "tokenizer_config.json",
+                          json.dumps({"do_lower_case": tokenizer.lowercase, "tokenizer_class": "BertTokenizer"}) + "\n")
     with atomic_path(directory / "model.safetensors") as tmp:
         save_file({k: v.contiguous().cpu() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
     config = {"bert": bert_config.to_dict(), "run": run_config}

@@ -136,7 +136,7 @@ def load_run(path: str | Path) -> LoadedRun:
         raise WeightsError(f"{weights}: the weights do not fit the model of {config_file.name}: "
                            f"{' '.join(str(err).split())[:300]}") from None
     model.bert.set_attention(config.speed.attention)
-    return LoadedRun(directory, config, model.eval(), _tokenizer(vocab_file(directory), bert))
+    return LoadedRun(directory, config, model.eval(), _tokenizer(directory, bert))
 
 
 def pretrained_run(model: str | Path | None = None, pooling: str = "mean") -> LoadedRun:
@@ -145,7 +145,7 @@ def pretrained_run(model: str | Path | None = None, pooling: str = "mean") -> Lo
     directory = model_directory(model)
     bert = load_run(directory).model.bert if is_checkpoint(directory) else BertModel.from_pretrained(directory)
     config = RunConfig.from_dict({"model": {"model": str(directory), "pooling": pooling}})
-    return LoadedRun(directory, config, with_heads(bert, config, []).eval(), _tokenizer(vocab_file(directory), bert))
+    return LoadedRun(directory, config, with_heads(bert, config, []).eval(), _tokenizer(directory, bert))
 
 
 def model_directory(model: str | Path | None) -> Path:
@@ -239,10 +239,22 @@ def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], 
     return vectors
 
 
-def _tokenizer(vocab: Path, bert: BertModel) -> BertTokenizer:
+def tokenizer_for(directory: Path) -> BertTokenizer:
+    """The WordPiece tokenizer of a model folder: its vocabulary (``vocab_file``), lower-casing as the
+    ``tokenizer_config.json`` beside it says (``do_lower_case``; uncased when there is none)."""
+    vocab = vocab_file(directory)
     if not vocab.is_file():
-        raise WeightsError(f"vocabulary {vocab} not found")
-    tokenizer = BertTokenizer(vocab)
+        raise WeightsError(f"vocabulary file not found: {vocab}")
+    try:
+        settings = json.loads((vocab.parent / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        settings = {}
+    return BertTokenizer(vocab, lowercase=bool(settings.get("do_lower_case", True)))
+
+
+def _tokenizer(directory: Path, bert: BertModel) -> BertTokenizer:
+    tokenizer = tokenizer_for(directory)
+    vocab = tokenizer.vocab_file
     if tokenizer.vocab_size > bert.config.vocab_size:
         raise WeightsError(f"{vocab} has {tokenizer.vocab_size} tokens but the model's embedding has "
                            f"{bert.config.vocab_size} rows")

@@ -32,7 +32,7 @@ from .outputs import RunFiles, new_run_dir, read_metrics
 from .precision import Precision
 from .resume import Checkpoint, TrainingClock, latest_checkpoint
 from .run_log import RunLog
-from .runs import build_model, model_directory, vocab_file
+from .runs import build_model, model_directory, tokenizer_for
 from .stages import Run, enabled_stages, multitask_stage
 from .task_loss import TaskLoss
 from .tasks import TASKS, format_metrics, overall_score
@@ -69,11 +69,11 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     data_dir = resolve_data_dir(config.data.data_dir, [TASKS[t].files[s] for t in tasks for s in ("train", "dev")])
     model_dir = model_directory(config.model.model)
     check_corpus_files(config)
-    tokenizer = BertTokenizer(vocab_file(model_dir))
+    tokenizer = tokenizer_for(model_dir)
     splits, data_report = read_all_splits(data_dir, tasks, config.data.strict, log)
     model = build_model(config, model_dir)
     if tokenizer.vocab_size > model.bert.config.vocab_size:
-        raise DataError(f"{vocab_file(model_dir)} has {tokenizer.vocab_size} tokens but the model's "
+        raise DataError(f"{tokenizer.vocab_file} has {tokenizer.vocab_size} tokens but the model's "
                         f"embedding has {model.bert.config.vocab_size} rows")
     if resume is None:
         if place.is_main:
@@ -129,7 +129,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
         if progress["improved"] and write.enabled:
             best = progress["best"]
             save_checkpoint(run_dir / "checkpoint", best["state"], model.bert.config, config_dict(config),
-                            tokenizer.vocab_file)
+                            tokenizer)
         metrics.update(epochs=progress["epochs"], loss_curves=progress["loss_curves"],
                        wall_seconds=round(time.time() - started, 1))
         write.json(metrics)

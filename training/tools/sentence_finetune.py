@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tool = {"name": "sentence_finetune", "task": task.name, "loss": args.loss, "max_steps": args.max_steps}
     save_checkpoint(out / "checkpoint", model.state_dict(), bert.config,
                     {**dataclasses.asdict(config), "tool": tool, "encoder": str(encoder.source)},
-                    encoder.tokenizer.vocab_file)
+                    encoder.tokenizer)
     metrics = {"status": "finished", "tool": tool, "config": dataclasses.asdict(config),
                "encoder": str(encoder.source), "device": str(device),
                "train_file": str(data_dir / task.files["train"]), "rows": read_report.n_rows,
