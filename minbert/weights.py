@@ -86,7 +86,7 @@ def load_pretrained(model_cls, path_or_name, **config_overrides):
     except (FileNotFoundError, ValueError, TypeError) as err:  # TypeError: an unknown field name
         raise WeightsError(str(err)) from None
     model = model_cls(config)
-    state = _hf_to_ours(read_state_dict(directory))
+    state = from_hf_names(read_state_dict(directory))
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -138,13 +138,20 @@ def save_pretrained(model, directory: str | Path) -> None:
     """Write ``config.json`` and ``model.safetensors`` in HF format, each atomically."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    state = {_rename(k, to_hf=True): v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {k: v.detach().contiguous().cpu() for k, v in to_hf_names(model.state_dict()).items()}
     with atomic_path(directory / "model.safetensors") as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
     write_text_atomic(directory / "config.json", json.dumps(model.config.to_dict(), indent=2) + "\n")
 
 
-def _hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def to_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Our ``BertModel`` parameter names -> HuggingFace's (what transformers' ``BertModel`` loads)."""
+    return {_rename(k, to_hf=True): v for k, v in state.items()}
+
+
+def from_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """HuggingFace names (with or without ``bert.``, old gamma/beta) -> ours; heads and buffers that
+    are no encoder parameters are dropped."""
     out = {}
     for key, value in state.items():
         if key.startswith("bert."):

@@ -218,4 +218,4 @@ def test_main_errors_are_one_line(tiny_model_dir, tmp_path, capsys):
     assert errors[0].startswith("error: STS data not found")
     assert errors[1].startswith("error: checkpoint file") and "config.json not found" in errors[1]
     assert errors[2] == "error: give --checkpoint or --model, not both"
-    assert errors[3].startswith(f"error: {tiny_model_dir / 'config.json'}: wants")
+    assert errors[3].startswith(f"error: {tiny_model_dir}: no run_config.json, so not a run's")

@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 import run_multitask
+from minbert import BertConfig, BertModel
 from training import load_run
-from training.checkpoint import load_checkpoint
+from training.checkpoint import load_checkpoint, save_checkpoint
 from training.tools import embed, predict
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -110,3 +112,30 @@ def test_the_tokenizer_follows_do_lower_case(run_dir, tiny_model_dir, tmp_path):
     assert tokenizer_for(tiny_model_dir).tokenize("Hello World") == ["hello", "world"]
     assert tokenizer_for(cased).tokenize("Hello World") != ["hello", "world"]
     assert json.loads((run_dir / "checkpoint" / "tokenizer_config.json").read_text())["do_lower_case"] is True
+
+
+def test_checkpoint_is_a_standard_model_folder(run_dir, tmp_path):
+    """HF config and names (what transformers' AutoModel reads; checked against transformers and
+    sentence-transformers outside the suite, see docs/outputs.md), sentence-transformers files for
+    a pooling it has, heads and run configuration in files of their own."""
+    folder = run_dir / "checkpoint"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "bert" and "bert" not in config and "run" not in config
+    names = load_file(str(folder / "model.safetensors")).keys()
+    assert "encoder.layer.0.attention.self.query.weight" in names and not any(k.startswith("heads.") for k in names)
+    assert all(k.startswith("heads.") for k in load_file(str(folder / "heads.safetensors")))
+    assert json.loads((folder / "run_config.json").read_text())["model"]["pooling"] == "mean"
+    modules = json.loads((folder / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[1] for m in modules] == ["Transformer", "Pooling"]
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_mean_tokens"] and not pooling["pooling_mode_cls_token"]
+    assert pooling["word_embedding_dimension"] == 16
+    # any HF-format reader gets the run's encoder: ours as a plain --model directory
+    plain = BertModel.from_pretrained(folder).state_dict()
+    trained = load_run(run_dir).model.bert.state_dict()
+    assert all(torch.equal(plain[k], trained[k]) for k in trained)
+
+    state, saved = load_checkpoint(folder)
+    saved["run"]["model"]["pooling"] = "last4_mean"   # a mode sentence-transformers lacks: no ST files
+    save_checkpoint(tmp_path / "other", state, BertConfig.from_dict(saved["bert"]), saved["run"])
+    assert not (tmp_path / "other" / "modules.json").exists() and (tmp_path / "other" / "run_config.json").is_file()

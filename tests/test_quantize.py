@@ -145,13 +145,13 @@ def test_bad_checkpoints_are_one_line_errors(checkpoint, tmp_path, capsys):
 
     no_run = tmp_path / "no_run"
     shutil.copytree(checkpoint, no_run)
-    config = json.loads((no_run / "config.json").read_text())
-    (no_run / "config.json").write_text(json.dumps({"bert": config["bert"]}))
-    assert "wants" in error_of(no_run)
+    (no_run / "run_config.json").unlink()
+    assert "not a run's checkpoint" in error_of(no_run)
 
     wrong = tmp_path / "wrong_heads"
     shutil.copytree(checkpoint, wrong)
-    config["run"]["model"]["pooling"] = "last4_concat"  # 4x wider head inputs than the saved heads
-    (wrong / "config.json").write_text(json.dumps(config))
+    config = json.loads((wrong / "run_config.json").read_text())
+    config["model"]["pooling"] = "last4_concat"  # 4x wider head inputs than the saved heads
+    (wrong / "run_config.json").write_text(json.dumps(config))
     assert "do not fit" in error_of(wrong)
     assert not (tmp_path / "out").exists()  # nothing written when the checkpoint is unusable

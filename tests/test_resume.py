@@ -127,7 +127,8 @@ def test_checkpoint_folder_is_complete_and_pruned(tiny_model_dir, tmp_path):
     found = list_checkpoints(tmp_path / "run")
     assert [p.name for p in found] == ["step-00000045", "step-00000048"]  # 24 steps an epoch; 45 = 9 × 5
     for path in found:
-        assert {f.name for f in path.iterdir()} == {"model.safetensors", "best.safetensors", "state.pt", "state.json"}
+        assert {f.name for f in path.iterdir()} == {"model.safetensors", "best.safetensors", "best-heads.safetensors",
+                                                    "state.pt", "state.json"}
     assert not list((tmp_path / "run" / "checkpoints").glob(".tmp*"))
     extra = torch.load(found[-1] / "state.pt", weights_only=True)
     assert set(extra) == {"optimizers", "modules", "rng"}

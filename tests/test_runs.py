@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 import run_multitask
 import training
@@ -19,6 +19,7 @@ from heads.pooling import pool
 from minbert import BertModel, BertTokenizer, WeightsError
 from training.config import RunConfig
 from training.evaluate import predict
+from training.checkpoint import load_checkpoint
 from training.runs import encode, load_run, pretrained_run
 from training.tasks import TASKS
 
@@ -43,11 +44,11 @@ def run(run_dir):
 
 def test_run_folder_and_checkpoint_folder_load_the_same_run(run_dir, run):
     again = load_run(run_dir / "checkpoint")
-    saved = json.loads((run_dir / "checkpoint" / "config.json").read_text())
+    saved = json.loads((run_dir / "checkpoint" / "run_config.json").read_text())
     assert run.source == again.source == run_dir / "checkpoint"
-    assert run.config == again.config == RunConfig.from_dict(saved["run"])
+    assert run.config == again.config == RunConfig.from_dict(saved)
     assert (run.config.train.epochs, run.config.data.max_length) == (1, 32)
-    state, weights = run.model.state_dict(), load_file(str(run_dir / "checkpoint" / "model.safetensors"))
+    state, weights = run.model.state_dict(), load_checkpoint(run_dir / "checkpoint")[0]
     assert state.keys() == again.model.state_dict().keys() == weights.keys()
     for key, value in state.items():
         assert torch.equal(value, again.model.state_dict()[key]) and torch.equal(value, weights[key]), key
@@ -57,7 +58,7 @@ def test_loaded_model_is_the_run_model(run, run_dir):
     """Its heads are the run's tasks, it is in eval mode, and it predicts what the run wrote."""
     assert isinstance(run.model, MultitaskBert) and not run.model.training
     assert list(run.model.heads) == run.config.task_names() == ["sst", "qqp", "sts"]
-    assert run.model.bert.config.to_dict() == json.loads((run_dir / "checkpoint" / "config.json").read_text())["bert"]
+    assert run.model.bert.config.to_dict() == json.loads((run_dir / "checkpoint" / "config.json").read_text())
     assert training.load_run is load_run  # the package's export
     task = TASKS["sst"]
     examples, _ = read_examples(FIXTURE_DATA / task.files["dev"], task.text_columns, task.label_column,
@@ -116,7 +117,7 @@ def test_bad_paths_are_one_line_errors(run_dir, tiny_model_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     assert f"{tmp_path / 'empty' / 'config.json'} not found" in _one_line_error(tmp_path / "empty")
     # an HF-format BERT directory is a model, not a run
-    assert _one_line_error(tiny_model_dir).startswith(f"{tiny_model_dir / 'config.json'}: wants")
+    assert _one_line_error(tiny_model_dir).startswith(f"{tiny_model_dir}: no run_config.json, so not a run's")
 
     corrupt = tmp_path / "corrupt"
     shutil.copytree(run_dir / "checkpoint", corrupt)
@@ -126,9 +127,9 @@ def test_bad_paths_are_one_line_errors(run_dir, tiny_model_dir, tmp_path):
 
     wrong = tmp_path / "wrong"
     shutil.copytree(run_dir / "checkpoint", wrong)
-    config = json.loads((wrong / "config.json").read_text())
-    config["run"]["model"]["sts_head"] = "concat"  # a head with a Linear the checkpoint does not have
-    (wrong / "config.json").write_text(json.dumps(config))
+    config = json.loads((wrong / "run_config.json").read_text())
+    config["model"]["sts_head"] = "concat"  # a head with a Linear the checkpoint does not have
+    (wrong / "run_config.json").write_text(json.dumps(config))
     assert _one_line_error(wrong).startswith(f"{wrong / 'model.safetensors'}: the weights do not fit")
 
 
@@ -136,12 +137,10 @@ def test_tolerant_config_and_encoder_only_checkpoint(run_dir, tmp_path):
     """Unknown names are ignored, missing ones take defaults; a checkpoint without heads is an encoder."""
     folder = tmp_path / "encoder"
     shutil.copytree(run_dir / "checkpoint", folder)
-    config = json.loads((folder / "config.json").read_text())
-    run_config = config["run"]
-    config["run"] = {"model": {**run_config["model"], "a_future_flag": 1}, "data": run_config["data"], "extra": {}}
-    (folder / "config.json").write_text(json.dumps(config))
-    weights = load_file(str(folder / "model.safetensors"))
-    save_file({k: v for k, v in weights.items() if k.startswith("bert.")}, str(folder / "model.safetensors"))
+    run_config = json.loads((folder / "run_config.json").read_text())
+    run_config = {"model": {**run_config["model"], "a_future_flag": 1}, "data": run_config["data"], "extra": {}}
+    (folder / "run_config.json").write_text(json.dumps(run_config))
+    save_file({}, str(folder / "heads.safetensors"))
     loaded = load_run(folder)
     assert not loaded.model.heads and loaded.config.train == RunConfig.from_dict({}).train
     assert loaded.config.data.max_length == 32

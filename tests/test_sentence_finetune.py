@@ -15,6 +15,7 @@ import torch
 
 from minbert import BertModel
 from training import load_run
+from training.checkpoint import load_checkpoint
 from training.tools import probe
 from training.tools.sentence_finetune import main
 
@@ -68,12 +69,12 @@ def test_finetune_moves_the_encoder_and_writes_a_loadable_checkpoint(tiny_model_
     rows = len(SST_ROWS if task == "sst" else CFIMDB_ROWS)
     assert metrics["steps"] == 2 * math.ceil(rows / 6) and metrics["examples"] == 2 * rows
     assert metrics["loss_curve"][-1][0] == metrics["steps"] and metrics["seconds"] >= 0 and metrics["cpu_seconds"] >= 0
-    config = json.loads((out / "checkpoint" / "config.json").read_text())
-    assert config["run"]["tool"]["name"] == "sentence_finetune" and config["bert"]["hidden_size"] == 16
+    run_config = json.loads((out / "checkpoint" / "run_config.json").read_text())
+    bert_config = json.loads((out / "checkpoint" / "config.json").read_text())
+    assert run_config["tool"]["name"] == "sentence_finetune" and bert_config["hidden_size"] == 16
     assert list(loaded.model.heads) == ([task] if loss == "ce" else []) and loaded.config.model.pooling == "mean"
 
-    from safetensors.torch import load_file
-    keys = load_file(str(out / "checkpoint" / "model.safetensors")).keys()
+    keys = load_checkpoint(out / "checkpoint")[0].keys()
     assert any(k.startswith("heads.") for k in keys) == (loss == "ce")
 
     # the probe reads the run folder (or its checkpoint/) as it reads a multi-task run's

@@ -1,5 +1,21 @@
-"""Saving and loading the multi-task model: ``model.safetensors`` (every parameter, encoder and
-heads) beside ``config.json`` (the encoder's BertConfig and the run configuration)."""
+"""A run's ``checkpoint/``: a standard model folder that three readers load — ours (``load_run``),
+HuggingFace ``transformers`` (``AutoModel``/``AutoTokenizer``) and ``sentence_transformers``
+(``SentenceTransformer``) — plus what only we read:
+
+    config.json              the encoder's BERT config, flat, with ``model_type: bert``
+    model.safetensors        the encoder under HuggingFace's parameter names
+    vocab.txt, tokenizer_config.json       the tokenizer (``do_lower_case``)
+    modules.json, sentence_bert_config.json, 1_Pooling/config.json
+                             sentence-transformers: encoder + the run's pooling, for the modes it has
+                             (mean, cls, max). For the others (pooler, first_last, last4_mean, ...)
+                             these files are left out, and sentence-transformers falls back to its
+                             default, mean pooling: use ``load_run(...).encode`` for the run's vectors.
+    heads.safetensors        the task heads (``heads.<task>.*``)
+    run_config.json          the run configuration (``RunConfig``)
+
+Folders written before this layout (one ``model.safetensors`` with ``bert.*`` and ``heads.*``, and
+a ``config.json`` of ``{"bert": ..., "run": ...}``) are still read.
+"""
 from __future__ import annotations
 
 import json
@@ -10,24 +26,60 @@ from safetensors.torch import load_file, save_file
 
 from minbert import BertConfig, BertTokenizer
 from minbert.atomic import atomic_path, write_text_atomic
+from minbert.weights import from_hf_names, to_hf_names
+
+ENCODER, HEADS, RUN_CONFIG = "model.safetensors", "heads.safetensors", "run_config.json"
+# our pooling mode -> sentence-transformers' Pooling flag
+SENTENCE_TRANSFORMERS_POOLING = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token",
+                                 "max": "pooling_mode_max_tokens"}
 
 
 def save_checkpoint(directory: Path, state: dict[str, torch.Tensor], bert_config: BertConfig, run_config: dict,
                     tokenizer: BertTokenizer | None = None) -> None:
-    """Write the tokenizer's files (vocab.txt, tokenizer_config.json), the weights, then the config,
-    each atomically (a reader never sees a half-written file)."""
+    """Write the folder described above from the whole model's ``state`` (``bert.*``, ``heads.*``),
+    each file atomically (a reader never sees a half-written file)."""
     directory.mkdir(parents=True, exist_ok=True)
-    if tokenizer is not None and not (directory / "vocab.txt").is_file():
+    encoder = {k.removeprefix("bert."): v.contiguous().cpu() for k, v in state.items() if k.startswith("bert.")}
+    _save(to_hf_names(encoder), directory / ENCODER)
+    _save({k: v.contiguous().cpu() for k, v in state.items() if not k.startswith("bert.")}, directory / HEADS)
+    _write_json(directory / "config.json", bert_config.to_dict())
+    _write_json(directory / RUN_CONFIG, run_config)
+    if tokenizer is not None:
         write_text_atomic(directory / "vocab.txt", tokenizer.vocab_file.read_text(encoding="utf-8"))
-        write_text_atomic(directory / "tokenizer_config.json",
-                          json.dumps({"do_lower_case": tokenizer.lowercase, "tokenizer_class": "BertTokenizer"}) + "\n")
-    with atomic_path(directory / "model.safetensors") as tmp:
-        save_file({k: v.contiguous().cpu() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
-    config = {"bert": bert_config.to_dict(), "run": run_config}
-    write_text_atomic(directory / "config.json", json.dumps(config, indent=2, default=str) + "\n")
+        _write_json(directory / "tokenizer_config.json",
+                    {"do_lower_case": tokenizer.lowercase, "tokenizer_class": "BertTokenizer"})
+    pooling = SENTENCE_TRANSFORMERS_POOLING.get(run_config.get("model", {}).get("pooling"))
+    if pooling is not None:
+        _write_json(directory / "modules.json", [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])
+        _write_json(directory / "sentence_bert_config.json",
+                    {"max_seq_length": run_config.get("data", {}).get("max_length", 128), "do_lower_case": False})
+        _write_json(directory / "1_Pooling" / "config.json",
+                    {"word_embedding_dimension": bert_config.hidden_size,
+                     **{flag: flag == pooling for flag in SENTENCE_TRANSFORMERS_POOLING.values()}})
 
 
 def load_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], dict]:
-    """Return ``(state_dict, config)`` as written by ``save_checkpoint``."""
+    """``(state, config)``: the whole model's state under our names (``bert.*``, ``heads.*``) and
+    ``{"bert": BertConfig dict, "run": RunConfig dict}``, from either layout."""
     config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    return load_file(str(directory / "model.safetensors")), config
+    if not (directory / RUN_CONFIG).is_file():  # the older layout
+        return load_file(str(directory / ENCODER)), config
+    run = json.loads((directory / RUN_CONFIG).read_text(encoding="utf-8"))
+    return model_state(directory / ENCODER, directory / HEADS), {"bert": config, "run": run}
+
+
+def model_state(encoder_file: Path, heads_file: Path) -> dict[str, torch.Tensor]:
+    """The whole model's state from an encoder file (HuggingFace names) and a heads file."""
+    state = {f"bert.{k}": v for k, v in from_hf_names(load_file(str(encoder_file))).items()}
+    return state | (load_file(str(heads_file)) if heads_file.is_file() else {})
+
+
+def _save(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+
+
+def _write_json(path: Path, data) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")

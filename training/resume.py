@@ -4,7 +4,8 @@ A training checkpoint is a folder ``<run>/checkpoints/step-<N>/`` holding everyt
 depends on after optimizer step N (counted across all stages):
 
     model.safetensors   every parameter and buffer of the model (encoder and heads)
-    best.safetensors    the best epoch's weights so far (a hard link to <run>/checkpoint/, if any)
+    best*.safetensors   the best epoch's weights so far (hard links to the encoder and heads files
+                        of <run>/checkpoint/, if any)
     state.pt            optimizer states, loss-weighting and SMART EMA modules, gradient scaler, RNG states
                         (Python, NumPy, torch): plain tensors, lists and numbers, loaded with
                         ``torch.load(weights_only=True)``
@@ -42,7 +43,10 @@ from safetensors.torch import load_file, save_file
 
 from minbert.errors import first_line
 
+from .checkpoint import ENCODER, HEADS, model_state
+
 CHECKPOINTS = "checkpoints"
+BEST_ENCODER, BEST_HEADS = "best.safetensors", "best-heads.safetensors"
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 
@@ -60,11 +64,11 @@ class TrainingClock:
     """
 
     def __init__(self, model: torch.nn.Module | None, run_dir: Path | None, config: dict, save_every: int = 0,
-                 keep: int = 2, resume: "Checkpoint | None" = None, best_file: Path | None = None,
+                 keep: int = 2, resume: "Checkpoint | None" = None, best_dir: Path | None = None,
                  enabled: bool = True, log: Callable[[str], None] = print):
         self.model, self.run_dir, self.config = model, run_dir, config
         self.save_every, self.keep, self.enabled, self.log = save_every, keep, enabled, log
-        self.best_file = best_file
+        self.best_dir = best_dir    # the run's checkpoint/ folder, whose weights files are linked
         self.components: dict[str, object] = {}   # roots of the resumable state, e.g. {"run": run}
         self.step = 0
         self.stage: str | None = None
@@ -151,8 +155,9 @@ class TrainingClock:
         try:
             save_file({k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()},
                       str(tmp / "model.safetensors"), metadata={"format": "pt"})
-            if self.best_file is not None and self.best_file.is_file():
-                _link_or_copy(self.best_file, tmp / "best.safetensors")
+            for source, link in ((ENCODER, BEST_ENCODER), (HEADS, BEST_HEADS)):
+                if self.best_dir is not None and (self.best_dir / source).is_file():
+                    _link_or_copy(self.best_dir / source, tmp / link)
             objects = self.state()
             torch.save({kind: {k: o.state_dict() for k, o in objects.items() if _kind(o) == kind}
                         for kind in ("optimizers", "modules")} | {"rng": rng_state()}, tmp / "state.pt")
@@ -211,8 +216,13 @@ class Checkpoint:
         set_rng_state(extra["rng"])
 
     def best_state(self) -> dict[str, torch.Tensor] | None:
-        path = self.path / "best.safetensors"
-        return _load_safetensors(path) if path.is_file() else None
+        path = self.path / BEST_ENCODER
+        if not path.is_file():
+            return None
+        try:
+            return model_state(path, self.path / BEST_HEADS)
+        except (SafetensorError, OSError, ValueError) as err:
+            raise ResumeError(f"{path}: unreadable ({first_line(err)})") from None
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -26,7 +26,7 @@ from minbert import BertConfig, BertModel, BertTokenizer, WeightsError
 from minbert.errors import first_line
 from minbert.weights import resolve_model_dir
 
-from .checkpoint import load_checkpoint
+from .checkpoint import RUN_CONFIG, load_checkpoint
 from .config import RunConfig
 from .device import to_device
 from .evaluate import TaskPredictions, predict
@@ -121,8 +121,8 @@ def load_run(path: str | Path) -> LoadedRun:
         raise WeightsError(f"cannot read checkpoint file {weights}: {first_line(err)} "
                            "(truncated or corrupt file?)") from None
     if not isinstance(saved, dict) or not isinstance(saved.get("bert"), dict) or not isinstance(saved.get("run"), dict):
-        raise WeightsError(f"{config_file}: wants {{\"bert\": ..., \"run\": ...}} as written by training/checkpoint.py"
-                           " (an HF-format BERT directory is a --model, not a run)")
+        raise WeightsError(f"{directory}: no {RUN_CONFIG}, so not a run's checkpoint (training/checkpoint.py); "
+                           "an HF-format BERT directory is a --model, not a run")
     try:
         config = RunConfig.from_dict(saved["run"])
         tasks = config.task_names() if any(k.startswith("heads.") for k in state) else []
@@ -160,7 +160,10 @@ def model_directory(model: str | Path | None) -> Path:
 
 
 def is_checkpoint(path: Path) -> bool:
-    """A folder written by ``training/checkpoint.py``: its config.json holds "bert" and "run"."""
+    """A folder written by ``training/checkpoint.py`` (or its older layout: a config.json that
+    holds "bert" and "run")."""
+    if (path / RUN_CONFIG).is_file():
+        return True
     try:
         saved = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -174,9 +177,10 @@ def vocab_file(directory: Path) -> Path:
     vocab = directory / "vocab.txt"
     if vocab.is_file() or not is_checkpoint(directory):
         return vocab
-    saved = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    new_layout = (directory / RUN_CONFIG).is_file()
+    saved = json.loads((directory / (RUN_CONFIG if new_layout else "config.json")).read_text(encoding="utf-8"))
     try:
-        return vocab_file(model_directory(RunConfig.from_dict(saved["run"]).model.model))
+        return vocab_file(model_directory(RunConfig.from_dict(saved if new_layout else saved["run"]).model.model))
     except WeightsError as err:
         raise WeightsError(f"{directory}: no vocab.txt, and the run's model has none: {err}") from None
 

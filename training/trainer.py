@@ -144,7 +144,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     if place.rank > 0:  # same initial weights (DDP copies process 0's), own dropout masks
         torch.manual_seed(config.train.seed + place.rank)
     clock = TrainingClock(model, run_dir, config_dict(config), config.output.save_every, config.output.keep_checkpoints,
-                          resume=resume, best_file=run_dir / "checkpoint" / "model.safetensors",
+                          resume=resume, best_dir=run_dir / "checkpoint",
                           enabled=write.enabled, log=log)
     task_loss = TaskLoss(model, device, config.smart, weighting, forward_model, place)
     run = Run(config, model, forward_model, splits, loader, device, log, optimizer, task_loss,
