@@ -38,6 +38,7 @@ _RENAMES = [
     (".output.LayerNorm.", ".output_norm."),
 ]
 MAX_LISTED_MISMATCHES = 3  # enough to show the pattern; the sizes behind it are named in full
+MAX_LISTED_KEYS = 10      # missing or unexpected keys named; the rest counted
 # Keys a BERT checkpoint may hold that are not encoder parameters.
 _IGNORED = re.compile(r"^(cls\.|embeddings\.position_ids$|.*\.position_ids$)")
 
@@ -95,15 +96,13 @@ def load_pretrained(model_cls, path_or_name, **config_overrides):
     if missing or unexpected or mismatched:
         problems = _size_disagreements(config, state)
         if missing:
-            problems.append(f"missing keys {_ours_to_hf_names(missing)}")
+            problems.append(f"missing keys {_first(_ours_to_hf_names(missing), MAX_LISTED_KEYS)}")
         if unexpected:
-            problems.append(f"unexpected keys {_ours_to_hf_names(unexpected)}")
+            problems.append(f"unexpected keys {_first(_ours_to_hf_names(unexpected), MAX_LISTED_KEYS)}")
         if mismatched:
-            listed = mismatched[:MAX_LISTED_MISMATCHES]
-            if len(mismatched) > MAX_LISTED_MISMATCHES:
-                listed.append(f"... and {len(mismatched) - MAX_LISTED_MISMATCHES} more")
-            problems.append(f"shape mismatches {listed}")
-        raise WeightsError(f"{weights_file(directory)} does not fit the BERT in config.json: " + "; ".join(problems))
+            problems.append(f"shape mismatches {_first(mismatched, MAX_LISTED_MISMATCHES)}")
+        raise WeightsError(f"{weights_file(directory)} does not fit the BERT in config.json "
+                           f"(model_type {_model_type(directory)!r}): " + "; ".join(problems))
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
     return model
 
@@ -170,6 +169,18 @@ def _rename(key: str, to_hf: bool) -> str:
         if old in key:
             return key.replace(old, new, 1)
     return key
+
+
+def _first(items: list[str], n: int) -> list[str]:
+    """At most ``n`` items, then a count of the rest."""
+    return items[:n] + ([f"... and {len(items) - n} more"] if len(items) > n else [])
+
+
+def _model_type(directory: Path) -> str | None:
+    try:
+        return json.loads((directory / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _ours_to_hf_names(keys: list[str]) -> list[str]:

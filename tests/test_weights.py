@@ -196,7 +196,7 @@ def test_extra_layer_is_unexpected(tiny, tmp_path, saved):
     state.update({k.replace("layer.1.", "layer.2."): v.clone() for k, v in state.items() if "layer.1." in k})
     with pytest.raises(WeightsError, match="unexpected") as err:
         BertModel.from_pretrained(_write_weights(tmp_path / "l3", state, saved))
-    assert "encoder.layer.2.output.LayerNorm.weight" in str(err.value)
+    assert "'encoder.layer.2.attention.output.dense.weight', '... and 6 more'" in str(err.value)  # 10 of 16 named
 
 
 def test_shape_mismatch_mentions_shapes(saved, tmp_path):
@@ -299,3 +299,25 @@ def test_pytorch_model_bin_with_a_non_tensor_value(saved):
 def test_config_overrides_are_validated(saved, overrides, message):
     with pytest.raises(WeightsError, match=message):
         BertModel.from_pretrained(saved, **overrides)
+
+
+def test_a_foreign_checkpoint_error_names_its_model_type_and_lists_at_most_ten_keys(tiny_model_dir, tmp_path):
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from minbert import BertModel, WeightsError
+    folder = tmp_path / "foreign"
+    shutil.copytree(tiny_model_dir, folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    save_file({k.replace("encoder.layer", "transformer.layer"): v for k, v in weights.items()},
+              str(folder / "model.safetensors"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "distilbert"}))
+    with pytest.raises(WeightsError) as err:
+        BertModel.from_pretrained(folder)
+    message = str(err.value)
+    assert "model_type 'distilbert'" in message and "\n" not in message
+    missing = message.split("missing keys [")[1].split("]")[0]
+    assert missing.count("encoder.layer") == 10 and "... and 22 more" in missing

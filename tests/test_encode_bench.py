@@ -1,0 +1,23 @@
+"""bench/encode.py without sentence-transformers installed: one error line; its corpus is distinct
+SST and STS training sentences."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from bench import encode
+
+FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is not None,
+                    reason="sentence-transformers is installed here")
+def test_without_sentence_transformers_it_says_what_to_install(capsys):
+    assert encode.main(["some-run"]) == 1
+    assert capsys.readouterr().err.strip().startswith("error: this benchmark needs sentence-transformers")
+
+
+def test_corpus_is_distinct_training_sentences_cut_to_n():
+    sentences = encode.corpus(str(FIXTURE_DATA), 1000)
+    assert len(sentences) == len(set(sentences)) > 20
+    assert encode.corpus(str(FIXTURE_DATA), 5) == sentences[:5]
