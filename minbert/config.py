@@ -27,6 +27,7 @@ class BertConfig:
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
+    model_type: str = "bert"   # "distilbert": read from (and saved as) a DistilBERT checkpoint
 
     def __post_init__(self):
         if self.hidden_size % self.num_attention_heads != 0:
@@ -54,9 +55,31 @@ class BertConfig:
         if not isinstance(values, dict):
             raise ValueError(f"{path}: expected a JSON object")
         try:
-            return cls.from_dict(values)
+            return cls.from_hf(values)
         except (TypeError, ValueError) as err:
             raise ValueError(f"{path}: {err}") from None
 
     def to_dict(self) -> dict:
-        return dict(dataclasses.asdict(self), model_type="bert", architectures=["BertModel"])
+        """The HuggingFace ``config.json`` of this model: a BERT's, or a DistilBERT's names."""
+        if self.model_type == "distilbert":
+            values = {DISTILBERT_CONFIG.get(k, k): v for k, v in dataclasses.asdict(self).items()
+                      if k not in ("type_vocab_size", "layer_norm_eps")}
+            return dict(values, architectures=["DistilBertModel"])
+        return dict(dataclasses.asdict(self), architectures=["BertModel"])
+
+    @classmethod
+    def from_hf(cls, values: dict) -> "BertConfig":
+        """A HuggingFace ``config.json``'s values: a BERT's, or a DistilBERT's."""
+        return cls.from_distilbert(values) if values.get("model_type") == "distilbert" else cls.from_dict(values)
+
+    @classmethod
+    def from_distilbert(cls, values: dict) -> "BertConfig":
+        """A DistilBERT ``config.json`` (Sanh et al. 2019: a BERT without token types and pooler)."""
+        ours = {bert: values[distil] for bert, distil in DISTILBERT_CONFIG.items() if distil in values}
+        return cls.from_dict({**values, **ours, "type_vocab_size": 1, "model_type": "distilbert"})
+
+
+# BertConfig field -> DistilBERT config.json key, where they differ
+DISTILBERT_CONFIG = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+                     "intermediate_size": "hidden_dim", "hidden_act": "activation",
+                     "hidden_dropout_prob": "dropout", "attention_probs_dropout_prob": "attention_dropout"}

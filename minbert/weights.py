@@ -87,8 +87,8 @@ def load_pretrained(model_cls, path_or_name, **config_overrides):
     except (FileNotFoundError, ValueError, TypeError) as err:  # TypeError: an unknown field name
         raise WeightsError(str(err)) from None
     model = model_cls(config)
-    state = from_hf_names(read_state_dict(directory))
     expected = model.state_dict()
+    state = from_hf_names(read_state_dict(directory), config.model_type)
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     mismatched = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v.shape)}"
@@ -137,20 +137,33 @@ def save_pretrained(model, directory: str | Path) -> None:
     """Write ``config.json`` and ``model.safetensors`` in HF format, each atomically."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().cpu() for k, v in to_hf_names(model.state_dict()).items()}
+    state = {k: v.detach().contiguous().cpu() for k, v in to_hf_names(model.state_dict(), model.config.model_type).items()}
     with atomic_path(directory / "model.safetensors") as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
     write_text_atomic(directory / "config.json", json.dumps(model.config.to_dict(), indent=2) + "\n")
 
 
-def to_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our ``BertModel`` parameter names -> HuggingFace's (what transformers' ``BertModel`` loads)."""
+def to_hf_names(state: dict[str, torch.Tensor], model_type: str = "bert") -> dict[str, torch.Tensor]:
+    """Our ``BertModel`` parameter names -> HuggingFace's (what transformers' ``BertModel``, or
+    ``DistilBertModel`` for ``model_type="distilbert"``, loads; DistilBERT has no token types or pooler)."""
+    if model_type == "distilbert":
+        return {_rename_distilbert(k, to_hf=True): v for k, v in state.items()
+                if not k.startswith(("pooler.", "embeddings.token_type_embeddings."))}
     return {_rename(k, to_hf=True): v for k, v in state.items()}
 
 
-def from_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """HuggingFace names (with or without ``bert.``, old gamma/beta) -> ours; heads and buffers that
-    are no encoder parameters are dropped."""
+def from_hf_names(state: dict[str, torch.Tensor], model_type: str = "bert") -> dict[str, torch.Tensor]:
+    """HuggingFace names (with or without ``bert.``/``distilbert.``, old gamma/beta) -> ours; heads
+    and buffers that are no encoder parameters are dropped."""
+    if model_type == "distilbert":
+        out = {_rename_distilbert(k.removeprefix("distilbert."), to_hf=False): v for k, v in state.items()
+               if not _IGNORED.match(k.removeprefix("distilbert.")) and not k.startswith(("vocab_", "qa_", "pre_"))}
+        words = out.get("embeddings.word_embeddings.weight")
+        if words is not None:  # no token types (one all-zero row) and no pooler (zeros; never used)
+            hidden = words.shape[1]
+            out |= {"embeddings.token_type_embeddings.weight": words.new_zeros(1, hidden),
+                    "pooler.dense.weight": words.new_zeros(hidden, hidden), "pooler.dense.bias": words.new_zeros(hidden)}
+        return out
     out = {}
     for key, value in state.items():
         if key.startswith("bert."):
@@ -168,6 +181,30 @@ def _rename(key: str, to_hf: bool) -> str:
         old, new = (ours, hf) if to_hf else (hf, ours)
         if old in key:
             return key.replace(old, new, 1)
+    return key
+
+
+# (DistilBERT name fragment, ours): the layer stack, then the parts of a layer (Sanh et al. 2019)
+_DISTILBERT_RENAMES = [
+    (".attention.q_lin.", ".attention.query."),
+    (".attention.k_lin.", ".attention.key."),
+    (".attention.v_lin.", ".attention.value."),
+    (".attention.out_lin.", ".attention_output."),
+    (".sa_layer_norm.", ".attention_norm."),
+    (".ffn.lin1.", ".intermediate."),
+    (".ffn.lin2.", ".output."),
+    (".output_layer_norm.", ".output_norm."),
+]
+
+
+def _rename_distilbert(key: str, to_hf: bool) -> str:
+    stack = ("encoder.layer.", "transformer.layer.") if to_hf else ("transformer.layer.", "encoder.layer.")
+    if key.startswith(stack[0]):
+        key = stack[1] + key[len(stack[0]):]
+        for distil, ours in _DISTILBERT_RENAMES:
+            old, new = (ours, distil) if to_hf else (distil, ours)
+            if old in key:
+                return key.replace(old, new, 1)
     return key
 
 

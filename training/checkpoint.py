@@ -40,7 +40,7 @@ def save_checkpoint(directory: Path, state: dict[str, torch.Tensor], bert_config
     each file atomically (a reader never sees a half-written file)."""
     directory.mkdir(parents=True, exist_ok=True)
     encoder = {k.removeprefix("bert."): v.contiguous().cpu() for k, v in state.items() if k.startswith("bert.")}
-    _save(to_hf_names(encoder), directory / ENCODER)
+    _save(to_hf_names(encoder, bert_config.model_type), directory / ENCODER)
     _save({k: v.contiguous().cpu() for k, v in state.items() if not k.startswith("bert.")}, directory / HEADS)
     _write_json(directory / "config.json", bert_config.to_dict())
     _write_json(directory / RUN_CONFIG, run_config)
@@ -71,8 +71,11 @@ def load_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def model_state(encoder_file: Path, heads_file: Path) -> dict[str, torch.Tensor]:
-    """The whole model's state from an encoder file (HuggingFace names) and a heads file."""
-    state = {f"bert.{k}": v for k, v in from_hf_names(load_file(str(encoder_file))).items()}
+    """The whole model's state from an encoder file (HuggingFace's BERT or DistilBERT names) and a
+    heads file."""
+    encoder = load_file(str(encoder_file))
+    model_type = "distilbert" if any(k.startswith("transformer.layer.") for k in encoder) else "bert"
+    state = {f"bert.{k}": v for k, v in from_hf_names(encoder, model_type).items()}
     return state | (load_file(str(heads_file)) if heads_file.is_file() else {})
 
 

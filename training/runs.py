@@ -43,7 +43,7 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
         overrides["attention_probs_dropout_prob"] = config.model.attention_probs_dropout_prob
     if is_checkpoint(model_dir):  # runs chain: a saved run's encoder, with this run's dropout
         state, saved = load_checkpoint(model_dir)
-        bert = BertModel(BertConfig.from_dict({**saved["bert"], **overrides}))
+        bert = BertModel(dataclasses.replace(BertConfig.from_hf(saved["bert"]), **overrides))
         bert.load_state_dict({k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")})
     else:
         bert = BertModel.from_pretrained(model_dir, **overrides)
@@ -126,7 +126,7 @@ def load_run(path: str | Path) -> LoadedRun:
     try:
         config = RunConfig.from_dict(saved["run"])
         tasks = config.task_names() if any(k.startswith("heads.") for k in state) else []
-        bert = BertModel(BertConfig.from_dict(saved["bert"]))
+        bert = BertModel(BertConfig.from_hf(saved["bert"]))
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise WeightsError(f"{config_file}: unusable configuration: {first_line(err)}") from None
     model = with_heads(bert, config, tasks)
@@ -201,6 +201,9 @@ def checkpoint_dir(path: Path) -> Path:
 
 def with_heads(bert: BertModel, config: RunConfig, tasks: Sequence[str]) -> MultitaskBert:
     """``bert`` with a fresh head for each of ``tasks``, made by its ``Task`` row, on the run's pooling."""
+    if config.model.pooling == "pooler" and bert.config.model_type == "distilbert":
+        raise ValueError("--pooling pooler: a DistilBERT model has no pooler (no next-sentence head); "
+                           "choose another --pooling, e.g. mean or cls")
     width = pooled_size(bert.config.hidden_size, config.model.pooling)
     return MultitaskBert(bert, {name: TASKS[name].head(width, config.model) for name in tasks},
                          config.model.pooling)
