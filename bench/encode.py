@@ -6,17 +6,23 @@ two sides interleaved in one process (these machines are noisy), plus their larg
 
 sentence-transformers is no dependency of this project: run it from an environment that has it
 (and this project's requirements). Sentences: the SST and STS training sentences, distinct, the
-first ``--n``.
+first ``--n``. ``--int8`` adds a third side, our encoder with every Linear dynamically quantized to
+int8 (``scripts/quantize.py``, per-channel), and each of our sides' STS-B dev Spearman (cosine of
+the pair's vectors against the gold score).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.util
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import spearmanr
 
 from data.readers import read_examples, resolve_data_dir
 from training import load_run
@@ -31,6 +37,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch_size", type=int, default=64, help="sentences per batch, both sides (64)")
     parser.add_argument("--reps", type=int, default=3, help="timed passes per side, interleaved (3)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    parser.add_argument("--int8", action="store_true", help="also time our encoder quantized to int8, and compare "
+                                                             "STS-B dev Spearman")
     args = parser.parse_args(argv)
     try:
         from sentence_transformers import SentenceTransformer
@@ -47,6 +55,9 @@ def main(argv=None) -> int:
     sides = {"ours": lambda: run.encode(sentences, batch_size=args.batch_size, progress=False),
              "sentence-transformers": lambda: theirs.encode(sentences, batch_size=args.batch_size,
                                                             convert_to_numpy=True, show_progress_bar=False)}
+    if args.int8:
+        int8 = dataclasses.replace(run, model=_quantize(run.model, per_channel=True))
+        sides["ours int8"] = lambda: int8.encode(sentences, batch_size=args.batch_size, progress=False)
     vectors = {name: side() for name, side in sides.items()}  # warm-up, and the outputs compared
     times = {name: [] for name in sides}
     for _ in range(args.reps):
@@ -61,7 +72,32 @@ def main(argv=None) -> int:
         print(f"  {name:22s} {speed[name]:8.1f} sentences/s   (passes: {', '.join(f'{t:.1f} s' for t in times[name])})")
     print(f"  ours / sentence-transformers: {speed['ours'] / speed['sentence-transformers']:.2f}x; "
           f"largest difference {float(np.abs(vectors['ours'] - vectors['sentence-transformers']).max()):.2e}")
+    if args.int8:
+        print(f"  ours int8 / sentence-transformers: {speed['ours int8'] / speed['sentence-transformers']:.2f}x; "
+              f"ours int8 / ours: {speed['ours int8'] / speed['ours']:.2f}x")
+        first, second, gold = sts_dev(args.data_dir)
+        for name, encoder in (("ours", run), ("ours int8", int8)):
+            u, v = (encoder.encode(s, batch_size=args.batch_size, progress=False) for s in (first, second))
+            cosine = (u * v).sum(1) / (np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1))
+            print(f"  STS-B dev Spearman, {name}: {spearmanr(cosine, gold).statistic:.4f} ({len(gold)} pairs)")
     return 0
+
+
+def sts_dev(data_dir) -> tuple[list[str], list[str], np.ndarray]:
+    task = TASKS["sts"]
+    folder = resolve_data_dir(data_dir, [task.files["dev"]])
+    examples, _ = read_examples(folder / task.files["dev"], task.text_columns, task.label_column, task.label_type,
+                                task.num_classes, task.score_range)
+    return [e.texts[0] for e in examples], [e.texts[1] for e in examples], np.array([e.label for e in examples])
+
+
+def _quantize(model, per_channel: bool):
+    """``scripts/quantize.py``'s int8 dynamic quantization (a script, so loaded from its file)."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "quantize.py"
+    spec = importlib.util.spec_from_file_location("quantize", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.quantize(model, per_channel)
 
 
 def corpus(data_dir, n: int) -> list[str]:

@@ -21,3 +21,15 @@ def test_corpus_is_distinct_training_sentences_cut_to_n():
     sentences = encode.corpus(str(FIXTURE_DATA), 1000)
     assert len(sentences) == len(set(sentences)) > 20
     assert encode.corpus(str(FIXTURE_DATA), 5) == sentences[:5]
+
+
+def test_int8_side_quantizes_every_linear_and_sts_dev_reads_pairs(tiny_model_dir):
+    import torch
+
+    from minbert import BertModel
+    model = BertModel.from_pretrained(tiny_model_dir)
+    quantized = encode._quantize(model, per_channel=True)
+    linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert linear > 0 and sum(type(m) is torch.nn.Linear for m in quantized.modules()) == 0
+    first, second, gold = encode.sts_dev(str(FIXTURE_DATA))
+    assert len(first) == len(second) == len(gold) > 2
