@@ -28,6 +28,8 @@ from minbert import BertConfig, BertTokenizer
 from minbert.atomic import atomic_path, write_text_atomic
 from minbert.weights import from_hf_names, to_hf_names
 
+from .outputs import write_json
+
 ENCODER, HEADS, RUN_CONFIG = "model.safetensors", "heads.safetensors", "run_config.json"
 # our pooling mode -> sentence-transformers' Pooling flag
 SENTENCE_TRANSFORMERS_POOLING = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token",
@@ -42,20 +44,20 @@ def save_checkpoint(directory: Path, state: dict[str, torch.Tensor], bert_config
     encoder = {k.removeprefix("bert."): v.contiguous().cpu() for k, v in state.items() if k.startswith("bert.")}
     _save(to_hf_names(encoder, bert_config.model_type), directory / ENCODER)
     _save({k: v.contiguous().cpu() for k, v in state.items() if not k.startswith("bert.")}, directory / HEADS)
-    _write_json(directory / "config.json", bert_config.to_dict())
-    _write_json(directory / RUN_CONFIG, run_config)
+    write_json(directory / "config.json", bert_config.to_dict())
+    write_json(directory / RUN_CONFIG, run_config)
     if tokenizer is not None:
         write_text_atomic(directory / "vocab.txt", tokenizer.vocab_file.read_text(encoding="utf-8"))
-        _write_json(directory / "tokenizer_config.json",
+        write_json(directory / "tokenizer_config.json",
                     {"do_lower_case": tokenizer.lowercase, "tokenizer_class": "BertTokenizer"})
     pooling = SENTENCE_TRANSFORMERS_POOLING.get(run_config.get("model", {}).get("pooling"))
     if pooling is not None:
-        _write_json(directory / "modules.json", [
+        write_json(directory / "modules.json", [
             {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
             {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])
-        _write_json(directory / "sentence_bert_config.json",
+        write_json(directory / "sentence_bert_config.json",
                     {"max_seq_length": run_config.get("data", {}).get("max_length", 128), "do_lower_case": False})
-        _write_json(directory / "1_Pooling" / "config.json",
+        write_json(directory / "1_Pooling" / "config.json",
                     {"word_embedding_dimension": bert_config.hidden_size,
                      **{flag: flag == pooling for flag in SENTENCE_TRANSFORMERS_POOLING.values()}})
 
@@ -70,6 +72,18 @@ def load_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], dict]:
     return model_state(directory / ENCODER, directory / HEADS), {"bert": config, "run": run}
 
 
+def saved_run_config(directory: Path) -> dict | None:
+    """The run configuration a checkpoint folder holds (either layout), or None when ``directory``
+    is no run's checkpoint (an HF-format model folder, or anything else)."""
+    try:
+        if (directory / RUN_CONFIG).is_file():
+            return json.loads((directory / RUN_CONFIG).read_text(encoding="utf-8"))
+        saved = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved.get("run") if isinstance(saved, dict) and "bert" in saved else None
+
+
 def model_state(encoder_file: Path, heads_file: Path) -> dict[str, torch.Tensor]:
     """The whole model's state from an encoder file (HuggingFace's BERT or DistilBERT names) and a
     heads file."""
@@ -82,7 +96,3 @@ def model_state(encoder_file: Path, heads_file: Path) -> dict[str, torch.Tensor]
 def _save(tensors: dict[str, torch.Tensor], path: Path) -> None:
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
-
-
-def _write_json(path: Path, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")

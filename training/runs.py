@@ -26,7 +26,7 @@ from minbert import BertConfig, BertModel, BertTokenizer, WeightsError
 from minbert.errors import first_line
 from minbert.weights import resolve_model_dir
 
-from .checkpoint import RUN_CONFIG, load_checkpoint
+from .checkpoint import RUN_CONFIG, load_checkpoint, saved_run_config
 from .config import RunConfig
 from .device import to_device
 from .evaluate import TaskPredictions, predict
@@ -140,7 +140,7 @@ def load_run(path: str | Path) -> LoadedRun:
         raise WeightsError(f"{weights}: the weights do not fit the model of {config_file.name}: "
                            f"{' '.join(str(err).split())[:300]}") from None
     model.bert.set_attention(config.speed.attention)
-    return LoadedRun(directory, config, model.eval(), _tokenizer(directory, bert))
+    return LoadedRun(directory, config, model.eval(), tokenizer_for(directory, bert))
 
 
 def pretrained_run(model: str | Path | None = None, pooling: str = "mean") -> LoadedRun:
@@ -149,7 +149,7 @@ def pretrained_run(model: str | Path | None = None, pooling: str = "mean") -> Lo
     directory = model_directory(model)
     bert = load_run(directory).model.bert if is_checkpoint(directory) else BertModel.from_pretrained(directory)
     config = RunConfig.from_dict({"model": {"model": str(directory), "pooling": pooling}})
-    return LoadedRun(directory, config, with_heads(bert, config, []).eval(), _tokenizer(directory, bert))
+    return LoadedRun(directory, config, with_heads(bert, config, []).eval(), tokenizer_for(directory, bert))
 
 
 def model_directory(model: str | Path | None) -> Path:
@@ -164,27 +164,18 @@ def model_directory(model: str | Path | None) -> Path:
 
 
 def is_checkpoint(path: Path) -> bool:
-    """A folder written by ``training/checkpoint.py`` (or its older layout: a config.json that
-    holds "bert" and "run")."""
-    if (path / RUN_CONFIG).is_file():
-        return True
-    try:
-        saved = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(saved, dict) and "bert" in saved and "run" in saved
+    """A folder written by ``training/checkpoint.py`` (either layout)."""
+    return saved_run_config(path) is not None
 
 
 def vocab_file(directory: Path) -> Path:
     """The vocabulary of a model folder: its own ``vocab.txt``, else (a checkpoint written without
     one) that of the model its run started from."""
-    vocab = directory / "vocab.txt"
-    if vocab.is_file() or not is_checkpoint(directory):
+    vocab, run_config = directory / "vocab.txt", saved_run_config(directory)
+    if vocab.is_file() or run_config is None:
         return vocab
-    new_layout = (directory / RUN_CONFIG).is_file()
-    saved = json.loads((directory / (RUN_CONFIG if new_layout else "config.json")).read_text(encoding="utf-8"))
     try:
-        return vocab_file(model_directory(RunConfig.from_dict(saved if new_layout else saved["run"]).model.model))
+        return vocab_file(model_directory(RunConfig.from_dict(run_config).model.model))
     except WeightsError as err:
         raise WeightsError(f"{directory}: no vocab.txt, and the run's model has none: {err}") from None
 
@@ -250,9 +241,10 @@ def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], 
     return vectors
 
 
-def tokenizer_for(directory: Path) -> BertTokenizer:
+def tokenizer_for(directory: Path, bert: BertModel | None = None) -> BertTokenizer:
     """The WordPiece tokenizer of a model folder: its vocabulary (``vocab_file``), lower-casing as the
-    ``tokenizer_config.json`` beside it says (``do_lower_case``; uncased when there is none)."""
+    ``tokenizer_config.json`` beside it says (``do_lower_case``; uncased when there is none). With
+    ``bert``, a vocabulary larger than its embedding is a one-line error."""
     vocab = vocab_file(directory)
     if not vocab.is_file():
         raise WeightsError(f"vocabulary file not found: {vocab}")
@@ -260,13 +252,8 @@ def tokenizer_for(directory: Path) -> BertTokenizer:
         settings = json.loads((vocab.parent / "tokenizer_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         settings = {}
-    return BertTokenizer(vocab, lowercase=bool(settings.get("do_lower_case", True)))
-
-
-def _tokenizer(directory: Path, bert: BertModel) -> BertTokenizer:
-    tokenizer = tokenizer_for(directory)
-    vocab = tokenizer.vocab_file
-    if tokenizer.vocab_size > bert.config.vocab_size:
+    tokenizer = BertTokenizer(vocab, lowercase=bool(settings.get("do_lower_case", True)))
+    if bert is not None and tokenizer.vocab_size > bert.config.vocab_size:
         raise WeightsError(f"{vocab} has {tokenizer.vocab_size} tokens but the model's embedding has "
                            f"{bert.config.vocab_size} rows")
     return tokenizer

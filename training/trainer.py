@@ -69,12 +69,9 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     data_dir = resolve_data_dir(config.data.data_dir, [TASKS[t].files[s] for t in tasks for s in ("train", "dev")])
     model_dir = model_directory(config.model.model)
     check_corpus_files(config)
-    tokenizer = tokenizer_for(model_dir)
     splits, data_report = read_all_splits(data_dir, tasks, config.data.strict, log)
     model = build_model(config, model_dir)
-    if tokenizer.vocab_size > model.bert.config.vocab_size:
-        raise DataError(f"{tokenizer.vocab_file} has {tokenizer.vocab_size} tokens but the model's "
-                        f"embedding has {model.bert.config.vocab_size} rows")
+    tokenizer = tokenizer_for(model_dir, model.bert)
     if resume is None:
         if place.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
