@@ -56,7 +56,8 @@ def test_predict_errors_are_one_line(run_dir, tmp_path, capsys):
     assert predict.main([str(run_dir), "--data_dir", str(FIXTURE_DATA), "--out", str(tmp_path / "o"),
                          "--tasks", "cfimdb"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: ") and "has no cfimdb head" in err[-1]
+    assert err[-1].startswith("error: ") and "has no 'cfimdb' head" in err[-1]
+    assert not (tmp_path / "o").exists()   # refused before any file was written
 
 
 def test_loaded_run_predicts_sentences_and_pairs(run_dir):

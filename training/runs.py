@@ -73,7 +73,7 @@ class LoadedRun:
     def predict(self, task: str, inputs: Sequence, batch_size: int | None = None) -> np.ndarray:
         """The task head's predictions (a class, or a 0..5 score) for sentences (single-sentence
         tasks) or ``(sentence1, sentence2)`` pairs, in input order."""
-        self._check_head(task)
+        self.check_head(task)
         width = len(TASKS[task].text_columns)
         examples = [Example(str(i), (item,) if isinstance(item, str) else tuple(item), None, 0)
                     for i, item in enumerate(inputs)]
@@ -89,7 +89,7 @@ class LoadedRun:
         them, gold labels) in the order of ``examples``. Batches as the run evaluated dev (its
         ``--batch_size`` and ``--bucket`` unless ``batch_size`` is given), so a run's own dev files
         come out as it wrote them."""
-        self._check_head(task)
+        self.check_head(task)
         indexed = [dataclasses.replace(example, id=str(i)) for i, example in enumerate(examples)]
         loader = make_loader(indexed, self.tokenizer, self.config.data.max_length,
                              batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
@@ -99,7 +99,8 @@ class LoadedRun:
         return TaskPredictions([examples[int(result.ids[j])].id for j in order], result.predictions[order],
                                None if result.labels is None else result.labels[order])
 
-    def _check_head(self, task: str) -> None:
+    def check_head(self, task: str) -> None:
+        """A one-line error unless the run trained a head for ``task``."""
         if task not in self.model.heads:
             raise ValueError(f"this run has no {task!r} head; it trained {', '.join(self.model.heads) or 'none'}")
 

@@ -54,11 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
 def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: int) -> dict:
     """Predict and write every dev/test file of ``tasks`` found in ``data_dir``; returns
     ``{file name: metric}`` for the labelled ones. A folder with none of the files is an error."""
+    for name in tasks:  # every task checked before any file is written
+        run.check_head(name)
     scores, written = {}, 0
     for name in tasks:
         task = TASKS[name]
-        if name not in run.model.heads:
-            raise ValueError(f"{run.source} has no {name} head; it trained {', '.join(run.model.heads)}")
         for split in ("dev", "test"):
             path = data_dir / task.files[split]
             if not path.is_file():
