@@ -11,10 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from data.readers import DataError
-from minbert.weights import WeightsError
+from training.cli import run_command
 from training.config import SECTIONS, RunConfig, add_flags, section_from_args
-from training.resume import ResumeError
 from training.trainer import run
 
 EPILOG = """other tools:
@@ -42,17 +40,9 @@ def parse_config(argv=None) -> RunConfig:
 
 
 def main(argv=None) -> int:
-    try:
-        config = parse_config(argv)
-        config.validate()
-        run(config)
-    except (DataError, WeightsError, ResumeError, ValueError, FileExistsError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0
+    """Exit codes: 0 finished, 1 an error (one line on stderr), 130 Ctrl-C, 143 SIGTERM."""
+    config = parse_config(argv)  # a bad flag is argparse's usage message and exit code 2
+    return run_command(lambda: run(config) and None)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ def read_examples(
     accepted as 0/1); ``"score"`` wants a finite float in ``score_range`` (inclusive). With
     ``label_column=None`` the file is read as unlabelled (labels, if present, are ignored).
     Bad rows are skipped and recorded; with ``strict=True`` the first one raises ``DataError``.
+    A row whose id an earlier kept row has is a bad row too (ids must be unique).
     """
     if label_type not in ("class", "score"):
         raise ValueError(f"label_type must be 'class' or 'score', got {label_type!r}")
@@ -104,6 +105,7 @@ def read_examples(
 
     examples: list[Example] = []
     report = ReadReport(path=path, n_rows=0)
+    first_line: dict[str, int] = {}  # id -> line of the row kept with it
     for line, row in rows:
         if not row:  # a blank line, which pandas skips too
             continue
@@ -112,7 +114,11 @@ def read_examples(
             row, line, header, index, text_columns, label_column, id_column,
             label_type, num_classes, score_range,
         )
+        if isinstance(parsed, Example) and parsed.id in first_line:
+            # ids key the prediction files, so a second row with the same id is a bad row
+            parsed = BadRow(line, id_column, f"duplicate id {parsed.id!r} (first on line {first_line[parsed.id]})")
         if isinstance(parsed, Example):
+            first_line[parsed.id] = line
             examples.append(parsed)
         elif strict:
             raise DataError(f"{path}, line {parsed.line}, field {parsed.field}: {parsed.reason}")

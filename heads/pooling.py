@@ -57,6 +57,13 @@ def takes_reduction(mode: str) -> bool:
     return _mode(mode).takes_reduction
 
 
+def layers_read(mode: str) -> int:
+    """How many Transformer layers, counted from the top, ``mode`` reads (4 for ``last4_mean``).
+    A model with fewer would not fail: ``hidden_states[-4:]`` of a 2-layer model is just shorter
+    (and holds the embeddings output), so the caller must compare this with the model's depth."""
+    return _mode(mode).layers
+
+
 def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Average of (B, T, H) over the positions where ``attention_mask`` is 1."""
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
@@ -74,12 +81,14 @@ class PoolingMode:
     """One row of the table: ``fn(hidden_states, pooler_output, mask, reduce) -> (B, D)``.
 
     ``hidden_states`` is the tuple [embeddings output, layer 1, ..., layer N]. A mode with
-    ``fixed_reduction`` set ("mean"/"max") or ``picks_vector`` ignores ``reduce``.
+    ``fixed_reduction`` set ("mean"/"max") or ``picks_vector`` ignores ``reduce``. ``layers``: how
+    many of the top layers it reads (``layers_read``).
     """
 
     fn: Callable[[tuple, torch.Tensor, torch.Tensor, Reduce], torch.Tensor]
     fixed_reduction: str | None = None
     picks_vector: bool = False
+    layers: int = 1
 
     @property
     def takes_reduction(self) -> bool:
@@ -101,13 +110,14 @@ POOLING_MODES: dict[str, PoolingMode] = {
     "max": PoolingMode(lambda hs, pooler, mask, reduce: masked_max(hs[-1], mask), fixed_reduction="max"),
     # Average of the embeddings output and the last layer, then reduce over tokens.
     "first_last": PoolingMode(lambda hs, pooler, mask, reduce: _combine([hs[0], hs[-1]], mask, reduce)),
-    "second_last": PoolingMode(lambda hs, pooler, mask, reduce: reduce(hs[-2], mask)),
+    "second_last": PoolingMode(lambda hs, pooler, mask, reduce: reduce(hs[-2], mask), layers=2),
     # Average of every hidden state (embeddings output and all N layers), then reduce over tokens.
     "all_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs, mask, reduce)),
-    "last2_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs[-2:], mask, reduce)),
-    "last4_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs[-4:], mask, reduce)),
+    "last2_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs[-2:], mask, reduce), layers=2),
+    "last4_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs[-4:], mask, reduce), layers=4),
     # Each of the last four layers reduced over tokens, side by side (4H wide).
-    "last4_concat": PoolingMode(lambda hs, pooler, mask, reduce: torch.cat([reduce(h, mask) for h in hs[-4:]], dim=-1)),
+    "last4_concat": PoolingMode(lambda hs, pooler, mask, reduce: torch.cat([reduce(h, mask) for h in hs[-4:]], dim=-1),
+                                layers=4),
 }
 
 _REDUCERS: dict[str, Reduce] = {"mean": masked_mean, "max": masked_max}

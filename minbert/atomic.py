@@ -5,6 +5,7 @@ Write to a temporary file in the same folder, flush it to disk, then rename it o
 """
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from contextlib import contextmanager
@@ -16,7 +17,9 @@ from typing import Iterator
 def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path to write; on success it replaces ``target``, on error it is removed."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder, a file name is expected here", str(target))
+    make_folder(target.parent)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a written file gets the usual permissions
     os.close(fd)
@@ -28,6 +31,22 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def make_folder(path: str | Path) -> None:
+    """``mkdir -p path``; where a file is in the way, an error that names that file."""
+    check_folder(path)
+    Path(path).mkdir(parents=True, exist_ok=True)
+
+
+def check_folder(path: str | Path) -> None:
+    """Raise if ``path`` or one of its ancestors is a file (so the folder can never be made),
+    naming that file; creates nothing."""
+    path = Path(path)
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        why = "is a file, not a folder" if blocker == path else f"is a file, so the folder {path} cannot be made"
+        raise NotADirectoryError(errno.ENOTDIR, why, str(blocker))
 
 
 def write_text_atomic(target: str | Path, text: str) -> None:

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 
 @dataclass
@@ -26,17 +28,30 @@ class BertConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    pad_token_id: int | None = 0  # null: no padding row
     model_type: str = "bert"   # "distilbert": read from (and saved as) a DistilBERT checkpoint
 
     def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Every field's type and range (``FIELD_RULES``), then the sizes that must agree, so an
+        impossible ``config.json`` is one line naming the field, not a torch error deep in the model.
+        Fields are named as this config's ``config.json`` spells them (DistilBERT's ``dim``, ...)."""
+        for f in dataclasses.fields(self):
+            what, ok = FIELD_RULES[f.name]
+            value = getattr(self, f.name)
+            if not ok(value):
+                raise ValueError(f"{self.json_key(f.name)} must be {what}, got {value!r}")
         if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not a multiple of "
-                f"num_attention_heads {self.num_attention_heads}"
-            )
-        if self.hidden_act not in ("gelu", "gelu_new", "relu"):
-            raise ValueError(f"unsupported hidden_act {self.hidden_act!r} (gelu, gelu_new or relu)")
+            raise ValueError(f"{self.json_key('hidden_size')} {self.hidden_size} is not a multiple of "
+                             f"{self.json_key('num_attention_heads')} {self.num_attention_heads}")
+        if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
+            raise ValueError(f"pad_token_id must be below vocab_size {self.vocab_size}, got {self.pad_token_id}")
+
+    def json_key(self, name: str) -> str:
+        """The ``config.json`` key of field ``name``: DistilBERT's own where it differs."""
+        return DISTILBERT_CONFIG.get(name, name) if self.model_type == "distilbert" else name
 
     @classmethod
     def from_dict(cls, values: dict) -> "BertConfig":
@@ -83,3 +98,33 @@ class BertConfig:
 DISTILBERT_CONFIG = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
                      "intermediate_size": "hidden_dim", "hidden_act": "activation",
                      "hidden_dropout_prob": "dropout", "attention_probs_dropout_prob": "attention_dropout"}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not a size
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+POSITIVE_INT = ("a positive integer", lambda v: _is_int(v) and v > 0)
+PROBABILITY = ("a number in [0, 1)", lambda v: _is_number(v) and 0 <= v < 1)
+HIDDEN_ACTS = ("gelu", "gelu_new", "relu")
+
+# BertConfig field -> (what it must be, test); ``validate`` wants a row for every field
+FIELD_RULES: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "vocab_size": POSITIVE_INT,
+    "hidden_size": POSITIVE_INT,
+    "num_hidden_layers": POSITIVE_INT,
+    "num_attention_heads": POSITIVE_INT,
+    "intermediate_size": POSITIVE_INT,
+    "hidden_act": (f"one of {', '.join(HIDDEN_ACTS)}", lambda v: isinstance(v, str) and v in HIDDEN_ACTS),
+    "hidden_dropout_prob": PROBABILITY,
+    "attention_probs_dropout_prob": PROBABILITY,
+    "max_position_embeddings": POSITIVE_INT,
+    "type_vocab_size": POSITIVE_INT,
+    "layer_norm_eps": ("a positive finite number", lambda v: _is_number(v) and v > 0),
+    "pad_token_id": ("a non-negative integer or null", lambda v: v is None or _is_int(v) and v >= 0),
+    "model_type": ("a string", lambda v: isinstance(v, str)),
+}

@@ -88,13 +88,19 @@ class BertTokenizer:
 
 
 def _read_vocab(vocab_file: Path) -> dict[str, int]:
-    """One token per line; the line number is the id (as in the BERT release)."""
+    """One token per line; the line number is the id (as in the BERT release). The file is decoded
+    whole so that a non-UTF-8 byte is reported with its line."""
+    raw = vocab_file.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ValueError(f"{vocab_file}, line {line}: not valid UTF-8 (byte 0x{raw[err.start]:02x})") from None
     vocab: dict[str, int] = {}
-    with open(vocab_file, encoding="utf-8") as f:
-        for index, line in enumerate(f):
-            token = line.rstrip("\n")
-            if token and token not in vocab:
-                vocab[token] = index
+    # the line breaks of text-mode reading (universal newlines): \n, \r\n and \r
+    for index, token in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n")):
+        if token and token not in vocab:
+            vocab[token] = index
     if not vocab:
         raise ValueError(f"{vocab_file}: empty vocabulary")
     return vocab

@@ -2,6 +2,7 @@
 parameters, dev metrics and predictions as a run never interrupted (CPU, same thread count)."""
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -28,7 +29,7 @@ EVERY_STAGE = ["--epochs", "2", "--ucl", "--ucl_steps", "4", "--ucl_batch_size",
 def argv(model_dir, out_dir, name, *extra):
     return ["--data_dir", str(FIXTURE_DATA), "--model", str(model_dir), "--batch_size", "2", "--max_length", "24",
             "--out_dir", str(out_dir), "--run_name", name, "--save_every", "1", "--keep_checkpoints", "200",
-            "--quiet", *extra]
+            "--keep_training_state", "--quiet", *extra]
 
 
 def command(*args):
@@ -93,6 +94,41 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_pa
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["status"] == "finished"
     assert metrics["resumed"][0]["step"] == killed_at
+    assert_same_run(final_state(run_dir), final_state(clean_runs["plain"]))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fault_injection_signal_or_kill_at_a_random_point_then_resume(tiny_model_dir, tmp_path, clean_runs, seed):
+    """SIGTERM, SIGINT or SIGKILL at a random moment (after a random number of checkpoints, plus a
+    random delay, so sometimes in the middle of writing one). After it: no run left "running" by a
+    signal it could handle, no temporary files once resumed, the newest complete checkpoint loads,
+    and --resume ends exactly like the uninterrupted run."""
+    rng = random.Random(seed)
+    sig = (signal.SIGTERM, signal.SIGINT, signal.SIGKILL)[seed % 3]
+    after, delay = rng.randint(1, 80), rng.uniform(0, 0.05)
+    run_dir = tmp_path / "faulty"
+    process = subprocess.Popen(command(*argv(tiny_model_dir, tmp_path, "faulty", *PLAIN)), env=env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while len(list_checkpoints(run_dir)) < after and process.poll() is None and time.time() < deadline:
+        time.sleep(0.002)
+    time.sleep(delay)
+    process.send_signal(sig)
+    err = process.communicate(timeout=120)[1]
+    finished = process.returncode == 0
+    if not finished and sig != signal.SIGKILL:
+        assert process.returncode == 128 + sig, err
+        assert json.loads((run_dir / "metrics.json").read_text())["status"] == "interrupted"
+        assert not list(run_dir.rglob(".tmp-step-*")) and not list(run_dir.rglob(".*.tmp"))
+    if finished:  # the signal came too late: nothing to resume
+        assert json.loads((run_dir / "metrics.json").read_text())["status"] == "finished"
+        return
+    latest_checkpoint(run_dir)  # reads every file of the newest complete checkpoint
+    resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "finished"
+    assert not list(run_dir.rglob(".tmp-step-*")) and not list(run_dir.rglob(".*.tmp"))
     assert_same_run(final_state(run_dir), final_state(clean_runs["plain"]))
 
 
@@ -213,14 +249,31 @@ def test_resume_errors_are_one_line_and_name_the_place(tmp_path, finished_run, c
     assert (finished_run / "sst-dev-output.csv").read_text() == before  # nothing written was damaged
 
 
-def test_truncated_checkpoint_weights_are_an_error(finished_run, capsys):
-    checkpoint = list_checkpoints(finished_run)[-1]
-    weights = checkpoint / "model.safetensors"
+def test_unreadable_newest_checkpoint_names_the_intact_one_and_fallback_takes_it(tiny_model_dir, tmp_path, capsys):
+    """Found before the run is touched (it used to fail mid-replay and mark the run "failed")."""
+    assert run_multitask.main(argv(tiny_model_dir, tmp_path, "run", "--epochs", "2", "--save_every", "0")) == 0
+    run_dir = tmp_path / "run"
+    previous, newest = list_checkpoints(run_dir)
+    weights = newest / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    assert run_multitask.main(["--resume", str(finished_run), "--quiet"]) == 1
+    before = (run_dir / "metrics.json").read_text()
+    assert run_multitask.main(["--resume", str(run_dir), "--quiet"]) == 1
     err = capsys.readouterr().err.strip()
-    assert str(weights) in err and "\n" not in err
-    assert json.loads((finished_run / "metrics.json").read_text())["status"] == "failed"
+    assert "\n" not in err and str(weights) in err and f"{previous.name} is intact" in err
+    assert "--resume_fallback" in err
+    assert (run_dir / "metrics.json").read_text() == before
+    assert run_multitask.main(["--resume", str(run_dir), "--resume_fallback", "--quiet"]) == 0
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics["resumed"][-1]["checkpoint"] == previous.name
+
+
+def test_resume_removes_what_an_interrupted_writer_left(finished_run):
+    half = finished_run / "checkpoints" / ".tmp-step-00009999-123"
+    half.mkdir()
+    (half / "model.safetensors").write_bytes(b"partial")
+    (finished_run / ".metrics.json.x1y2.tmp").write_text("{")
+    assert run_multitask.main(["--resume", str(finished_run), "--quiet"]) == 0
+    assert not half.exists() and not (finished_run / ".metrics.json.x1y2.tmp").exists()
 
 
 def test_half_written_checkpoint_folder_is_ignored(finished_run):

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from heads import POOLING_MODES
 
@@ -149,6 +151,10 @@ class OutputConfig:
     keep_checkpoints: int = flag(2, "resumable checkpoints kept (the newest)")
     resume: str | None = flag(None, "continue the run in this folder from its newest checkpoint, with the "
                                     "configuration saved there (other flags are ignored)", type=str)
+    resume_fallback: bool = flag(False, "with --resume: if the newest checkpoint is unreadable, continue from the "
+                                        "newest intact one")
+    keep_training_state: bool = flag(False, "keep the resumable checkpoints (checkpoints/) when the run finishes "
+                                            "(default: removed; checkpoint/ holds the best weights)")
     quiet: bool = flag(False, "no progress bars; only one line per epoch and the final summary")
     log_file: str | None = flag(None, "also append every log line to this file", type=str)
 
@@ -177,7 +183,16 @@ class RunConfig:
 
     def validate(self) -> None:
         """Reject nonsense values with one line naming the flag."""
+        for section in vars(self).values():
+            for f in dataclasses.fields(section):
+                value = getattr(section, f.name)
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ValueError(f"--{f.name} must be a finite number, got {value}")
         tasks = self.task_names()  # a bad --tasks first: the checks below read it
+        name = self.output.run_name
+        if name is not None and (name in ("", ".", "..") or Path(name).name != name or "\\" in name):
+            raise ValueError(f"--run_name {name!r} must be a plain folder name (no '/', not '..'): runs are "
+                             f"written inside --out_dir")
         checks = [
             (self.train.epochs >= 1, "--epochs must be at least 1"),
             (self.train.lr > 0, "--lr must be positive"),

@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .precision import Precision
-from .resume import TrainingClock
+from .resume import TrainingClock, TrainingDiverged
 from .run_log import RunLog
 
 CURVE_EVERY = 10  # batches per point of a logged loss curve
@@ -133,7 +133,7 @@ class TrainingLoop:
                       "train_loss": {k: sum(v) / max(len(v), 1) for k, v in current["losses"].items()},
                       "train_steps": current["steps"], "train_seconds": round(current["seconds"], 1),
                       "train_examples": current["examples"],
-                      "train_examples_per_second": round(current["examples"] / max(current["seconds"], 1e-9), 1)}
+                      "train_examples_per_second": per_second(current["examples"], current["seconds"])}
             history.append(record)
             tail = objective.end_epoch(record, progress)
             log.result(f"{objective.log_prefix}epoch {epoch}: train loss "
@@ -157,6 +157,10 @@ class TrainingLoop:
                 learned = True
             for name, value in parts.items():
                 logged[name] = logged.get(name, 0.0) + value.item() / len(batches)
+            if not torch.isfinite(total.detach()).all():
+                raise TrainingDiverged(f"{objective.name} step {self.clock.step + 1}: the training loss is "
+                                       f"{total.item()} ({', '.join(f'{k} {v:.4g}' for k, v in logged.items())}); "
+                                       f"{self.clock.last_good()} (a lower learning rate may help)")
         if learned:
             objective.after_backward()
             if self.max_grad_norm is not None:
@@ -168,6 +172,11 @@ class TrainingLoop:
                 self.scheduler.step()
             objective.after_step()
         return logged
+
+
+def per_second(count: int, seconds: float) -> float | None:
+    """``count / seconds`` to one decimal; None when the time rounds to 0 s (no meaningful rate)."""
+    return round(count / seconds, 1) if round(seconds, 1) > 0 else None
 
 
 def _groups(batches, size: int):

@@ -6,12 +6,13 @@ import csv
 import io
 import json
 import math
+import os
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from minbert.atomic import write_text_atomic
+from minbert.atomic import check_folder, write_text_atomic
 
 from .config import RunConfig
 from .curves import MatplotlibMissing, plot_curves
@@ -21,16 +22,44 @@ from .run_log import RunLog
 from .tasks import TASKS, Task
 
 
-def new_run_dir(config: RunConfig, check: bool = True) -> Path:
-    """``<out_dir>/<run_name>`` (not created yet); refuses a folder that already holds a run
-    (nothing is overwritten). Only process 0 checks (and later creates) it."""
+def claim_run_dir(config: RunConfig, claim: bool = True) -> Path:
+    """``<out_dir>/<run_name>``, claimed for this run before anything else happens: two runs given
+    the same name at the same moment cannot both have it, because the claim is ``metrics.json``
+    created exclusively (``O_EXCL``), which exactly one process can do. A folder that already holds
+    anything is refused (nothing is overwritten). ``release_run_dir`` gives the claim back when the
+    run cannot start. Only process 0 claims (``claim=False`` elsewhere)."""
     name = config.output.run_name or "-".join([
         config.model.option, config.model.pooling, config.model.para_head, config.model.sts_head,
         datetime.now().strftime("%Y%m%d-%H%M%S")])
     run_dir = Path(config.output.out_dir) / name
-    if check and run_dir.exists() and any(run_dir.iterdir()):
-        raise FileExistsError(f"{run_dir} already holds a run; choose another --run_name or remove it")
+    if not claim:
+        return run_dir
+    check_folder(run_dir)  # an --out_dir that is a file: named in the error
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if any(run_dir.iterdir()):
+            raise FileExistsError(f"{run_dir} already holds a run; choose another --run_name or remove it")
+        fd = os.open(run_dir / "metrics.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError as err:
+        if err.strerror is None:  # ours, above
+            raise
+        raise FileExistsError(f"{run_dir} was claimed by another run starting at the same time; choose another "
+                              f"--run_name") from None
+    except OSError as err:
+        raise OSError(err.errno, f"cannot make the run folder {run_dir} ({err.strerror})") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"run_name": name, "status": "starting", "pid": os.getpid()}) + "\n")
     return run_dir
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Undo ``claim_run_dir`` for a run that failed before it started: a run that cannot start
+    leaves nothing behind."""
+    (run_dir / "metrics.json").unlink(missing_ok=True)
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass  # something else is in it by now: leave it
 
 
 def read_metrics(run_dir: Path) -> dict:

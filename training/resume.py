@@ -54,6 +54,11 @@ class ResumeError(Exception):
     """A --resume folder without a usable checkpoint (one line, names the folder or file)."""
 
 
+class TrainingDiverged(Exception):
+    """Training produced a non-finite loss or non-finite weights. The run stops; no checkpoint of
+    the bad state is written, so the checkpoints already there are the last good ones."""
+
+
 class TrainingClock:
     """Counts optimizer steps across all stages, saves training checkpoints, and replays on resume.
 
@@ -146,6 +151,10 @@ class TrainingClock:
         """Write ``checkpoints/step-<N>`` atomically and prune old ones; returns its path."""
         if not self.enabled or self.replaying:
             return None
+        bad = next((name for name, p in self.model.state_dict().items()
+                    if p.is_floating_point() and not torch.isfinite(p).all()), None)
+        if bad is not None:
+            raise TrainingDiverged(f"step {self.step}: non-finite weights ({bad}); {self.last_good()}")
         root = self.run_dir / CHECKPOINTS
         root.mkdir(parents=True, exist_ok=True)
         final = root / f"step-{self.step:08d}"
@@ -178,8 +187,17 @@ class TrainingClock:
         return final
 
 
+    def last_good(self) -> str:
+        """Where the last good state is, for a message that stops the run."""
+        if not self.enabled:
+            return "nothing was saved"
+        found = list_checkpoints(self.run_dir)
+        return f"the last good checkpoint, {found[-1]}, is kept" if found else "no checkpoint had been written yet"
+
+
 class Checkpoint:
-    """A complete training checkpoint folder, read and checked."""
+    """A complete training checkpoint folder, read and checked: every file is opened and read once
+    here, so an unreadable checkpoint is found before a run starts replaying, not after."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -191,6 +209,17 @@ class Checkpoint:
         for name in ("model.safetensors", "state.pt"):
             if not (path / name).is_file():
                 raise ResumeError(f"{path}: incomplete checkpoint, {name} is missing")
+        self.weights(), self.extra(), self.best_state()
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return _load_safetensors(self.path / "model.safetensors")
+
+    def extra(self) -> dict:
+        """state.pt: optimizer and module states, RNG states."""
+        try:
+            return torch.load(self.path / "state.pt", map_location="cpu", weights_only=True)
+        except Exception as err:  # a damaged pickle raises many kinds of errors
+            raise ResumeError(f"{self.path / 'state.pt'}: unreadable ({first_line(err)})") from None
 
     @property
     def config(self) -> dict:
@@ -198,15 +227,11 @@ class Checkpoint:
 
     def restore(self, model: torch.nn.Module, objects: dict[str, object]) -> None:
         """Load the model, the named objects' states (``resumable_state``) and the RNG states."""
-        weights = _load_safetensors(self.path / "model.safetensors")
-        missing, unexpected = model.load_state_dict(weights, strict=False)
+        missing, unexpected = model.load_state_dict(self.weights(), strict=False)
         if missing or unexpected:
             raise ResumeError(f"{self.path / 'model.safetensors'}: does not match the model "
                               f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
-        try:
-            extra = torch.load(self.path / "state.pt", map_location="cpu", weights_only=True)
-        except Exception as err:  # a damaged pickle raises many kinds of errors
-            raise ResumeError(f"{self.path / 'state.pt'}: unreadable ({first_line(err)})") from None
+        extra = self.extra()
         saved = {**extra.get("optimizers", {}), **extra.get("modules", {})}
         if set(saved) != set(objects):
             raise ResumeError(f"{self.path / 'state.pt'}: holds the state of {sorted(saved)}, the run has "
@@ -233,8 +258,9 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name))
 
 
-def latest_checkpoint(run_dir: Path) -> Checkpoint:
-    """The newest complete checkpoint of ``run_dir``; a ResumeError if there is none."""
+def latest_checkpoint(run_dir: Path, fallback: bool = False) -> Checkpoint:
+    """The newest readable checkpoint of ``run_dir``. When the newest is unreadable, a ResumeError
+    that names the newest intact one, which ``fallback=True`` (``--resume_fallback``) takes."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ResumeError(f"--resume {run_dir}: no such run folder")
@@ -242,7 +268,38 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint:
     if not found:
         raise ResumeError(f"--resume {run_dir}: no checkpoint in {run_dir / CHECKPOINTS} "
                           f"(checkpoints are written every --save_every steps and at each epoch end)")
-    return Checkpoint(found[-1])
+    newest_error = None
+    for path in reversed(found):
+        try:
+            checkpoint = Checkpoint(path)
+        except ResumeError as err:
+            newest_error = newest_error or err
+            continue
+        if newest_error is None or fallback:
+            return checkpoint
+        raise ResumeError(f"the newest checkpoint is unreadable ({newest_error}); {path.name} is intact: "
+                          f"add --resume_fallback to continue from it")
+    raise ResumeError(f"--resume {run_dir}: no readable checkpoint ({newest_error})")
+
+
+def remove_training_state(run_dir: Path) -> None:
+    """Remove a finished run's resumable checkpoints (several times the size of its best weights in
+    ``checkpoint/``, which stay): nothing is left to resume."""
+    shutil.rmtree(Path(run_dir) / CHECKPOINTS, ignore_errors=True)
+
+
+def remove_temporary_files(run_dir: Path) -> list[Path]:
+    """Remove what an interrupted writer left in a run folder (half-written checkpoint folders,
+    atomic writes' temporary files); returns what was removed. A process killed with SIGKILL
+    cannot clean up after itself, so ``--resume`` does it."""
+    run_dir = Path(run_dir)
+    stale = [*(run_dir / CHECKPOINTS).glob(".tmp-step-*"), *run_dir.rglob(".*.tmp")]
+    for path in stale:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return stale
 
 
 def resumable_state(roots: dict[str, object], model: torch.nn.Module | None) -> dict[str, object]:

@@ -17,7 +17,11 @@ class RunLog:
         self.quiet, self.enabled = quiet, enabled   # enabled=False: a silent process (DDP rank > 0)
         self.log_file = Path(log_file) if log_file else None
         if self.log_file is not None and enabled:
-            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            try:  # a log file that cannot be written fails the run now, not at its first line
+                self.log_file.parent.mkdir(parents=True, exist_ok=True)
+                open(self.log_file, "a", encoding="utf-8").close()
+            except OSError as err:
+                raise OSError(err.errno, f"--log_file {self.log_file}: cannot be written ({err.strerror})") from None
 
     @property
     def progress_bars(self) -> bool:

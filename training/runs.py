@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from data.batching import make_loader
 from data.readers import Example
 from heads import MultitaskBert, pooled_size
-from heads.pooling import TOKEN_REDUCTIONS, applied_reduction, pool
+from heads.pooling import TOKEN_REDUCTIONS, applied_reduction, layers_read, pool
 from minbert import BertConfig, BertModel, BertTokenizer, WeightsError
 from minbert.errors import first_line
 from minbert.weights import resolve_model_dir
@@ -43,15 +43,33 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
         overrides["attention_probs_dropout_prob"] = config.model.attention_probs_dropout_prob
     if is_checkpoint(model_dir):  # runs chain: a saved run's encoder, with this run's dropout
         state, saved = load_checkpoint(model_dir)
-        bert = BertModel(dataclasses.replace(BertConfig.from_hf(saved["bert"]), **overrides))
+        bert = BertModel(dataclasses.replace(saved_bert_config(model_dir, saved), **overrides))
         bert.load_state_dict({k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")})
     else:
         bert = BertModel.from_pretrained(model_dir, **overrides)
+    check_pooling_depth(config.model.pooling, bert.config, model_dir / "config.json")
     model = with_heads(bert, config, config.task_names())
     if config.model.option == "pretrain":
         for p in model.bert.parameters():
             p.requires_grad_(False)
     return model
+
+
+def saved_bert_config(directory: Path, saved: dict) -> BertConfig:
+    """The encoder's ``BertConfig`` of a saved run (``load_checkpoint``), an error naming its file."""
+    try:
+        return BertConfig.from_hf(saved["bert"])
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{directory / 'config.json'}: {err}") from None
+
+
+def check_pooling_depth(pooling: str, bert_config: BertConfig, config_file: Path) -> None:
+    """A ``--pooling`` mode that reads more layers than the model has would quietly pool fewer
+    (``heads.pooling.layers_read``): refuse it, naming the model's ``config.json``."""
+    needed, depth = layers_read(pooling), bert_config.num_hidden_layers
+    if depth < needed:
+        raise ValueError(f"--pooling {pooling} reads the last {needed} layers, but {config_file} has "
+                         f"{bert_config.json_key('num_hidden_layers')} {depth}; choose a shallower --pooling")
 
 
 @dataclass
@@ -91,7 +109,7 @@ class LoadedRun:
         come out as it wrote them."""
         self.check_head(task)
         indexed = [dataclasses.replace(example, id=str(i)) for i, example in enumerate(examples)]
-        loader = make_loader(indexed, self.tokenizer, self.config.data.max_length,
+        loader = make_loader(indexed, self.tokenizer, model_max_length(self.config.data.max_length, self.model.bert),
                              batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
         result = predict(self.model, TASKS[task], loader, next(self.model.parameters()).device, f"predict {task}",
                          progress)
@@ -131,7 +149,7 @@ def load_run(path: str | Path) -> LoadedRun:
     try:
         config = RunConfig.from_dict(saved["run"])
         tasks = config.task_names() if any(k.startswith("heads.") for k in state) else []
-        bert = BertModel(BertConfig.from_hf(saved["bert"]))
+        bert = BertModel(saved_bert_config(directory, saved))
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise WeightsError(f"{config_file}: unusable configuration: {first_line(err)}") from None
     model = with_heads(bert, config, tasks)
@@ -205,6 +223,12 @@ def with_heads(bert: BertModel, config: RunConfig, tasks: Sequence[str]) -> Mult
                          config.model.pooling)
 
 
+def model_max_length(max_length: int, bert: BertModel) -> int:
+    """``max_length``, but no more than the model's positions: a tool given a longer one (or a run
+    trained with it on another model) truncates sentences instead of failing on the first long one."""
+    return min(max_length, bert.config.max_position_embeddings)
+
+
 @torch.no_grad()
 def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], pooling: str = "mean",
            reduction: str = "mean", batch_size: int = 64, max_length: int = 128,
@@ -225,7 +249,8 @@ def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], 
     if not sentences:
         return vectors
     examples = [Example(str(i), (text,), None, 0) for i, text in enumerate(sentences)]
-    loader = make_loader(examples, tokenizer, max_length, batch_size, shuffle=False, bucket=True)
+    loader = make_loader(examples, tokenizer, model_max_length(max_length, bert), batch_size, shuffle=False,
+                         bucket=True)
     show = len(sentences) >= PROGRESS_FROM if progress is None else bool(progress)
     device = next(bert.parameters()).device
     was_training = bert.training

@@ -53,10 +53,11 @@ def ucl_stage(run: Run) -> dict:
     its own positive; the other sentences of the batch are negatives (``info_nce``)."""
     c = run.config.contrastive
     if c.ucl_data:
-        corpus = read_sentences(c.ucl_data)
+        corpus, source = read_sentences(c.ucl_data), f"--ucl_data {c.ucl_data}"
     else:
         corpus = sentences_from_examples(*(split["train"] for split in run.splits.values()))
-    run.log(f"ucl: {len(corpus)} sentences from {c.ucl_data or 'the training sets'}")
+        source = "the training sets"
+    run.log(f"ucl: {len(corpus)} sentences from {source}")
 
     def loss_fn(inputs, batch):
         # two dropout masks; the first pass goes through the DDP wrapper (if any), which then
@@ -64,7 +65,8 @@ def ucl_stage(run: Run) -> dict:
         first, second = run.forward_model(None, [inputs[0]])[0], run.model.embed(inputs[0])
         return info_nce(first, second, run.config.model.temp)
 
-    return _contrastive(run, "ucl", corpus, c.ucl_epochs, c.ucl_steps, c.ucl_batch_size, c.ucl_lr, loss_fn)
+    return _contrastive(run, "ucl", corpus, c.ucl_epochs, c.ucl_steps, c.ucl_batch_size, c.ucl_lr, loss_fn,
+                        source=source, unit="sentence")
 
 
 def scl_stage(run: Run) -> dict:
@@ -73,20 +75,21 @@ def scl_stage(run: Run) -> dict:
     c = run.config.contrastive
     if c.scl_data:
         triples, report = read_triples(c.scl_data)
+        source = f"--scl_data {c.scl_data}"
         if report.bad_rows:
             run.log.result(f"warning: {report.summary()}")
     else:
         triples = triples_from_pairs(run.splits["qqp"]["train"], run.splits["sts"]["train"],
                                      seed=run.config.train.seed)
-    if len(triples) < 2:
-        raise DataError(f"supervised SimCSE needs at least 2 triples, got {len(triples)}")
-    run.log(f"scl: {len(triples)} triples from {c.scl_data or 'QQP duplicates and STS pairs scored >= 4'}")
+        source = "QQP duplicates and STS pairs scored >= 4"
+    run.log(f"scl: {len(triples)} triples from {source}")
 
     def loss_fn(inputs, batch):
         anchors, positives, negatives = run.forward_model(None, inputs)
         return info_nce(anchors, positives, run.config.model.temp, negatives, c.hard_negative_weight)
 
-    return _contrastive(run, "scl", triples, c.scl_epochs, c.scl_steps, c.scl_batch_size, c.scl_lr, loss_fn)
+    return _contrastive(run, "scl", triples, c.scl_epochs, c.scl_steps, c.scl_batch_size, c.scl_lr, loss_fn,
+                        source=source, unit="triple")
 
 
 def lcl_stage(run: Run) -> dict:
@@ -104,7 +107,8 @@ def lcl_stage(run: Run) -> dict:
         embeddings = run.forward_model(None, inputs)[0]
         return label_contrastive_loss(embeddings, batch["labels"].to(run.device), run.config.model.temp)
 
-    return _contrastive(run, "lcl", examples, c.lcl_epochs, c.lcl_steps, c.lcl_batch_size, c.lcl_lr, loss_fn)
+    return _contrastive(run, "lcl", examples, c.lcl_epochs, c.lcl_steps, c.lcl_batch_size, c.lcl_lr, loss_fn,
+                        source=f"the {task} training set ({TASKS[task].files['train']})", unit="sentence")
 
 
 def pre_qqp_stage(run: Run) -> dict:
@@ -182,7 +186,14 @@ class ContrastiveObjective(Objective):
 
 
 def _contrastive(run: Run, name: str, examples: list, epochs: int, max_steps: int | None, batch_size: int,
-                 lr: float, loss_fn) -> dict:
+                 lr: float, loss_fn, *, source: str, unit: str) -> dict:
+    """Train the encoder on ``examples`` (``unit``s read from ``source``, for the error message).
+
+    The loader keeps a short last batch, but ``ContrastiveObjective`` leaves out a batch of one:
+    fewer than 2 examples would make a stage of no step at all, so that is an error."""
+    if len(examples) < 2:
+        raise DataError(f"{source}: only {len(examples)} {unit}{'' if len(examples) == 1 else 's'}; a {name} "
+                        f"batch (--{name}_batch_size {batch_size}) needs at least 2, for in-batch negatives")
     encoder_params = [p for p in run.model.bert.parameters() if p.requires_grad]
     if not encoder_params:
         run.log(f"{name}: the encoder is frozen (--option pretrain); skipping this stage")

@@ -19,18 +19,20 @@ import torch
 from data.batching import make_loader
 from data.readers import DataError, Example, read_examples, resolve_data_dir
 from heads import MultitaskBert
-from minbert import AdamW, BertTokenizer
+from minbert import AdamW, BertConfig, BertTokenizer
+from minbert.errors import first_line
 
 from .checkpoint import save_checkpoint
 from .config import RunConfig
 from .device import pick_device
 from .distributed import Distributed, check_batch_size, init_distributed, shutdown, wrap_model
-from .loop import TrainingLoop
+from .loop import TrainingLoop, per_second
 from .losses import make_loss_weighting
 from .memory import keep_freed_memory
-from .outputs import RunFiles, new_run_dir, read_metrics
+from .outputs import RunFiles, claim_run_dir, read_metrics, release_run_dir
 from .precision import Precision
-from .resume import Checkpoint, TrainingClock, latest_checkpoint
+from .resume import (Checkpoint, TrainingClock, latest_checkpoint, remove_temporary_files, remove_training_state,
+                     TrainingDiverged)
 from .run_log import RunLog
 from .runs import build_model, model_directory, tokenizer_for
 from .stages import Run, enabled_stages, multitask_stage
@@ -42,14 +44,17 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     """Train and evaluate one configuration; return the metrics written to ``metrics.json``.
 
     ``metrics.json`` is written at the start (status "running"), after every epoch, and at the end
-    ("finished"); a run that raises is marked "failed" with the error, then the error propagates.
+    ("finished"); a run that raises is marked "failed" with the error (or "interrupted" on Ctrl-C
+    and SIGTERM), then the error propagates.
     """
     config.validate()
     keep_freed_memory()  # fewer page faults per step; changes no number (training/memory.py)
     started = time.time()
-    resume = None
+    resume, stale = None, []
     if config.output.resume:
-        resume = latest_checkpoint(Path(config.output.resume))
+        run_dir = Path(config.output.resume)
+        stale = remove_temporary_files(run_dir)
+        resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
         config = resumed_config(config, resume)
     place, device = init_distributed(pick_device(config.train.device))
     for flag, size in (("--batch_size", config.data.batch_size), ("--ucl_batch_size", config.contrastive.ucl_batch_size),
@@ -61,20 +66,26 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
                          "is written for dense gradients)")
     precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
     log = log or RunLog(config.output.quiet, config.output.log_file, enabled=place.is_main)
+    for path in stale:
+        log(f"removed {path} (left by an interrupted run)")
     seed_everything(config.train.seed)
-    # Everything that can be wrong with the inputs (data, weights, vocabulary, corpora) is found
-    # before a run folder is made: a run that cannot start leaves nothing behind.
-    run_dir = Path(config.output.resume) if resume else new_run_dir(config, check=place.is_main)
-    tasks = config.task_names()
-    data_dir = resolve_data_dir(config.data.data_dir, [TASKS[t].files[s] for t in tasks for s in ("train", "dev")])
-    model_dir = model_directory(config.model.model)
-    check_corpus_files(config)
-    splits, data_report = read_all_splits(data_dir, tasks, config.data.strict, log)
-    model = build_model(config, model_dir)
-    tokenizer = tokenizer_for(model_dir, model.bert)
+    run_dir = Path(config.output.resume) if resume else claim_run_dir(config, claim=place.is_main)
+    # Everything that can be wrong with the inputs (data, weights, vocabulary, corpora, settings the
+    # model cannot take) is found before the run starts: a run that cannot start leaves nothing behind.
+    try:
+        tasks = config.task_names()
+        data_dir = resolve_data_dir(config.data.data_dir, [TASKS[t].files[s] for t in tasks for s in ("train", "dev")])
+        model_dir = model_directory(config.model.model)
+        check_corpus_files(config)
+        model = build_model(config, model_dir)
+        check_against_model(config, model.bert.config, model_dir)
+        tokenizer = tokenizer_for(model_dir, model.bert)
+        splits, data_report = read_all_splits(data_dir, tasks, config.data.strict, log)
+    except BaseException:
+        if resume is None and place.is_main:
+            release_run_dir(run_dir)
+        raise
     if resume is None:
-        if place.is_main:
-            run_dir.mkdir(parents=True, exist_ok=True)
         metrics = {"run_name": run_dir.name, "status": "running", "config": config_dict(config),
                    "started": datetime.now().isoformat(timespec="seconds")}
     else:
@@ -82,20 +93,32 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
         metrics.setdefault("resumed", []).append({"step": resume.step, "checkpoint": resume.path.name,
                                                   "at": datetime.now().isoformat(timespec="seconds")})
     write = RunFiles(run_dir, place.is_main)
-    write.json(metrics)
-    log(f"run folder: {run_dir}" + (f"   processes: {place.world_size}" if place.enabled else ""))
     try:
+        write.json(metrics)
+        log(f"run folder: {run_dir}" + (f"   processes: {place.world_size}" if place.enabled else ""))
         metrics.update(data_dir=str(data_dir.resolve()), model_dir=str(model_dir), device=str(device), data=data_report)
         _run(config, tokenizer, splits, model.to(device), write, device, place, precision, metrics, started, log,
              resume)
     except BaseException as err:
-        metrics.update(status="failed", error=f"{type(err).__name__}: {err}",
-                       wall_seconds=round(time.time() - started, 1))
-        write.json(metrics)
+        metrics.update(status="interrupted" if isinstance(err, KeyboardInterrupt) else "failed",
+                       error=f"{type(err).__name__}: {first_line(err)}", wall_seconds=round(time.time() - started, 1))
+        try:
+            write.json(metrics)
+        except OSError:
+            pass  # the disk that failed the run may fail this too; the run's own error says why
         raise
     finally:
         shutdown()
     return metrics
+
+
+def check_against_model(config: RunConfig, bert: BertConfig, model_dir: Path) -> None:
+    """Settings the model cannot take, found before the run starts rather than at the first long
+    sentence (which may come in the test file, after all the training)."""
+    if config.data.max_length > bert.max_position_embeddings:
+        raise ValueError(f"--max_length {config.data.max_length} is more than the model's "
+                         f"{bert.max_position_embeddings} positions (max_position_embeddings in "
+                         f"{model_dir / 'config.json'}); give at most {bert.max_position_embeddings}")
 
 
 def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: MultitaskBert, write: "RunFiles",
@@ -159,6 +182,8 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     result = multitask_stage(run)
     history, best = result["epochs"], result["best"]
     metrics["loss_curves"] = result["loss_curves"]
+    if best["state"] is None:
+        raise TrainingDiverged(f"no epoch reached a finite dev score; {clock.last_good()}")
 
     model.load_state_dict(best["state"])
     if not write.enabled:  # only process 0 predicts and writes
@@ -179,7 +204,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
         skipped_prediction_files=skipped,
         train_seconds=round(train_seconds, 1),
         train_examples=train_examples,
-        train_examples_per_second=round(train_examples / max(train_seconds, 1e-9), 1),
+        train_examples_per_second=per_second(train_examples, train_seconds),
         wall_seconds=round(time.time() - started, 1),
         torch_threads=torch.get_num_threads(),
         finished=datetime.now().isoformat(timespec="seconds"),
@@ -187,8 +212,11 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     )
     write.json(metrics)
     write.curves(metrics, log)
+    if not config.output.keep_training_state:
+        remove_training_state(run_dir)
+    speed = metrics["train_examples_per_second"]
     log.result(f"dev: {format_metrics(final_dev, 4, '  ')}  overall {metrics['dev_overall']:.4f}  "
-               f"({metrics['wall_seconds']:.0f} s, {metrics['train_examples_per_second']:.1f} train examples/s) "
+               f"({metrics['wall_seconds']:.0f} s, {'-' if speed is None else f'{speed:.1f}'} train examples/s) "
                f"-> {run_dir}")
 
 

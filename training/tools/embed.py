@@ -17,9 +17,9 @@ from typing import Sequence
 import numpy as np
 
 from data.readers import DataError, read_utf8
-from minbert import WeightsError
 from minbert.atomic import atomic_path
 
+from ..cli import run_command
 from ..config import DataConfig, TrainConfig, add_flags
 from ..device import pick_device
 from ..runs import load_run
@@ -27,18 +27,19 @@ from ..runs import load_run
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        sentences = read_sentences(Path(args.input), args.column)
-        run = load_run(args.run)
-        run.model.to(pick_device(args.device))
+    return run_command(lambda: execute(args))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """The tool's work; its errors become one line in ``main``."""
+    sentences = read_sentences(Path(args.input), args.column)
+    run = load_run(args.run)
+    run.model.to(pick_device(args.device))
+    out = Path(args.out)
+    with atomic_path(out) as tmp:  # an --out that cannot be written fails before the encoding
         vectors = run.encode(sentences, batch_size=args.batch_size)
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out) as tmp, open(tmp, "wb") as f:
+        with open(tmp, "wb") as f:
             np.save(f, vectors)
-    except (DataError, WeightsError, ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
     print(f"{len(sentences)} sentences -> {out} {vectors.shape} ({run.config.model.pooling} pooling)", file=sys.stderr)
     return 0
 

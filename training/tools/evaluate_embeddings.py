@@ -31,11 +31,10 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import rankdata
 
-from data.readers import DataError
 from data.senteval import PairDataset, find_datasets
 from heads.pooling import TOKEN_REDUCTIONS, applied_reduction
-from minbert import WeightsError
 
+from ..cli import run_command
 from ..config import DataConfig, ModelConfig, TrainConfig, add_flags
 from ..device import pick_device
 from ..outputs import write_json
@@ -45,22 +44,23 @@ from ..tasks import pearson
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    return run_command(lambda: execute(args))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """The tool's work; its errors become one line in ``main``."""
     started = time.time()
-    try:
-        datasets = find_datasets(args.data)
-        run, reduction = open_encoder(args)
-        results = {}
-        for dataset in datasets:
-            for subset in dataset.subsets:
-                if subset.report.bad_rows or subset.unscored:
-                    print(f"note: {subset.describe()}", file=sys.stderr)
-            scored = score_dataset(run, dataset, args.pooling, args.reduction, args.batch_size, args.max_length)
-            results[dataset.name] = {"path": str(dataset.path), "layout": dataset.layout,
-                                     **correlations(scored)}
-            print(f"{dataset.name}: done", file=sys.stderr)
-    except (DataError, WeightsError, ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    datasets = find_datasets(args.data)
+    run, reduction = open_encoder(args)
+    results = {}
+    for dataset in datasets:
+        for subset in dataset.subsets:
+            if subset.report.bad_rows or subset.unscored:
+                print(f"note: {subset.describe()}", file=sys.stderr)
+        scored = score_dataset(run, dataset, args.pooling, args.reduction, args.batch_size, args.max_length)
+        results[dataset.name] = {"path": str(dataset.path), "layout": dataset.layout,
+                                 **correlations(scored)}
+        print(f"{dataset.name}: done", file=sys.stderr)
     print(render_table(results))
     if args.out is not None:
         report = {"encoder": str(run.source), "pooling": args.pooling, "reduction": reduction,

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Sequence
 
 from data.readers import DataError, read_examples, read_header, resolve_data_dir
-from minbert import WeightsError
+from minbert.atomic import check_folder, make_folder
 
+from ..cli import run_command
 from ..config import DataConfig, TrainConfig, add_flags
 from ..device import pick_device
 from ..outputs import prediction_path, write_json, write_predictions
@@ -27,15 +28,16 @@ from ..tasks import TASKS, format_metrics, parse_tasks
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        run = load_run(args.run)
-        tasks = parse_tasks(args.tasks) if args.tasks else run.config.task_names()
-        data_dir = resolve_data_dir(args.data_dir)
-        run.model.to(pick_device(args.device))
-        scores = predict_files(run, tasks, data_dir, Path(args.out), args.batch_size)
-    except (DataError, WeightsError, ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    return run_command(lambda: execute(args))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """The tool's work; its errors become one line in ``main``."""
+    run = load_run(args.run)
+    tasks = parse_tasks(args.tasks) if args.tasks else run.config.task_names()
+    data_dir = resolve_data_dir(args.data_dir)
+    run.model.to(pick_device(args.device))
+    scores = predict_files(run, tasks, data_dir, Path(args.out), args.batch_size)
     write_json(Path(args.out) / "metrics.json", {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
     return 0
 
@@ -56,6 +58,7 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
     ``{file name: metric}`` for the labelled ones. A folder with none of the files is an error."""
     for name in tasks:  # every task checked before any file is written
         run.check_head(name)
+    check_folder(out)  # an --out that can never be a folder fails before any prediction
     scores, written = {}, 0
     for name in tasks:
         task = TASKS[name]
@@ -71,7 +74,7 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
                 print(f"warning: {report.summary()}", file=sys.stderr)
             result = run.predict_examples(name, examples, batch_size, progress=len(examples) >= 2000)
             target = prediction_path(out, task, split)
-            out.mkdir(parents=True, exist_ok=True)
+            make_folder(out)
             write_predictions(target, task, result)
             written += 1
             line = f"{path.name}: {len(examples)} predictions -> {target}"

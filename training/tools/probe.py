@@ -36,8 +36,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
 
 from data.readers import DataError, Example, read_examples, resolve_data_dir
-from minbert import WeightsError
 
+from ..cli import run_command
 from ..config import DataConfig, TrainConfig, add_flags
 from ..outputs import write_json
 from ..tasks import TASKS, Task
@@ -51,34 +51,35 @@ TASK_CHOICES = [name for name, task in TASKS.items() if not task.is_pair and tas
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    return run_command(lambda: execute(args))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """The tool's work; its errors become one line in ``main``."""
     started = time.time()
     task = TASKS[args.task]
-    try:
-        if args.max_train is not None and args.max_train < 1:
-            raise ValueError(f"--max_train must be at least 1, got {args.max_train}")
-        data_dir = resolve_data_dir(args.data_dir, [task.files[split] for split in SPLITS])
-        splits = {split: read_split(data_dir / task.files[split], task) for split in SPLITS}
-        if args.max_train is not None:
-            splits["train"] = subsample(splits["train"], args.max_train, args.seed)
-        run, reduction = open_encoder(args)
-        vectors, labels = {}, {}
-        encode_started = time.time()
-        for split, (examples, _) in splits.items():
-            x = run.encode([e.texts[0] for e in examples], args.batch_size, pooling=args.pooling,
-                           reduction=args.reduction, max_length=args.max_length).astype(np.float64)
-            if args.normalize:
-                x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-            vectors[split], labels[split] = x, np.array([e.label for e in examples], dtype=np.int64)
-            print(f"{split}: encoded {len(examples)} sentences", file=sys.stderr)
-        encode_seconds = time.time() - encode_started
-        fit_started = time.time()
-        clustering = {split: cluster_scores(vectors[split], labels[split], task.num_classes, args.seed)
-                      for split in ("dev", "train")}
-        probe = probe_scores(vectors["train"], labels["train"], vectors["dev"], labels["dev"], args.seed)
-        fit_seconds = time.time() - fit_started
-    except (DataError, WeightsError, ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    if args.max_train is not None and args.max_train < 1:
+        raise ValueError(f"--max_train must be at least 1, got {args.max_train}")
+    data_dir = resolve_data_dir(args.data_dir, [task.files[split] for split in SPLITS])
+    splits = {split: read_split(data_dir / task.files[split], task) for split in SPLITS}
+    if args.max_train is not None:
+        splits["train"] = subsample(splits["train"], args.max_train, args.seed)
+    run, reduction = open_encoder(args)
+    vectors, labels = {}, {}
+    encode_started = time.time()
+    for split, (examples, _) in splits.items():
+        x = run.encode([e.texts[0] for e in examples], args.batch_size, pooling=args.pooling,
+                       reduction=args.reduction, max_length=args.max_length).astype(np.float64)
+        if args.normalize:
+            x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        vectors[split], labels[split] = x, np.array([e.label for e in examples], dtype=np.int64)
+        print(f"{split}: encoded {len(examples)} sentences", file=sys.stderr)
+    encode_seconds = time.time() - encode_started
+    fit_started = time.time()
+    clustering = {split: cluster_scores(vectors[split], labels[split], task.num_classes, args.seed)
+                  for split in ("dev", "train")}
+    probe = probe_scores(vectors["train"], labels["train"], vectors["dev"], labels["dev"], args.seed)
+    fit_seconds = time.time() - fit_started
     report = {
         "encoder": str(run.source), "task": task.name, "data_dir": str(data_dir), "pooling": args.pooling,
         "reduction": reduction, "normalize": args.normalize, "max_length": args.max_length,

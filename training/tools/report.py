@@ -38,6 +38,7 @@ from pathlib import Path
 
 from minbert.atomic import write_text_atomic
 
+from ..cli import run_command
 from ..stages import EXTENSIONS
 from ..tasks import DEFAULT_TASKS, TASKS, overall_score
 
@@ -137,11 +138,13 @@ def main(argv=None) -> int:
     parser.add_argument("--sort", choices=["average", "name"], default="average",
                         help="order of the finished runs (default: average, highest first)")
     args = parser.parse_args(argv)
-    try:
-        rows = sort_rows([row for folder in args.folders for row in collect_runs(folder)], args.sort)
-    except FileNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    return run_command(lambda: execute(args))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """The report's work; its errors (a missing folder, an --out that cannot be written) become one
+    line in ``main``."""
+    rows = sort_rows([row for folder in args.folders for row in collect_runs(folder)], args.sort)
     if not rows:
         print(f"note: no run folders in {', '.join(map(str, args.folders))}", file=sys.stderr)
     prefix = args.out if args.out is not None else args.folders[0] / "ablation"

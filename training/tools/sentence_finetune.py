@@ -45,10 +45,11 @@ import torch
 import torch.nn.functional as F
 
 from data.batching import make_loader
-from data.readers import DataError, resolve_data_dir
-from minbert import AdamW, WeightsError
+from data.readers import resolve_data_dir
+from minbert import AdamW
 
 from ..checkpoint import save_checkpoint
+from ..cli import run_command
 from ..config import DataConfig, ModelConfig, RunConfig, TrainConfig, add_flags, section_from_args
 from ..device import pick_device, to_device
 from ..loop import CURVE_EVERY, Objective, TrainingLoop
@@ -66,20 +67,21 @@ DEFAULTS = {"epochs": 1, "lr": 3e-5}  # where this tool starts from other values
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    return run_command(lambda: execute(args))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """The tool's work; its errors become one line in ``main``."""
     started = time.time()
-    try:
-        config = run_config(args)
-        out = Path(args.out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise ValueError(f"--out {out} already holds files; give a new folder")
-        task = TASKS[args.task]
-        data_dir = resolve_data_dir(args.data_dir, [task.files["train"]])
-        examples, read_report = read_split(data_dir / task.files["train"], task)
-        device = pick_device(config.train.device)
-        encoder = pretrained_run(config.model.model, config.model.pooling)
-    except (DataError, WeightsError, ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    config = run_config(args)
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"--out {out} already holds files; give a new folder")
+    task = TASKS[args.task]
+    data_dir = resolve_data_dir(args.data_dir, [task.files["train"]])
+    examples, read_report = read_split(data_dir / task.files["train"], task)
+    device = pick_device(config.train.device)
+    encoder = pretrained_run(config.model.model, config.model.pooling)
 
     bert = encoder.model.bert
     config.model.hidden_dropout_prob = bert.config.hidden_dropout_prob  # the head's dropout, as the encoder's

@@ -1,0 +1,167 @@
+"""The bad-input suite, round 2: impossible model configurations and data that reads but cannot be used.
+
+Through ``run_multitask.main`` on the sandbox of test_bad_input.py: a malformed ``config.json`` field,
+a ``vocab.txt`` that is not UTF-8 or a ``--pooling`` mode deeper than the model must each end the run
+with ONE line naming the file and the field (or line), exit code 1, and no run folder. A duplicated
+id is a bad row (skipped and reported, an error with ``--strict``). A SimCSE or label-contrastive
+corpus too small for one batch is an error naming its flag, its file and the counts.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_bad_input import box, edit_config, edit_row, snapshot  # noqa: F401 (box: the fixture)
+
+from minbert import BertConfig, default_model_dir
+
+DISTILBERT = Path(__file__).parent / "fixtures" / "distilbert"
+
+
+def assert_one_line_error(box, capsys, flags, fragments, run_folder: bool = False) -> str:
+    """The run fails with one ``error:`` line holding every fragment; inputs are left as they were,
+    and no run folder is made unless ``run_folder`` (a failure found once the run has started)."""
+    before = snapshot(box.root)
+    assert box.main(*flags) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    after = snapshot(box.root)
+    assert {k: after.get(k) for k in before} == before
+    assert box.run_dir.exists() == run_folder
+    return err
+
+
+# --- config.json: every field's type and range --------------------------------------------------
+
+BAD_FIELDS = {
+    "zero width": ({"hidden_size": 0}, "hidden_size must be a positive integer, got 0"),
+    "layers as a word": ({"num_hidden_layers": "six"}, "num_hidden_layers must be a positive integer, got 'six'"),
+    "fractional heads": ({"num_attention_heads": 2.5}, "num_attention_heads must be a positive integer, got 2.5"),
+    "true for an int": ({"vocab_size": True}, "vocab_size must be a positive integer, got True"),
+    "negative size": ({"intermediate_size": -32}, "intermediate_size must be a positive integer, got -32"),
+    "a list": ({"max_position_embeddings": [64]}, "max_position_embeddings must be a positive integer, got [64]"),
+    "no token types": ({"type_vocab_size": 0}, "type_vocab_size must be a positive integer, got 0"),
+    "dropout of 1": ({"hidden_dropout_prob": 1}, "hidden_dropout_prob must be a number in [0, 1), got 1"),
+    "negative dropout": ({"attention_probs_dropout_prob": -0.1},
+                         "attention_probs_dropout_prob must be a number in [0, 1), got -0.1"),
+    "dropout as text": ({"attention_probs_dropout_prob": "0.1"},
+                        "attention_probs_dropout_prob must be a number in [0, 1), got '0.1'"),
+    "zero epsilon": ({"layer_norm_eps": 0}, "layer_norm_eps must be a positive finite number, got 0"),
+    "unknown activation": ({"hidden_act": "swish"}, "hidden_act must be one of gelu, gelu_new, relu, got 'swish'"),
+    "pad id past the vocabulary": ({"pad_token_id": 30522}, "pad_token_id must be below vocab_size 30522, got 30522"),
+    "heads do not divide the width": ({"num_attention_heads": 3},
+                                      "hidden_size 16 is not a multiple of num_attention_heads 3"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_FIELDS)
+def test_bad_config_field_is_one_line_naming_file_and_field(box, capsys, name):
+    values, message = BAD_FIELDS[name]
+    edit_config(box.model, **values)
+    err = assert_one_line_error(box, capsys, [], [message])
+    assert err == f"error: {box.model / 'config.json'}: {message}"
+
+
+def test_distilbert_config_errors_name_distilbert_keys(tmp_path):
+    config = json.loads((DISTILBERT / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "n_layers": 0}))
+    with pytest.raises(ValueError) as err:
+        BertConfig.from_json(tmp_path / "config.json")
+    assert str(err.value) == f"{tmp_path / 'config.json'}: n_layers must be a positive integer, got 0"
+
+
+def test_valid_configs_still_load():
+    """The embedded model, the DistilBERT fixture (extra keys, nulls), defaults and small test sizes."""
+    assert BertConfig.from_json(default_model_dir() / "config.json").num_hidden_layers == 6
+    assert BertConfig.from_json(DISTILBERT / "config.json").hidden_size == 16
+    assert BertConfig().hidden_size == 768
+    small = BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                       intermediate_size=16, hidden_dropout_prob=0, attention_probs_dropout_prob=0.0,
+                       layer_norm_eps=1e-5, pad_token_id=None)
+    assert small.pad_token_id is None
+
+
+def test_python_built_config_is_checked_too():
+    with pytest.raises(ValueError, match=r"^hidden_size must be a positive integer, got 0$"):
+        BertConfig(hidden_size=0)
+
+
+# --- vocab.txt ---------------------------------------------------------------------------------
+
+def test_vocab_not_utf8_names_file_and_line(box, capsys):
+    path = box.model / "vocab.txt"
+    lines = path.read_bytes().split(b"\n")
+    lines[4] = b"caf\xe9"  # Latin-1, line 5
+    path.write_bytes(b"\n".join(lines))
+    assert_one_line_error(box, capsys, [], [f"{path}, line 5: not valid UTF-8 (byte 0xe9)"])
+
+
+# --- --pooling deeper than the model ------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["last4_mean", "last4_concat"])
+def test_pooling_deeper_than_the_model_is_refused(box, capsys, mode):
+    assert_one_line_error(box, capsys, ["--pooling", mode], [
+        f"--pooling {mode} reads the last 4 layers", f"{box.model / 'config.json'}", "num_hidden_layers 2"])
+
+
+def test_pooling_layers_read():
+    from heads.pooling import POOLING_MODES, layers_read
+    deep = {"second_last": 2, "last2_mean": 2, "last4_mean": 4, "last4_concat": 4}
+    assert {mode: layers_read(mode) for mode in POOLING_MODES} == {mode: deep.get(mode, 1) for mode in POOLING_MODES}
+
+
+# --- duplicate ids -------------------------------------------------------------------------------
+
+def duplicate_id(box) -> tuple[Path, str]:
+    """Give line 9 of ids-sst-dev.csv the id of line 3."""
+    path = box.data / "ids-sst-dev.csv"
+    first = path.read_text(encoding="utf-8").split("\n")[2].split("\t")[1]
+    edit_row(path, 9, "id", first)
+    return path, first
+
+
+def test_duplicate_id_is_skipped_and_reported(box, capsys):
+    path, first = duplicate_id(box)
+    assert box.main() == 0
+    warnings = [w for w in capsys.readouterr().out.splitlines() if w.startswith("warning:")]
+    assert warnings == [f"warning: {path.name}: 10 rows, 1 skipped "
+                        f"(line 9: id: duplicate id '{first}' (first on line 3))"]
+    assert json.loads((box.run_dir / "metrics.json").read_text())["data"][path.name]["skipped"] == 1
+    assert len((box.run_dir / "sst-dev-output.csv").read_text().splitlines()) == 1 + 9
+
+
+def test_duplicate_id_with_strict_is_an_error(box, capsys):
+    path, first = duplicate_id(box)
+    assert_one_line_error(box, capsys, ["--strict"], [
+        f"{path}, line 9, field id: duplicate id '{first}' (first on line 3)"])
+
+
+# --- contrastive corpora too small for one batch ------------------------------------------------
+# Found by the stage itself, once the run has started: the run folder is left, marked "failed".
+
+def test_ucl_corpus_of_one_sentence(box, capsys):
+    corpus = box.root / "corpus.txt"
+    corpus.write_text("\nOnly one sentence here.\n\n")
+    assert_one_line_error(box, capsys, ["--ucl", "--ucl_data", str(corpus)], [
+        f"--ucl_data {corpus}: only 1 sentence; a ucl batch (--ucl_batch_size 64) needs at least 2"],
+        run_folder=True)
+    assert json.loads((box.run_dir / "metrics.json").read_text())["status"] == "failed"
+
+
+def test_scl_corpus_of_one_triple(box, capsys):
+    corpus = box.root / "triples.csv"
+    corpus.write_text("sent0,sent1,hard_neg\nA man plays.,Someone plays.,Nobody plays.\n")
+    assert_one_line_error(box, capsys, ["--scl", "--scl_data", str(corpus), "--scl_batch_size", "4"], [
+        f"--scl_data {corpus}: only 1 triple; a scl batch (--scl_batch_size 4) needs at least 2"],
+        run_folder=True)
+
+
+def test_lcl_on_a_one_sentence_training_set(box, capsys):
+    path = box.data / "ids-sst-train.csv"
+    path.write_text("\n".join(path.read_text(encoding="utf-8").split("\n")[:2]) + "\n", encoding="utf-8")
+    assert_one_line_error(box, capsys, ["--lcl"], [
+        f"the sst training set ({path.name}): only 1 sentence; a lcl batch (--lcl_batch_size 32) needs at least 2"],
+        run_folder=True)

@@ -1,0 +1,67 @@
+"""How every command of the project ends: a user's error is one line on stderr and exit code 1;
+Ctrl-C and SIGTERM (what schedulers and ``docker stop`` send) are one line and 130 / 143.
+
+A command's body runs inside ``run_command``. SIGTERM is turned into ``Terminated``, a
+``KeyboardInterrupt``, so that it unwinds exactly like Ctrl-C: every ``finally`` runs (temporary
+files and half-written checkpoint folders are removed) and a run marks itself "interrupted".
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Callable
+
+from data.readers import DataError
+from minbert.errors import first_line
+from minbert.weights import WeightsError
+
+from .resume import ResumeError, TrainingDiverged
+
+# what a user can cause and fix: bad data, weights, flags, folders, a run that diverged
+USER_ERRORS = (DataError, WeightsError, ResumeError, TrainingDiverged, ValueError, OSError)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt."""
+
+
+def run_command(body: Callable[[], int | None], prog: str = "") -> int:
+    """Run ``body`` (a command's work; returns its exit code or None for 0) and turn what it raises
+    into one line and an exit code."""
+    prefix = f"{prog}: " if prog else ""
+    previous = _on_sigterm(_raise_terminated)
+    try:
+        return body() or 0
+    except USER_ERRORS as err:
+        print(f"{prefix}error: {describe(err)}", file=sys.stderr)
+        return 1
+    except Terminated:
+        print(f"{prefix}terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    except KeyboardInterrupt:
+        print(f"{prefix}interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    finally:
+        _on_sigterm(previous)
+
+
+def describe(err: BaseException) -> str:
+    """One line for ``err``: an operating-system error as "<path>: <reason>" (no errno, no
+    quotes), anything else its first line."""
+    if isinstance(err, OSError) and err.strerror:
+        paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
+        return f"{' -> '.join(paths)}: {err.strerror}" if paths else err.strerror
+    return first_line(err)
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def _on_sigterm(handler):
+    """Install ``handler`` for SIGTERM (main thread only; elsewhere signals cannot be handled);
+    returns the previous one."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
