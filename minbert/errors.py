@@ -7,3 +7,12 @@ def first_line(err: BaseException) -> str:
     embedding a library's multi-line error into one of ours."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def describe(err: BaseException) -> str:
+    """One line for ``err``: an operating-system error as "<path>: <reason>" (no errno, no
+    quotes), anything else its first line."""
+    if isinstance(err, OSError) and err.strerror:
+        paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
+        return f"{' -> '.join(paths)}: {err.strerror}" if paths else err.strerror
+    return first_line(err)

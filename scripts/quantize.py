@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 from data.batching import make_loader  # noqa: E402
 from data.readers import DataError, read_examples, resolve_data_dir  # noqa: E402
 from minbert.atomic import atomic_path, write_text_atomic  # noqa: E402
-from minbert.weights import WeightsError  # noqa: E402
+from training.cli import run_command  # noqa: E402
 from training.config import DataConfig, add_flags  # noqa: E402
 from training.evaluate import predict  # noqa: E402
 from training.runs import load_run  # noqa: E402
@@ -67,6 +67,11 @@ CPU = torch.device("cpu")
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    return run_command(lambda: execute(args))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """The script's work; its errors become one line in ``main``."""
     threads_before = torch.get_num_threads()
     try:
         if args.threads:
@@ -74,12 +79,6 @@ def main(argv: list[str] | None = None) -> int:
         report = quantize_checkpoint(args.checkpoint, args.data_dir, args.out, max_dev=args.max_dev,
                                      batch_size=args.batch_size, bench_examples=args.bench_examples,
                                      reps=args.reps, warmup=args.warmup, per_channel=args.per_channel)
-    except (DataError, WeightsError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     finally:
         torch.set_num_threads(threads_before)  # the caller (a test process) keeps its setting
     print(format_table(report))

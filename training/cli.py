@@ -13,7 +13,7 @@ import threading
 from typing import Callable
 
 from data.readers import DataError
-from minbert.errors import first_line
+from minbert.errors import describe
 from minbert.weights import WeightsError
 
 from .resume import ResumeError, TrainingDiverged
@@ -26,33 +26,23 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt."""
 
 
-def run_command(body: Callable[[], int | None], prog: str = "") -> int:
+def run_command(body: Callable[[], int | None]) -> int:
     """Run ``body`` (a command's work; returns its exit code or None for 0) and turn what it raises
     into one line and an exit code."""
-    prefix = f"{prog}: " if prog else ""
     previous = _on_sigterm(_raise_terminated)
     try:
         return body() or 0
     except USER_ERRORS as err:
-        print(f"{prefix}error: {describe(err)}", file=sys.stderr)
+        print(f"error: {describe(err)}", file=sys.stderr)
         return 1
     except Terminated:
-        print(f"{prefix}terminated (SIGTERM)", file=sys.stderr)
+        print("terminated (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        print(f"{prefix}interrupted", file=sys.stderr)
+        print("interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     finally:
         _on_sigterm(previous)
-
-
-def describe(err: BaseException) -> str:
-    """One line for ``err``: an operating-system error as "<path>: <reason>" (no errno, no
-    quotes), anything else its first line."""
-    if isinstance(err, OSError) and err.strerror:
-        paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
-        return f"{' -> '.join(paths)}: {err.strerror}" if paths else err.strerror
-    return first_line(err)
 
 
 def _raise_terminated(signum, frame):

@@ -11,6 +11,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from minbert.atomic import make_folder
+from minbert.errors import describe
+
 
 class RunLog:
     def __init__(self, quiet: bool = False, log_file: str | Path | None = None, enabled: bool = True):
@@ -18,10 +21,10 @@ class RunLog:
         self.log_file = Path(log_file) if log_file else None
         if self.log_file is not None and enabled:
             try:  # a log file that cannot be written fails the run now, not at its first line
-                self.log_file.parent.mkdir(parents=True, exist_ok=True)
+                make_folder(self.log_file.parent)
                 open(self.log_file, "a", encoding="utf-8").close()
             except OSError as err:
-                raise OSError(err.errno, f"--log_file {self.log_file}: cannot be written ({err.strerror})") from None
+                raise OSError(err.errno, f"--log_file {self.log_file} cannot be written ({describe(err)})") from None
 
     @property
     def progress_bars(self) -> bool:
