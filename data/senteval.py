@@ -1,5 +1,5 @@
-"""Scored sentence-pair files for STS-style evaluation: CS224N ``sts-*.csv``, SentEval STS12–16 and
-SICK-R, each read into ``PairSubset`` rows (two sentence lists and the gold scores).
+"""Scored sentence-pair files for STS-style evaluation: CS224N ``sts-*.csv``, SentEval STS12–16,
+SentEval STS-B and SICK-R, each read into ``PairSubset`` rows (two sentence lists and the gold scores).
 
 Layouts (``find_datasets`` takes files or folders; each names one *dataset*, split into *subsets*):
 
@@ -7,6 +7,11 @@ Layouts (``find_datasets`` takes files or folders; each names one *dataset*, spl
 - a SentEval STS12–16 folder (``STS.input.<name>.txt``: tab-separated sentence pairs, and
   ``STS.gs.<name>.txt``: one gold score per line, a blank line = an unscored pair, skipped): each
   ``<name>`` is a subset. One ``STS.input.<name>.txt`` (or ``STS.gs``) file: that one subset;
+- SentEval STS-B (the STS benchmark's ``sts-{train,dev,test}.csv``: tab-separated, no header, 7
+  columns genre, file, year, id, score, sentence1, sentence2; extra columns ignored, no quoting, as
+  SentEval reads them): a file is one subset, a folder holding them is a dataset with its splits
+  (``train``, ``dev``, ``test``) as subsets. The CS224N files share these names, so a file's layout
+  is told by its content (``file_layout``);
 - SICK-R (``SICK_*.txt``, tab-separated, columns ``sentence_A``, ``sentence_B``, ``relatedness_score``):
   a file is one subset, a folder's ``SICK*.txt`` files are its subsets;
 - a folder holding none of these but subfolders that do (SentEval's ``data/downstream/STS``): each
@@ -30,11 +35,15 @@ from .readers import BadRow, DataError, ReadReport, column_indices, read_example
 STS_INPUT = re.compile(r"^STS\.input\.(.+)\.txt$")
 STS_GOLD = re.compile(r"^STS\.gs\.(.+)\.txt$")
 SICK_FILE = re.compile(r"^SICK.*\.txt$")
+STSB_FILE = re.compile(r"^sts-(train|dev|test)\.csv$")
+STSB_SPLITS = ("train", "dev", "test")
 CS224N_COLUMNS = ("sentence1", "sentence2", "similarity")
 SICK_COLUMNS = ("sentence_A", "sentence_B", "relatedness_score")
+STSB_COLUMNS = 7   # genre, file, year, id, score, sentence1, sentence2
 LAYOUTS_HELP = ("expected a CS224N STS file (columns sentence1, sentence2, similarity), SentEval STS12-16 "
-                "files (STS.input.<name>.txt + STS.gs.<name>.txt) or SICK-R files (SICK_*.txt with columns "
-                "sentence_A, sentence_B, relatedness_score)")
+                "files (STS.input.<name>.txt + STS.gs.<name>.txt), SentEval STS-B files (sts-*.csv, no header, "
+                "7 tab-separated columns) or SICK-R files (SICK_*.txt with columns sentence_A, sentence_B, "
+                "relatedness_score)")
 
 
 @dataclass
@@ -58,7 +67,7 @@ class PairDataset:
 
     name: str
     path: Path
-    layout: str  # "cs224n", "senteval-sts" or "sick"
+    layout: str  # "cs224n", "senteval-sts", "senteval-stsb" or "sick"
     subsets: list[PairSubset] = field(default_factory=list)
 
 
@@ -95,6 +104,8 @@ def load_dataset(path: Path) -> PairDataset:
         if layout == "sick":
             files = sorted((p for p in path.iterdir() if SICK_FILE.match(p.name)), key=lambda p: p.name.lower())
             return PairDataset(path.name, path, layout, [read_sick(p) for p in files])
+        if layout == "senteval-stsb":
+            return PairDataset(path.name, path, layout, [read_stsb(p) for p in _stsb_files(path)])
         raise DataError(f"{path}: no STS files in this folder; {LAYOUTS_HELP}")
     gold = STS_GOLD.match(path.name)
     if gold:
@@ -102,15 +113,61 @@ def load_dataset(path: Path) -> PairDataset:
     if STS_INPUT.match(path.name):
         subset = read_senteval_sts(path)
         return PairDataset(f"{path.parent.name}/{subset.name}", path, "senteval-sts", [subset])
+    layout = file_layout(path)
+    if layout == "cs224n":
+        return PairDataset(path.stem, path, layout, [read_cs224n_sts(path)])
+    if layout == "sick":
+        return PairDataset(path.stem, path, layout, [read_sick(path)])
+    if layout == "senteval-stsb":
+        return PairDataset(path.stem, path, layout, [read_stsb(path)])
     header = read_header(path)
-    if all(c in header for c in CS224N_COLUMNS):
-        return PairDataset(path.stem, path, "cs224n", [read_cs224n_sts(path)])
-    if all(c in header for c in SICK_COLUMNS):
-        return PairDataset(path.stem, path, "sick", [read_sick(path)])
     if all(c in header for c in CS224N_COLUMNS[:2]):
         raise DataError(f"{path}: no '{CS224N_COLUMNS[2]}' column: an unlabelled (test) file "
                         "has no gold scores to correlate with")
     raise DataError(f"{path}: unknown layout (header {header}); {LAYOUTS_HELP}")
+
+
+def file_layout(path: Path) -> str | None:
+    """The layout of a scored pair file, told by its first line: a header naming the CS224N or SICK
+    columns, or no header but a SentEval STS-B row (at least 7 tab-separated fields, the 5th a
+    number). None for anything else."""
+    first = read_header(path)
+    if all(c in first for c in CS224N_COLUMNS):
+        return "cs224n"
+    if all(c in first for c in SICK_COLUMNS):
+        return "sick"
+    if len(first) >= STSB_COLUMNS and _float(first[4]) is not None:
+        return "senteval-stsb"
+    return None
+
+
+def read_stsb(path: Path) -> PairSubset:
+    """A SentEval STS-B file (``sts-{train,dev,test}.csv``, layout above): the subset is named by its
+    split. Malformed rows are skipped and reported."""
+    path = Path(path)
+    split = STSB_FILE.match(path.name)
+    first, second, gold = [], [], []
+    report = ReadReport(path=path, n_rows=0)
+    for line, row in enumerate(read_utf8(path).splitlines(), start=1):
+        if not row.strip():
+            continue
+        report.n_rows += 1
+        fields = row.split("\t")
+        if len(fields) < STSB_COLUMNS:
+            report.bad_rows.append(BadRow(line, "row", f"{len(fields)} tab-separated fields, want {STSB_COLUMNS}"))
+            continue
+        a, b, value = fields[5].strip(), fields[6].strip(), _float(fields[4])
+        if not a or not b:
+            report.bad_rows.append(BadRow(line, "sentence1" if not a else "sentence2", "empty sentence"))
+        elif value is None:
+            report.bad_rows.append(BadRow(line, "score", f"{fields[4].strip()!r} is not a number"))
+        else:
+            first.append(a)
+            second.append(b)
+            gold.append(value)
+    if not gold:
+        raise DataError(f"{path}: no usable rows ({report.summary()})")
+    return PairSubset(split.group(1) if split else path.stem, first, second, np.array(gold, dtype=np.float64), report)
 
 
 def read_cs224n_sts(path: Path) -> PairSubset:
@@ -201,7 +258,16 @@ def _folder_layout(path: Path) -> str | None:
         return "senteval-sts"
     if any(SICK_FILE.match(n) for n in names):
         return "sick"
+    if _stsb_files(path):
+        return "senteval-stsb"
     return None
+
+
+def _stsb_files(folder: Path) -> list[Path]:
+    """The folder's ``sts-{train,dev,test}.csv`` in the SentEval STS-B layout, in split order (a
+    CS224N data folder's files of the same names are not)."""
+    files = [folder / f"sts-{split}.csv" for split in STSB_SPLITS]
+    return [f for f in files if f.is_file() and file_layout(f) == "senteval-stsb"]
 
 
 def _float(text: str) -> float | None:

@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # The ablation grid: one run_multitask.py call per row, then the results table.
 #
-# Usage: bash scripts/ablate.sh [--epochs N] [--max_steps_per_epoch M] [--out_dir DIR] [--only NAME...]
-#                               [--list] [--dry_run] [--help] [-- EXTRA FLAGS passed to every run]
+# Usage: bash scripts/ablate.sh [--epochs N] [--max_steps_per_epoch M] [--seeds N] [--out_dir DIR]
+#                               [--only NAME...] [--list] [--dry_run] [--help] [-- EXTRA FLAGS passed to every run]
 #
 #   --epochs N, --max_steps_per_epoch M   multi-task budget of every run (default: 1 epoch of 30 steps)
-#   --out_dir DIR        where the run folders go (default: predictions/ablate); each row writes
-#                        DIR/ablate-<name>/ and its log DIR/logs/ablate-<name>.log
+#   --seeds N            run every row with N seeds (default: 1, the default --seed). With N > 1 the
+#                        runs are ablate-<name>-s<seed> with --seed 11711, 11712, ...; the report pools
+#                        them into one row (mean ± std, bootstrap interval against FT)
+#   --out_dir DIR        where the run folders go (default: predictions/ablate); each run writes
+#                        DIR/ablate-<name>/ (DIR/ablate-<name>-s<seed>/ with --seeds N > 1) and its log
+#                        DIR/logs/<the same name>.log
 #   --only NAME...       run only these rows (names as --list prints them)
-#   --list               print the grid (name and flags, one row a line) and exit
+#   --list               print the grid (name and flags, one run a line) and exit
 #   --dry_run            print each command instead of running it
 #   -- EXTRA...          flags appended to every run, e.g. -- --data_dir ../shared/data/multitask --device cpu
 #
-# Example (the table in the README):
+# Example (the table in the README; add --seeds 3 for error bars):
 #   bash scripts/ablate.sh -- --data_dir ../shared/data/multitask
 #
-# A row whose run folder already exists is skipped (remove the folder to run it again), so an
+# A run whose folder already exists is skipped (remove the folder to run it again), so an
 # interrupted grid resumes where it stopped. A failing row is reported and the loop goes on; Ctrl-C
 # stops the grid. At the end `python -m training.tools.report DIR` prints the table and writes
-# DIR/ablation.md and DIR/ablation.csv. The exit status is 1 if any row failed. Set PYTHON to
-# choose the interpreter (default: python).
+# DIR/ablation.md, DIR/ablation.csv and (with matplotlib) DIR/ablation-forest.png. The exit status
+# is 1 if any run failed. Set PYTHON to choose the interpreter (default: python).
 set -u
 
 # ---- budget -------------------------------------------------------------------------------------
@@ -45,6 +49,9 @@ OUT="predictions/ablate"
 ONLY=()
 EXTRA=()
 DRY_RUN=0
+LIST=0
+SEEDS=1
+FIRST_SEED=11711   # the default --seed (TrainConfig.seed in training/config.py; tests/test_report.py checks)
 
 usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "ablate.sh: $*" >&2; exit 2; }
@@ -60,10 +67,13 @@ set_budget() {  # set_budget FLAG VALUE: replace FLAG's value in BUDGET (or add 
 while (($# > 0)); do
   case "$1" in
     -h|--help) usage; exit 0 ;;
-    --list) for row in "${GRID[@]}"; do echo "$row"; done; exit 0 ;;
+    --list) LIST=1; shift ;;
     --dry_run) DRY_RUN=1; shift ;;
     --epochs|--max_steps_per_epoch)
       (($# >= 2)) || die "$1 needs a value"; set_budget "$1" "$2"; shift 2 ;;
+    --seeds)
+      (($# >= 2)) && [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "--seeds needs a whole number >= 1"
+      SEEDS="$2"; shift 2 ;;
     --out_dir)
       (($# >= 2)) || die "--out_dir needs a value"; OUT="$2"; shift 2 ;;
     --only)
@@ -88,6 +98,18 @@ selected() {  # is row name $1 to be run?
   return 1
 }
 
+# the seeds of every row: one empty entry (the run's default seed, no suffix) with --seeds 1
+SEED_LIST=("")
+((SEEDS == 1)) || mapfile -t SEED_LIST < <(seq "$FIRST_SEED" $((FIRST_SEED + SEEDS - 1)))
+
+if ((LIST)); then
+  for row in "${GRID[@]}"; do
+    selected "$(row_name "$row")" || continue
+    for seed in "${SEED_LIST[@]}"; do echo "$row${seed:+ --seed $seed}"; done
+  done
+  exit 0
+fi
+
 if ((!DRY_RUN)); then
   mkdir -p "$OUT/logs" || die "cannot create $OUT/logs"
   echo "ablation grid -> $OUT (budget: ${BUDGET[*]}; extra: ${EXTRA[*]+"${EXTRA[*]}"})"
@@ -99,33 +121,39 @@ for row in "${GRID[@]}"; do
   name="${words[0]}"
   flags=("${words[@]:1}")
   selected "$name" || continue
-  run="ablate-$name"
-  cmd=("$PYTHON" "$ROOT/run_multitask.py" --run_name "$run" --out_dir "$OUT"
-       "${BUDGET[@]}" "${flags[@]+"${flags[@]}"}" "${EXTRA[@]+"${EXTRA[@]}"}")
-  if ((DRY_RUN)); then
-    printf '%q ' "${cmd[@]}"; echo
-    continue
-  fi
-  if [[ -d "$OUT/$run" ]] && [[ -n "$(ls -A "$OUT/$run")" ]]; then
-    printf '%-22s skipped: %s already exists (remove it to run the row again)\n' "$name" "$OUT/$run"
-    n_skipped=$((n_skipped + 1))
-    continue
-  fi
-  log="$OUT/logs/$run.log"
-  printf '%-22s running (%s) ... ' "$name" "${flags[*]+"${flags[*]}"}"
-  row_start=$SECONDS
-  "${cmd[@]}" > "$log" 2>&1
-  rc=$?
-  elapsed=$((SECONDS - row_start))
-  if ((rc == 0)); then
-    printf 'ok in %dm%02ds\n' $((elapsed / 60)) $((elapsed % 60))
-    n_ok=$((n_ok + 1))
-  else
-    printf 'FAILED (exit %d) in %dm%02ds; log: %s\n' "$rc" $((elapsed / 60)) $((elapsed % 60)) "$log"
-    tail -n 3 "$log" | sed 's/^/    /'
-    n_failed=$((n_failed + 1)); failed_rows+=("$name")
-    if ((rc == 130)); then echo "interrupted: stopping the grid"; break; fi
-  fi
+  for seed in "${SEED_LIST[@]}"; do
+    label="$name${seed:+-s$seed}"
+    run="ablate-$label"
+    seed_flags=()
+    [[ -n "$seed" ]] && seed_flags=(--seed "$seed")
+    # the seed goes last: with --seeds N > 1 it wins over a --seed among the extra flags
+    cmd=("$PYTHON" "$ROOT/run_multitask.py" --run_name "$run" --out_dir "$OUT"
+         "${BUDGET[@]}" "${flags[@]+"${flags[@]}"}" "${EXTRA[@]+"${EXTRA[@]}"}" "${seed_flags[@]+"${seed_flags[@]}"}")
+    if ((DRY_RUN)); then
+      printf '%q ' "${cmd[@]}"; echo
+      continue
+    fi
+    if [[ -d "$OUT/$run" ]] && [[ -n "$(ls -A "$OUT/$run")" ]]; then
+      printf '%-22s skipped: %s already exists (remove it to run it again)\n' "$label" "$OUT/$run"
+      n_skipped=$((n_skipped + 1))
+      continue
+    fi
+    log="$OUT/logs/$run.log"
+    printf '%-22s running (%s) ... ' "$label" "${flags[*]+"${flags[*]}"}"
+    row_start=$SECONDS
+    "${cmd[@]}" > "$log" 2>&1
+    rc=$?
+    elapsed=$((SECONDS - row_start))
+    if ((rc == 0)); then
+      printf 'ok in %dm%02ds\n' $((elapsed / 60)) $((elapsed % 60))
+      n_ok=$((n_ok + 1))
+    else
+      printf 'FAILED (exit %d) in %dm%02ds; log: %s\n' "$rc" $((elapsed / 60)) $((elapsed % 60)) "$log"
+      tail -n 3 "$log" | sed 's/^/    /'
+      n_failed=$((n_failed + 1)); failed_rows+=("$label")
+      if ((rc == 130)); then echo "interrupted: stopping the grid"; break 2; fi
+    fi
+  done
 done
 
 ((DRY_RUN)) && exit 0

@@ -1,5 +1,6 @@
-"""training.tools.evaluate_embeddings: correlations against hand-computed values, the SentEval / SICK /
-CS224N readers (data.senteval) on tiny fixture files, and main() end to end on a tiny random BERT."""
+"""training.tools.evaluate_embeddings: correlations against hand-computed values, the SentEval (STS12-16,
+STS-B) / SICK / CS224N readers (data.senteval) on tiny fixture files, the average over datasets, and
+main() end to end on a tiny random BERT."""
 import dataclasses
 import json
 import math
@@ -12,15 +13,17 @@ import torch.nn.functional as F
 from scipy.stats import pearsonr, spearmanr
 
 from data.readers import DataError
-from data.senteval import find_datasets, load_dataset, read_senteval_sts, read_sick
+from data.senteval import file_layout, find_datasets, load_dataset, read_senteval_sts, read_sick, read_stsb
 from minbert import BertModel, BertTokenizer
 from training.checkpoint import save_checkpoint
 from training.config import RunConfig
 from training.runs import build_model, encode
-from training.tools.evaluate_embeddings import correlations, main
+from training.similarity import average_over_datasets, correlations
+from training.tools.evaluate_embeddings import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SENTEVAL = FIXTURES / "senteval"
+STSB = SENTEVAL / "STSBenchmark"
 STS_DEV = FIXTURES / "data" / "sts-dev.csv"
 
 
@@ -138,7 +141,44 @@ def test_sick_reader_names_a_missing_column(tmp_path):
 def test_cs224n_file_and_parent_folder_expansion():
     sts = load_dataset(STS_DEV)
     assert (sts.name, sts.layout, len(sts.subsets[0].gold)) == ("sts-dev", "cs224n", 10)
-    assert [d.name for d in find_datasets([SENTEVAL])] == ["SICK", "STS12"]
+    assert [d.name for d in find_datasets([SENTEVAL])] == ["SICK", "STS12", "STSBenchmark"]
+
+
+def test_stsb_folder_is_one_dataset_with_its_splits_as_subsets():
+    dataset = load_dataset(STSB)
+    assert (dataset.name, dataset.layout) == ("STSBenchmark", "senteval-stsb")
+    assert [(s.name, len(s.gold)) for s in dataset.subsets] == [("train", 3), ("dev", 3), ("test", 4)]
+    train = dataset.subsets[0]
+    # columns 6 and 7 are the sentences, column 5 the score; the third row's two extra columns are ignored
+    assert train.first == ["A plane is taking off.", "Stocks fell sharply on Monday.", "I think the plan can work."]
+    assert train.second[2] == "The plan might work, I believe."
+    np.testing.assert_array_equal(train.gold, [5.0, 0.6, 3.2])
+    assert not train.report.bad_rows
+    single = load_dataset(STSB / "sts-test.csv")
+    assert (single.name, single.layout, [s.name for s in single.subsets]) == ("sts-test", "senteval-stsb", ["test"])
+
+
+def test_sts_dev_csv_layout_is_told_by_content():
+    """CS224N's and SentEval's STS-B files share the name sts-dev.csv: header or not, 7 columns or not."""
+    assert file_layout(STS_DEV) == "cs224n" and file_layout(STSB / "sts-dev.csv") == "senteval-stsb"
+    assert file_layout(SENTEVAL / "SICK" / "SICK_trial.txt") == "sick"
+    assert file_layout(FIXTURES / "data" / "ids-sst-dev.csv") is None
+    assert load_dataset(STS_DEV).layout == "cs224n" and load_dataset(STSB / "sts-dev.csv").layout == "senteval-stsb"
+
+
+def test_stsb_reader_skips_and_reports_bad_rows(tmp_path):
+    path = tmp_path / "sts-dev.csv"
+    path.write_text("g\tf\t2012\t1\t4.0\ta\tb\n"
+                    "g\tf\t2012\t2\t3.0\tonly six fields\n"
+                    "\n"
+                    "g\tf\t2012\t3\thigh\tc\td\n"
+                    "g\tf\t2012\t4\t1.0\t \te\n"
+                    "g\tf\t2012\t5\t2.5\tf\tg\n", encoding="utf-8")
+    subset = read_stsb(path)
+    assert subset.name == "dev" and subset.first == ["a", "f"] and subset.second == ["b", "g"]
+    np.testing.assert_array_equal(subset.gold, [4.0, 2.5])
+    assert [(b.line, b.field) for b in subset.report.bad_rows] == [(2, "row"), (4, "score"), (5, "sentence1")]
+    assert subset.report.n_rows == 5
 
 
 @pytest.mark.parametrize("path, message", [
@@ -219,3 +259,30 @@ def test_main_errors_are_one_line(tiny_model_dir, tmp_path, capsys):
     assert errors[1].startswith("error: checkpoint file") and "config.json not found" in errors[1]
     assert errors[2] == "error: give --checkpoint or --model, not both"
     assert errors[3].startswith(f"error: {tiny_model_dir}: no run_config.json, so not a run's")
+
+
+def test_average_row_is_the_plain_mean_over_datasets(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "sts.json"
+    assert main(["--model", str(tiny_model_dir), "--data", str(STS_DEV), str(STSB), str(SENTEVAL / "STS12"),
+                 "--out", str(out)]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    datasets = report["datasets"]
+    assert list(datasets) == ["sts-dev", "STSBenchmark", "STS12"]
+    assert datasets["STSBenchmark"]["layout"] == "senteval-stsb" and datasets["STSBenchmark"]["all"]["n"] == 10
+    average = report["average"]
+    assert average["datasets"] == 3
+    for kind in ("all", "mean"):
+        for metric in ("spearman", "pearson"):
+            by_hand = (datasets["sts-dev"][kind][metric] + datasets["STSBenchmark"][kind][metric]
+                       + datasets["STS12"][kind][metric]) / 3
+            assert average[kind][metric] == pytest.approx(by_hand, abs=1e-12)
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("average of 3 datasets"))
+    assert row.split()[-4:] == [f"{100 * average['all']['spearman']:.2f}", f"{100 * average['mean']['spearman']:.2f}",
+                                f"{100 * average['all']['pearson']:.2f}", f"{100 * average['mean']['pearson']:.2f}"]
+
+
+def test_one_dataset_has_no_average_row(tiny_model_dir, capsys):
+    assert main(["--model", str(tiny_model_dir), "--data", str(STS_DEV)]) == 0
+    assert "average of" not in capsys.readouterr().out
+    assert average_over_datasets({"x": {"all": {"spearman": 0.5, "pearson": 0.25},
+                                        "mean": {"spearman": 0.5, "pearson": 0.25}}})["all"]["spearman"] == 0.5

@@ -1,4 +1,5 @@
-"""training.tools.report on hand-written run folders (tests/fixtures/runs), and scripts/ablate.sh's interface.
+"""training.tools.report on hand-written run folders (tests/fixtures/runs, and seed groups with dev predictions
+built here), and scripts/ablate.sh's interface.
 
 Nothing here trains: ablate.sh is exercised with --help, --list, --dry_run and a stand-in interpreter.
 """
@@ -8,16 +9,24 @@ import os
 import shlex
 import shutil
 import stat
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
+from scipy.stats import pearsonr
 
 import run_multitask
+from training.config import TrainConfig
 from training.stages import EXTENSIONS
+from training.tasks import TASKS
+from training.tools.bootstrap import resample_counts, weighted_metric
 from training.tools.grid import grid_rows
-from training.tools.report import collect_runs, columns, find_flag, main, render_markdown, write_csv
+from training.tools.report import (collect_runs, columns, compare_to_ft, csv_columns, find_flag, main,
+                                   render_markdown, seed_group_key, write_csv)
 
 COLUMNS = columns()
 
@@ -54,10 +63,13 @@ def rows():
     return collect_runs(RUNS)
 
 
-def test_columns_are_the_extensions_and_the_tasks_plus_wall_time_and_status(rows):
-    assert COLUMNS == ["run", "pooling", "U-CL", "S-CL", "LCL", "pre-QQP", "joint-loss", "SMART",
-                       "SST acc", "QQP acc", "STS Pearson", "average", "wall (min)", "status"]
-    assert columns(["cfimdb"])[-5:] == ["SMART", "CFIMDB acc", "average", "wall (min)", "status"]
+def test_columns_are_the_extensions_seeds_tasks_comparison_wall_time_and_status(rows):
+    assert COLUMNS == ["run", "pooling", "U-CL", "S-CL", "LCL", "pre-QQP", "joint-loss", "SMART", "seeds",
+                       "SST acc", "QQP acc", "STS Pearson", "average", "Δ vs FT", "95% CI", "wall (min)", "status"]
+    assert columns(["cfimdb"])[-7:] == ["seeds", "CFIMDB acc", "average", "Δ vs FT", "95% CI", "wall (min)", "status"]
+    assert csv_columns() == [*COLUMNS[:9], "SST acc", "SST acc std", "QQP acc", "QQP acc std", "STS Pearson",
+                             "STS Pearson std", "average", "average std", "Δ vs FT", "95% CI low", "95% CI high",
+                             "95% CI excludes 0", "wall (min)", "status"]
     table = markdown_rows(render_markdown(rows))
     assert table[0] == COLUMNS
     assert all(len(line) == len(COLUMNS) for line in table)
@@ -123,16 +135,18 @@ def test_csv_has_the_same_rows_at_full_precision(rows, tmp_path):
     with open(tmp_path / "t.csv", encoding="utf-8", newline="") as f:
         lines = list(csv.reader(f))
     table = markdown_rows(render_markdown(rows))
-    assert lines[0] == COLUMNS
+    assert lines[0] == csv_columns()
     assert len(lines) == len(table) - 1   # no separator line
     numeric = {"SST acc", "QQP acc", "STS Pearson", "average", "wall (min)"}
     for csv_line, md_line in zip(lines[1:], table[2:]):
-        for column, csv_cell, md_cell in zip(COLUMNS, csv_line, md_line):
-            if column in numeric and csv_cell:
-                assert f"{float(csv_cell):.{1 if column == 'wall (min)' else 3}f}" == md_cell
-            else:
-                assert csv_cell == md_cell, column
-    first = dict(zip(COLUMNS, lines[1]))
+        csv_cells, md_cells = dict(zip(lines[0], csv_line)), dict(zip(COLUMNS, md_line))
+        for column, md_cell in md_cells.items():
+            if column in numeric and md_cell:
+                assert f"{float(csv_cells[column]):.{1 if column == 'wall (min)' else 3}f}" == md_cell
+                assert csv_cells.get(f"{column} std", "") == ""   # one seed: no spread
+            elif column != "95% CI":   # the interval's ends have CSV columns of their own
+                assert csv_cells[column] == md_cell, column
+    first = dict(zip(csv_columns(), lines[1]))
     assert float(first["average"]) == pytest.approx(EXPECTED_AVERAGE["ablate-mean-smart"], abs=1e-15)
     assert float(first["wall (min)"]) == 5.25
 
@@ -188,6 +202,285 @@ def test_report_runs_as_a_module(tmp_path):
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert markdown_rows(result.stdout)[0] == COLUMNS
+
+
+# ---- seeds pooled into one row, and the paired bootstrap against FT ----------------------------------
+# Built in a temporary folder: a 60-example dev set per task, and run folders with metrics.json and dev
+# predictions. Every statistic is checked against numpy / statistics / scipy computed here.
+
+N_DEV = 60
+SEEDS = (11711, 11712, 11713)
+TASK_NAMES = ("sst", "qqp", "sts")
+SECTION_OF = {"pre_qqp": "train", "smart": "smart", "ucl": "contrastive"}   # where write_run's flags live
+
+
+def write_dev_files(folder: Path) -> dict:
+    """Each task's dev file in the CS224N layout (tab-separated, unnamed index column); task -> (ids, labels)."""
+    rng = np.random.default_rng(0)
+    labels = {"sst": rng.integers(0, 5, N_DEV).astype(float), "qqp": rng.integers(0, 2, N_DEV).astype(float),
+              "sts": np.round(rng.uniform(0, 5, N_DEV), 1)}
+    folder.mkdir()
+    gold = {}
+    for name, values in labels.items():
+        task = TASKS[name]
+        ids = [f"{name}{i:03d}" for i in range(N_DEV)]
+        lines = ["\t".join(["", "id", *task.text_columns, task.label_column])]
+        for i, (example_id, value) in enumerate(zip(ids, values)):
+            label = str(int(value)) if name == "sst" else f"{value:.1f}"
+            lines.append("\t".join([str(i), example_id, *(f"sentence {i}" for _ in task.text_columns), label]))
+        (folder / task.files["dev"]).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        gold[name] = (ids, values)
+    return gold
+
+
+def predictions(gold: dict, skill: float, seed: int) -> dict:
+    """Right on about ``skill`` of the examples (STS: noise that shrinks as skill grows), as written to file."""
+    rng = np.random.default_rng(seed)
+    right = rng.random(N_DEV) < skill
+    return {"sst": np.where(right, gold["sst"][1], rng.integers(0, 5, N_DEV)).astype(float),
+            "qqp": np.where(right, gold["qqp"][1], 1 - gold["qqp"][1]),
+            "sts": np.round(np.clip(gold["sts"][1] + rng.normal(0, 4 * (1 - skill), N_DEV), 0, 5), 4)}
+
+
+def dev_scores(pred: dict, gold: dict) -> dict:
+    """Accuracy by numpy, Pearson by scipy: independent of training.tasks."""
+    return {"sst": float(np.mean(pred["sst"] == gold["sst"][1])), "qqp": float(np.mean(pred["qqp"] == gold["qqp"][1])),
+            "sts": float(pearsonr(pred["sts"], gold["sts"][1])[0])}
+
+
+def cs224n(scores: dict) -> float:
+    return (scores["sst"] + scores["qqp"] + (scores["sts"] + 1) / 2) / 3
+
+
+def write_run(out: Path, name: str, seed: int, pred: dict, gold: dict, data_dir: Path, status="finished", **flags):
+    """A run folder as run_multitask.py leaves it: metrics.json and the dev predictions (rows in reverse
+    order: they are matched by id). Device and output settings differ between seeds, as they may."""
+    folder = out / name
+    folder.mkdir()
+    for task_name, values in pred.items():
+        task = TASKS[task_name]
+        ids = gold[task_name][0]
+        rows = [f"{i},{v:.4f}" if task.label_type == "score" else f"{i},{int(v)}" for i, v in zip(ids, values)]
+        (folder / f"{task.output_prefix}-dev-output.csv").write_text(
+            "\n".join([f"id,{task.prediction_column}", *reversed(rows)]) + "\n", encoding="utf-8")
+    config = {"model": {"pooling": "mean", "option": "finetune"}, "data": {"data_dir": None, "max_length": 128},
+              "train": {"seed": seed, "device": ["cpu", "cuda"][seed % 2], "epochs": 1, "pre_qqp": False},
+              "smart": {"smart": False}, "contrastive": {"ucl": False},
+              "output": {"run_name": name, "out_dir": str(out), "quiet": seed % 2 == 0}}
+    for flag, on in flags.items():
+        config[SECTION_OF[flag]][flag] = on
+    (folder / "metrics.json").write_text(json.dumps({
+        "run_name": name, "status": status, "config": config, "data_dir": str(data_dir),
+        "dev": dev_scores(pred, gold) if status == "finished" else None, "wall_seconds": 60.0 * (seed - 11700)}))
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory):
+    """FT and a clearly better row (pre-QQP), 3 seeds each; a copy of FT's predictions under --smart; an
+    equally good row with other predictions (--ucl); a fourth FT seed still running."""
+    root = tmp_path_factory.mktemp("seeds")
+    gold = write_dev_files(root / "data")
+    out = root / "runs"
+    out.mkdir()
+    pred = {}
+    for row, skill, offset, flags in (("ft", 0.5, 0, {}), ("mean-preqqp", 0.9, 100, {"pre_qqp": True}),
+                                      ("mean-ucl", 0.5, 200, {"ucl": True})):
+        for seed in SEEDS:
+            pred[row, seed] = predictions(gold, skill, seed + offset)
+            write_run(out, f"ablate-{row}-s{seed}", seed, pred[row, seed], gold, root / "data", **flags)
+    for seed in SEEDS:
+        write_run(out, f"ablate-mean-smart-s{seed}", seed, pred["ft", seed], gold, root / "data", smart=True)
+    write_run(out, "ablate-ft-s11714", 11714, pred["ft", 11711], gold, root / "data", status="running")
+    return SimpleNamespace(root=root, out=out, data=root / "data", gold=gold, pred=pred)
+
+
+def row_average(seeds, row: str) -> float:
+    """The row's overall dev score: the mean of its seeds' CS224N scores, computed here."""
+    return statistics.mean(cs224n(dev_scores(seeds.pred[row, seed], seeds.gold)) for seed in SEEDS)
+
+
+def test_runs_differing_only_in_seed_are_one_row_with_mean_and_sample_std(seeds):
+    rows = by_run(collect_runs(seeds.out))
+    assert set(rows) == {"ablate-ft", "ablate-mean-preqqp", "ablate-mean-ucl", "ablate-mean-smart", "ablate-ft-s11714"}
+    ft = rows["ablate-ft"]
+    assert ft.baseline == "FT" and [r.run for r in ft.seed_runs] == [f"ablate-ft-s{seed}" for seed in SEEDS]
+    per_seed = [dev_scores(seeds.pred["ft", seed], seeds.gold) for seed in SEEDS]
+    table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(render_markdown(collect_runs(seeds.out)))[2:]}
+    for task, column in zip(TASK_NAMES, ("SST acc", "QQP acc", "STS Pearson")):
+        values = [scores[task] for scores in per_seed]
+        mean, std = statistics.mean(values), statistics.stdev(values)   # stdev: the sample std (n - 1)
+        assert ft.dev[task] == pytest.approx(mean, abs=1e-12) and ft.dev_std[task] == pytest.approx(std, abs=1e-12)
+        assert std == pytest.approx(float(np.std(values, ddof=1)), abs=1e-12)
+        assert table["ablate-ft (FT)"][column] == f"{mean:.3f} ± {std:.3f}"
+    averages = [cs224n(scores) for scores in per_seed]
+    assert ft.average == pytest.approx(statistics.mean(averages), abs=1e-12)
+    assert ft.average_std == pytest.approx(statistics.stdev(averages), abs=1e-12)
+    assert ft.wall_minutes == pytest.approx(12.0)   # 11, 12 and 13 minutes
+    assert table["ablate-ft (FT)"]["seeds"] == "3"
+    running = table["ablate-ft-s11714 (FT)"]   # unfinished: its own line, not counted
+    assert running["status"] == "incomplete (running)" and running["seeds"] == running["SST acc"] == ""
+
+
+def test_seed_group_key_ignores_only_the_seed_and_how_a_run_reports():
+    config = {"model": {"pooling": "mean"}, "train": {"seed": 1, "device": "cpu", "lr": 5e-5},
+              "output": {"run_name": "a", "out_dir": "x", "resume": None, "quiet": False, "log_file": None}}
+    other_seed = {"model": {"pooling": "mean"}, "train": {"seed": 2, "device": "cuda", "lr": 5e-5},
+                  "output": {"run_name": "b", "out_dir": "y", "resume": "y/b", "quiet": True, "log_file": "l"}}
+    other_lr = {**config, "train": {**config["train"], "lr": 1e-4}}
+    assert seed_group_key(config) == seed_group_key(other_seed) != seed_group_key(other_lr)
+    assert seed_group_key({}) is None and seed_group_key(None) is None   # no config: never pooled
+
+
+def test_bootstrap_excludes_zero_for_a_better_row_and_not_for_an_equal_one(seeds):
+    rows = collect_runs(seeds.out)
+    footer, notes = compare_to_ft(rows, resamples=1000, seed=0)
+    assert notes == []
+    rows = by_run(rows)
+    better = rows["ablate-mean-preqqp"].vs_ft
+    assert better.observed == pytest.approx(row_average(seeds, "mean-preqqp") - row_average(seeds, "ft"), abs=1e-12)
+    assert 0 < better.low < better.observed < better.high and better.excludes_zero
+    copy = rows["ablate-mean-smart"].vs_ft   # FT's very predictions: zero on every resample
+    assert copy.observed == copy.low == copy.high == 0 and not copy.excludes_zero
+    equal = rows["ablate-mean-ucl"].vs_ft    # as good as FT, other predictions
+    assert equal.observed == pytest.approx(row_average(seeds, "mean-ucl") - row_average(seeds, "ft"), abs=1e-12)
+    assert equal.low < 0 < equal.high and not equal.excludes_zero
+    assert rows["ablate-ft"].vs_ft is None and rows["ablate-ft-s11714"].vs_ft is None
+    assert "ablate-ft" in footer and "1000 resamples" in footer and "seed 0" in footer
+    table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(render_markdown(list(rows.values())))[2:]}
+    assert table["ablate-mean-preqqp"]["Δ vs FT"] == f"{better.observed:+.3f}"
+    assert table["ablate-mean-preqqp"]["95% CI"] == f"[{better.low:+.3f}, {better.high:+.3f}] *"
+    assert table["ablate-mean-ucl"]["95% CI"] == f"[{equal.low:+.3f}, {equal.high:+.3f}]"   # no mark
+    assert table["ablate-ft (FT)"]["Δ vs FT"] == table["ablate-ft (FT)"]["95% CI"] == ""
+
+
+def test_interval_is_that_of_a_bootstrap_written_out_by_hand(seeds):
+    """The same draws, expanded into index lists and scored with numpy and scipy, one resample at a time."""
+    resamples = 40
+    draws = {task: np.concatenate(list(resample_counts(0, task, N_DEV, resamples))).astype(int)
+             for task in TASK_NAMES}
+
+    def score(row, b):
+        total = []
+        for seed in SEEDS:
+            picked = {task: np.repeat(np.arange(N_DEV), draws[task][b]) for task in TASK_NAMES}
+            pred = {task: seeds.pred[row, seed][task][picked[task]] for task in TASK_NAMES}
+            gold = {task: (None, seeds.gold[task][1][picked[task]]) for task in TASK_NAMES}
+            total.append(cs224n(dev_scores(pred, gold)))
+        return statistics.mean(total)
+
+    differences = [score("mean-ucl", b) - score("ft", b) for b in range(resamples)]
+    rows = collect_runs(seeds.out)
+    compare_to_ft(rows, resamples=resamples, seed=0)
+    interval = by_run(rows)["ablate-mean-ucl"].vs_ft
+    assert (interval.low, interval.high) == pytest.approx(tuple(np.percentile(differences, [2.5, 97.5])), abs=1e-12)
+
+
+def test_weighted_metric_is_the_task_metric_on_the_drawn_examples():
+    rng = np.random.default_rng(5)
+    gold = rng.uniform(0, 5, 30)
+    runs = np.stack([gold + rng.normal(0, 1, 30), rng.uniform(0, 5, 30), np.full(30, 2.0)])  # the last: constant
+    counts = next(resample_counts(3, "sts", 30, 8))
+    pearson = weighted_metric("pearson", runs, gold, counts)
+    labels = rng.integers(0, 2, 30).astype(float)
+    guesses = np.stack([labels, 1 - labels, rng.integers(0, 2, 30)]).astype(float)
+    accuracy = weighted_metric("accuracy", guesses, labels, counts)
+    for b, row in enumerate(counts.astype(int)):
+        picked = np.repeat(np.arange(30), row)
+        for r in range(3):
+            assert pearson[r, b] == pytest.approx(TASKS["sts"].metric(runs[r][picked], gold[picked]), abs=1e-9)
+            assert accuracy[r, b] == pytest.approx(np.mean(guesses[r][picked] == labels[picked]), abs=1e-12)
+        assert pearson[0, b] == pytest.approx(pearsonr(runs[0][picked], gold[picked])[0], abs=1e-9)
+    assert (pearson[2] == 0).all()   # a constant side has no r: 0, as training.tasks.pearson
+
+
+def read_csv_rows(path: Path) -> dict[str, dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        return {line["run"]: line for line in csv.DictReader(f)}
+
+
+def test_the_interval_is_reproducible_and_its_seed_matters(seeds, tmp_path, capsys):
+    def ends(*flags):
+        assert main([str(seeds.out), "--out", str(tmp_path / "t"), "--bootstrap", "300", *flags]) == 0
+        row = read_csv_rows(tmp_path / "t.csv")["ablate-mean-ucl"]
+        return row["95% CI low"], row["95% CI high"]
+
+    first = ends("--bootstrap_seed", "7")
+    assert ends("--bootstrap_seed", "7") == first != ends("--bootstrap_seed", "8")
+    assert ends("--bootstrap", "0") == ("", "")   # off: blank
+    assert "not computed (--bootstrap 0)" in capsys.readouterr().out
+
+
+def test_csv_has_each_metric_std_and_the_interval_ends(seeds, tmp_path, capsys):
+    assert main([str(seeds.out), "--out", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    rows = by_run(collect_runs(seeds.out))
+    compare_to_ft(list(rows.values()))
+    lines = read_csv_rows(tmp_path / "t.csv")
+    line, row = lines["ablate-mean-preqqp"], rows["ablate-mean-preqqp"]
+    assert line["seeds"] == "3"
+    assert float(line["SST acc"]) == row.dev["sst"] and float(line["SST acc std"]) == row.dev_std["sst"]
+    assert float(line["average std"]) == row.average_std
+    assert (float(line["Δ vs FT"]), float(line["95% CI low"]), float(line["95% CI high"])) == \
+        (row.vs_ft.observed, row.vs_ft.low, row.vs_ft.high)
+    assert line["95% CI excludes 0"] == "✓" and lines["ablate-mean-ucl"]["95% CI excludes 0"] == "×"
+
+
+def test_unreadable_predictions_or_gold_labels_leave_blank_cells_and_a_note(seeds, tmp_path, capsys):
+    out = tmp_path / "runs"
+    shutil.copytree(seeds.out, out)
+    (out / "ablate-mean-preqqp-s11712" / "sts-dev-output.csv").unlink()
+    lines = (out / "ablate-mean-ucl-s11711" / "sst-dev-output.csv").read_text().splitlines()
+    (out / "ablate-mean-ucl-s11711" / "sst-dev-output.csv").write_text("\n".join(lines[:-1]) + "\n")  # one id short
+    assert main([str(out), "--out", str(tmp_path / "t")]) == 0
+    captured = capsys.readouterr()
+    table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(captured.out)[2:]}
+    for run in ("ablate-mean-preqqp", "ablate-mean-ucl"):
+        assert table[run]["Δ vs FT"] == table[run]["95% CI"] == "" and table[run]["seeds"] == "3"
+    assert table["ablate-mean-smart"]["95% CI"] != ""   # the others still have theirs
+    notes = [line for line in captured.err.splitlines() if line.startswith("note:")]
+    assert any(n.startswith("note: ablate-mean-preqqp: no Δ vs FT:") and
+               n.endswith("ablate-mean-preqqp-s11712/sts-dev-output.csv: No such file or directory") for n in notes)
+    assert any(n.startswith("note: ablate-mean-ucl: no Δ vs FT:") and "no prediction for 1 of the 60 dev examples"
+               in n for n in notes)
+    assert "Traceback" not in captured.err
+    csv_line = read_csv_rows(tmp_path / "t.csv")["ablate-mean-preqqp"]
+    assert [csv_line[c] for c in ("Δ vs FT", "95% CI low", "95% CI high", "95% CI excludes 0")] == ["", "", "", ""]
+
+    (tmp_path / "empty").mkdir()   # --data_dir without the dev files: no interval anywhere, still a table
+    assert main([str(out), "--out", str(tmp_path / "t"), "--data_dir", str(tmp_path / "empty")]) == 0
+    captured = capsys.readouterr()
+    assert all(line[COLUMNS.index("95% CI")] == "" for line in markdown_rows(captured.out)[2:])
+    assert "gold labels:" in captured.err and "ids-sst-dev.csv" in captured.err and "Traceback" not in captured.err
+
+
+def test_data_dir_flag_replaces_the_recorded_one(seeds, tmp_path, capsys):
+    out = tmp_path / "runs"
+    shutil.copytree(seeds.out, out)
+    for path in out.glob("*/metrics.json"):   # recorded on another machine: that data folder is not here ...
+        path.write_text(path.read_text().replace(json.dumps(str(seeds.data)), json.dumps("/elsewhere/data")))
+    assert main([str(out), "--out", str(tmp_path / "a")]) == 0
+    assert "gold labels: data file not found: /elsewhere/data/ids-sst-dev.csv" in capsys.readouterr().err
+    assert main([str(out), "--out", str(tmp_path / "b"), "--data_dir", str(seeds.data)]) == 0   # ... --data_dir is
+    assert "no Δ vs FT" not in capsys.readouterr().err
+    assert read_csv_rows(tmp_path / "b.csv")["ablate-mean-preqqp"]["95% CI excludes 0"] == "✓"
+
+
+def test_forest_plot_is_written_beside_the_table(seeds, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main([str(seeds.out), "--out", str(tmp_path / "t")]) == 0
+    png = (tmp_path / "t-forest.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5_000
+    assert "t-forest.png" in capsys.readouterr().err
+
+
+def test_without_matplotlib_the_report_says_so_once_and_writes_the_table(seeds, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # makes `import matplotlib` raise ImportError
+    (tmp_path / "t-forest.png").write_bytes(b"stale")
+    assert main([str(seeds.out), "--out", str(tmp_path / "t")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("matplotlib is not installed, so no t-forest.png (pip install matplotlib)") == 1
+    assert (tmp_path / "t.md").is_file() and (tmp_path / "t.csv").is_file()
+    assert not (tmp_path / "t-forest.png").exists()   # no picture of an older table left beside this one
 
 
 # ---- scripts/ablate.sh ----------------------------------------------------------------------------
@@ -248,17 +541,45 @@ def test_ablate_dry_run_commands_parse_with_run_multitask(tmp_path):
 def test_ablate_rejects_an_unknown_row_or_option():
     assert ablate("--only", "no-such-row").returncode == 2
     assert ablate("--bogus").returncode == 2
+    for seeds in ("0", "two"):
+        assert ablate("--seeds", seeds, "--list").returncode == 2, seeds
+
+
+def test_ablate_seeds_runs_each_row_with_consecutive_seeds_from_the_default(tmp_path):
+    first = TrainConfig().seed
+    assert first == 11711
+    result = ablate("--seeds", "2", "--dry_run", "--only", "mean-smart", "--out_dir", str(tmp_path),
+                    "--", "--data_dir", "somewhere", "--seed", "5", env={"PYTHON": sys.executable})
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(line) for line in result.stdout.splitlines()]
+    assert len(commands) == 2 and not any(tmp_path.iterdir())
+    for command, seed in zip(commands, (first, first + 1)):
+        assert command[-2:] == ["--seed", str(seed)]   # last: wins over a --seed among the extra flags
+        config = run_multitask.parse_config(command[2:])
+        assert config.train.seed == seed and config.output.run_name == f"ablate-mean-smart-s{seed}"
+        assert config.smart.smart and config.data.data_dir == "somewhere"
+    listed = ablate("--seeds", "2", "--list", "--only", "mean-smart").stdout.splitlines()
+    (row,) = [f"{name} {' '.join(flags)}" for name, flags in grid_rows() if name == "mean-smart"]
+    assert listed == [f"{row} --seed {first}", f"{row} --seed {first + 1}"]
+
+
+def test_ablate_one_seed_is_the_grid_as_before():
+    one_seed = ablate("--seeds", "1", "--dry_run", "--only", "ft").stdout
+    assert one_seed == ablate("--dry_run", "--only", "ft").stdout
+    (command,) = [shlex.split(line) for line in one_seed.splitlines()]
+    assert "--seed" not in command and command[command.index("--run_name") + 1] == "ablate-ft"
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # Stand-in for python: `-m training.tools.*` goes to the real interpreter; a run_multitask.py call writes
-# a finished metrics.json (with the --ucl flag in its config), except for SMART rows, which fail.
+# a finished metrics.json (with the --ucl and --seed flags in its config), except for SMART rows, which fail.
 if [[ "$1" == "-m" ]]; then exec "{python}" "$@"; fi
 shift
 while (($# > 0)); do
   case "$1" in
     --run_name) name="$2"; shift 2;;
     --out_dir) out="$2"; shift 2;;
+    --seed) seed="$2"; shift 2;;
     --smart) smart=1; shift;;
     --ucl) ucl=true; shift;;
     *) shift;;
@@ -267,7 +588,7 @@ done
 if [[ -n "${{smart:-}}" ]]; then echo "error: boom" >&2; exit 1; fi
 mkdir -p "$out/$name"
 cat > "$out/$name/metrics.json" <<EOF
-{{"status": "finished", "config": {{"contrastive": {{"ucl": ${{ucl:-false}}}}}},
+{{"status": "finished", "config": {{"contrastive": {{"ucl": ${{ucl:-false}}}}, "train": {{"seed": ${{seed:-11711}}}}}},
  "dev": {{"sst": 0.5, "qqp": 0.7, "sts": 0.6}}, "wall_seconds": 60}}
 EOF
 """
@@ -293,3 +614,22 @@ def test_ablate_loop_reports_failures_goes_on_and_builds_the_table(tmp_path):
     table = {line[0]: line for line in markdown_rows(result.stdout)[2:]}
     assert set(table) == {"ablate-ft (FT)", "ablate-mean-ucl", "ablate-cls"}
     assert (out / "ablation.md").is_file() and (out / "ablation.csv").is_file()
+
+
+def test_ablate_loop_with_seeds_skips_finished_runs_and_the_report_pools_them(tmp_path):
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    out = tmp_path / "grid"
+    env = {"PYTHON": str(fake), "OMP_NUM_THREADS": "1"}
+    first = ablate("--seeds", "2", "--only", "ft", "mean-ucl", "--out_dir", str(out), env=env, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("ablate-")) == \
+        ["ablate-ft-s11711", "ablate-ft-s11712", "ablate-mean-ucl-s11711", "ablate-mean-ucl-s11712"]
+    assert "4 ok, 0 failed, 0 skipped" in first.stdout
+    table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(first.stdout)[2:]}
+    assert set(table) == {"ablate-ft (FT)", "ablate-mean-ucl"}
+    assert table["ablate-ft (FT)"]["seeds"] == table["ablate-mean-ucl"]["seeds"] == "2"
+    again = ablate("--seeds", "2", "--only", "ft", "mean-ucl", "--out_dir", str(out), env=env, timeout=120)
+    assert "0 ok, 0 failed, 4 skipped" in again.stdout
+    assert any(line.startswith("ft-s11712 ") and "skipped" in line for line in again.stdout.splitlines())

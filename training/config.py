@@ -56,7 +56,8 @@ class DataConfig:
 @dataclass
 class TrainConfig:
     tasks: str = flag(",".join(DEFAULT_TASKS), f"comma-separated tasks to train and predict, from {', '.join(TASKS)}")
-    epochs: int = flag(3, "multi-task epochs")
+    epochs: int = flag(3, "multi-task epochs; 0: the stages alone (e.g. --ucl), the run keeps the encoder they "
+                          "leave (no heads, no predictions)")
     lr: float = flag(5e-5, "learning rate of the encoder")
     head_lr: float = flag(1e-3, "learning rate of the task heads (higher than the encoder's: they start from scratch)")
     weight_decay: float = flag(0.01, "decoupled weight decay of AdamW")
@@ -105,6 +106,13 @@ class ContrastiveConfig:
     ucl_steps: int | None = flag(None, "cap on unsupervised SimCSE batches per epoch", type=int)
     ucl_batch_size: int = flag(64, "unsupervised SimCSE batch size")
     ucl_lr: float = flag(3e-5, "unsupervised SimCSE learning rate")
+    ucl_max_length: int | None = flag(None, "truncate unsupervised SimCSE sentences to this many word pieces "
+                                            "(Gao et al. use 32; unset: --max_length)", type=int)
+    ucl_eval_every: int = flag(0, "every N unsupervised SimCSE steps (and before the first, and after the last) "
+                                  "score the encoder on STS dev (Spearman of cosines, the run's --pooling) and end "
+                                  "the stage with the best step's encoder (0: never)")
+    ucl_eval_data: str | None = flag(None, "STS file for --ucl_eval_every, any layout training.tools."
+                                           "evaluate_embeddings reads (default: sts-dev.csv of --data_dir)", type=str)
     scl: bool = flag(False, "supervised SimCSE stage (positives and hard negatives)")
     scl_data: str | None = flag(None, "CSV of sent0,sent1,hard_neg triples (default: built from QQP and STS "
                                       "training pairs)", type=str)
@@ -194,7 +202,7 @@ class RunConfig:
             raise ValueError(f"--run_name {name!r} must be a plain folder name (no '/', not '..'): runs are "
                              f"written inside --out_dir")
         checks = [
-            (self.train.epochs >= 1, "--epochs must be at least 1"),
+            (self.train.epochs >= 0, "--epochs must not be negative"),
             (self.train.lr > 0, "--lr must be positive"),
             (self.train.head_lr > 0, "--head_lr must be positive"),
             (self.train.weight_decay >= 0, "--weight_decay must not be negative"),
@@ -221,13 +229,22 @@ class RunConfig:
             (min(self.contrastive.ucl_lr, self.contrastive.scl_lr, self.contrastive.lcl_lr) > 0,
              "--ucl_lr, --scl_lr and --lcl_lr must be positive"),
             (self.contrastive.hard_negative_weight > 0, "--hard_negative_weight must be positive"),
+            (self.contrastive.ucl_max_length is None or self.contrastive.ucl_max_length >= 3,
+             "--ucl_max_length must be at least 3"),
+            (self.contrastive.ucl_eval_every >= 0, "--ucl_eval_every must not be negative"),
             (self.output.save_every >= 0, "--save_every must not be negative"),
             (self.output.keep_checkpoints >= 1, "--keep_checkpoints must be at least 1"),
             (not (self.speed.sparse_embeddings and self.speed.compile),
              "--sparse_embeddings and --compile do not go together (torch.compile cannot build the sparse "
              "embedding backward); choose one"),
         ]
+        stages_only = self.train.epochs == 0
         checks += [
+            (not stages_only or any((self.contrastive.ucl, self.contrastive.scl, self.contrastive.lcl)),
+             "--epochs 0 runs the stages alone: give --ucl, --scl or --lcl (or train at least one epoch)"),
+            (not (stages_only and self.train.pre_qqp),
+             "--pre_qqp trains the paraphrase head, which a run with --epochs 0 does not keep (it keeps the "
+             "encoder alone); train at least one epoch"),
             (not self.train.pre_qqp or "qqp" in tasks, "--pre_qqp trains the qqp task: add qqp to --tasks"),
             (not self.contrastive.scl or self.contrastive.scl_data or {"qqp", "sts"} <= set(tasks),
              "--scl builds its triples from QQP and STS pairs: add qqp and sts to --tasks, or give --scl_data"),

@@ -4,30 +4,38 @@ A run is a sequence of stages, each an *objective* trained by the one loop (``tr
 unsupervised SimCSE → supervised SimCSE → label-contrastive → QQP pre-training → multi-task
 training, the first four switched on by their flags. ``EXTENSIONS`` is the only list of the
 extensions: the stage order, the report's columns and the ablation grid's rows all come from it.
-``Run`` is everything a stage needs, built once by ``training/trainer.py``.
+``Run`` is everything a stage needs, built once by ``training/trainer.py``. With ``--epochs 0`` a run
+is its stages alone (``splits_needed`` says which files that reads).
 """
 from __future__ import annotations
 
 import itertools
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
 
 from data.contrastive import read_sentences, read_triples, sentences_from_examples, triples_from_pairs
 from data.readers import DataError, Example
-from minbert import AdamW
+from data.senteval import PairDataset, load_dataset
+from minbert import AdamW, BertTokenizer
 
 from .config import RunConfig
 from .device import to_device
 from .evaluate import TaskPredictions, predict
 from .losses import info_nce, label_contrastive_loss
 from .loop import Objective, TrainingLoop
+from .resume import rng_state, set_rng_state
 from .run_log import RunLog
+from .runs import encode
 from .schedule import RoundRobinScheduler
+from .similarity import DEFAULT_BATCH_SIZE, correlations, score_dataset
 from .task_loss import TaskLoss
 from .tasks import TASKS, format_metrics, overall_score
+
+STS_DEV_FILE = TASKS["sts"].files["dev"]   # --ucl_eval_every scores this file of the data directory by default
 
 
 @dataclass
@@ -37,14 +45,16 @@ class Run:
     config: RunConfig
     model: torch.nn.Module                     # heads.MultitaskBert
     forward_model: torch.nn.Module             # the same, or its DistributedDataParallel wrapper
-    splits: dict[str, dict[str, list[Example]]]   # task -> split -> examples, for the tasks of --tasks
-    loader: Callable                           # (examples, batch_size, shuffle, seed) -> DataLoader
+    splits: dict[str, dict[str, list[Example]]]   # task -> split -> examples, as ``splits_needed`` says
+    loader: Callable                           # (examples, batch_size, shuffle, seed, max_length=None) -> DataLoader
     device: torch.device
     log: RunLog                                # log(info), log.result(epoch lines, warnings)
     optimizer: torch.optim.Optimizer           # encoder + heads (+ learned loss weights)
     task_loss: TaskLoss
     loop: TrainingLoop
     on_epoch_end: Callable[[dict], None] = lambda record: None   # e.g. write metrics.json so far
+    tokenizer: BertTokenizer | None = None     # for scoring the encoder on STS (--ucl_eval_every)
+    data_dir: Path | None = None               # None when the run reads no task file
 
 
 # ---- the stages before multi-task training -------------------------------------------------------
@@ -65,8 +75,13 @@ def ucl_stage(run: Run) -> dict:
         first, second = run.forward_model(None, [inputs[0]])[0], run.model.embed(inputs[0])
         return info_nce(first, second, run.config.model.temp)
 
+    sts_dev = None
+    if c.ucl_eval_every:
+        path = Path(c.ucl_eval_data) if c.ucl_eval_data else run.data_dir / STS_DEV_FILE
+        sts_dev = StsDevCurve(run, load_dataset(path), c.ucl_eval_every)
+        run.log(f"ucl: STS dev Spearman every {c.ucl_eval_every} steps on {sts_dev.pairs} pairs of {path}")
     return _contrastive(run, "ucl", corpus, c.ucl_epochs, c.ucl_steps, c.ucl_batch_size, c.ucl_lr, loss_fn,
-                        source=source, unit="sentence")
+                        source=source, unit="sentence", max_length=c.ucl_max_length, sts_dev=sts_dev)
 
 
 def scl_stage(run: Run) -> dict:
@@ -158,17 +173,46 @@ def enabled_stages(config: RunConfig) -> list[tuple[str, Callable[[Run], dict]]]
     return [(e.flag, e.stage) for e in EXTENSIONS if e.stage is not None and e.enabled(config)]
 
 
+def splits_needed(config: RunConfig) -> dict[str, tuple[str, ...]]:
+    """Task -> the splits a run reads. Multi-task training reads every task's train, dev and (if
+    there is one) test file. The stages alone (``--epochs 0``) read only the training sets they build
+    their data from: none when their corpora come from files (``--ucl_data``, ``--scl_data``)."""
+    tasks = config.task_names()
+    if config.train.epochs > 0:
+        return {name: ("train", "dev", "test") for name in tasks}
+    c, read = config.contrastive, set()
+    if c.ucl and not c.ucl_data:
+        read.update(tasks)
+    if c.scl and not c.scl_data:
+        read.update(("qqp", "sts"))
+    if c.lcl:
+        read.add(config.lcl_task())
+    return {name: ("train",) for name in tasks if name in read}
+
+
+def data_files_needed(config: RunConfig) -> list[str]:
+    """The files the run needs in the data directory (a task's test file is optional)."""
+    files = [TASKS[name].files[split] for name, splits in splits_needed(config).items()
+             for split in splits if split != "test"]
+    c = config.contrastive
+    if c.ucl and c.ucl_eval_every and not c.ucl_eval_data and STS_DEV_FILE not in files:
+        files.append(STS_DEV_FILE)
+    return files
+
+
 # ---- objectives ----------------------------------------------------------------------------------
 class ContrastiveObjective(Objective):
     """A SimCSE-style stage: its own AdamW over the encoder, a loss on sentence vectors.
-    A batch of one sentence has no in-batch negative and is left out."""
+    A batch of one sentence has no in-batch negative and is left out. With ``sts_dev`` the stage is
+    scored on STS dev as it trains and ends with its best step's encoder (``StsDevCurve``)."""
 
     def __init__(self, run: Run, name: str, loader, epochs: int, max_steps: int | None, lr: float, loss_fn,
-                 encoder_params: list[torch.nn.Parameter]):
+                 encoder_params: list[torch.nn.Parameter], sts_dev: StsDevCurve | None = None):
         self.run, self.name, self.log_prefix, self.epochs = run, name, f"{name} ", epochs
         self.loader, self.loss_fn = loader, loss_fn
         self.per_epoch = len(loader) if max_steps is None else min(len(loader), max_steps)
         self.optimizer = AdamW(encoder_params, lr=lr, weight_decay=run.config.train.weight_decay)
+        self.sts_dev = sts_dev
 
     def batches(self):
         # Starting an iterator draws the loader's worker seed from its generator. Earlier versions
@@ -184,10 +228,118 @@ class ContrastiveObjective(Objective):
         loss = self.loss_fn([to_device(encoding, self.run.device) for encoding in batch["inputs"]], batch)
         return loss, {self.name: loss}
 
+    def start(self, progress: dict) -> None:
+        if self.sts_dev is not None:
+            self.sts_dev.start(progress.setdefault("sts_dev", {}))
+
+    def after_step(self) -> None:
+        if self.sts_dev is not None:
+            self.sts_dev.step_done()
+
+    def end_epoch(self, record: dict, progress: dict) -> str:
+        if self.sts_dev is None:
+            return ""
+        if record["epoch"] == self.epochs:
+            self.sts_dev.score_last_step()
+        return self.sts_dev.describe()
+
+    def result(self, progress: dict) -> dict:
+        result = super().result(progress)
+        if self.sts_dev is not None:
+            result["sts_dev"] = self.sts_dev.end_with_best()
+        return result
+
+
+class StsDevCurve:
+    """SimCSE's model selection (Gao et al. 2021, Appendix A; ``--eval_steps 125`` and
+    ``--load_best_model_at_end`` in their example script): every ``every`` steps the encoder is scored
+    on STS dev (Spearman of the cosines of its sentence vectors, the run's ``--pooling``, scored as
+    ``training.tools.evaluate_embeddings`` scores), also before the first step and after the last, and
+    the stage ends with the best step's encoder.
+
+    The ``[step, spearman]`` points live in ``data`` (the stage's checkpointed progress, as
+    ``LossCurve`` keeps its state), the best weights in ``best`` (saved with the optimizer states), so
+    a resumed stage continues both. Scoring leaves every RNG as it found it: the stage trains exactly
+    as it would without the curve.
+    """
+
+    def __init__(self, run: Run, dataset: PairDataset, every: int):
+        self.run, self.dataset, self.every = run, dataset, every
+        self.pairs = sum(len(subset.gold) for subset in dataset.subsets)
+        self.best = EncoderSnapshot()
+        self.data: dict = {}
+
+    def start(self, data: dict) -> None:
+        """Take the curve's state (the saved one when resuming); a fresh curve scores step 0."""
+        self.data = data
+        data.setdefault("data", str(self.dataset.path))
+        data.setdefault("every", self.every)
+        for key, empty in (("step", 0), ("curve", []), ("best", None)):
+            data.setdefault(key, empty)
+        if not data["curve"]:
+            self.score()
+
+    def step_done(self) -> None:
+        self.data["step"] += 1
+        if self.data["step"] % self.every == 0:
+            self.score()
+
+    def score_last_step(self) -> None:
+        if self.data["curve"][-1][0] != self.data["step"]:
+            self.score()
+
+    def score(self) -> None:
+        run, saved_rng = self.run, rng_state()
+        try:
+            scored = score_dataset(lambda sentences: encode(
+                run.model.bert, run.tokenizer, sentences, run.config.model.pooling, batch_size=DEFAULT_BATCH_SIZE,
+                max_length=run.config.data.max_length, progress=False), self.dataset)
+        finally:
+            set_rng_state(saved_rng)
+        spearman, step = correlations(scored)["all"]["spearman"], self.data["step"]
+        self.data["curve"].append([step, spearman])
+        if self.data["best"] is None or spearman > self.data["best"]["spearman"]:
+            self.data["best"] = {"step": step, "spearman": spearman}
+            self.best.take(run.model.bert)
+
+    def describe(self) -> str:
+        step, spearman = self.data["curve"][-1]
+        best = self.data["best"]
+        return f" | STS dev Spearman {spearman:.4f} at step {step} (best {best['spearman']:.4f} at step {best['step']})"
+
+    def end_with_best(self) -> dict:
+        """Load the best step's encoder; returns the curve for the stage's log."""
+        self.best.restore(self.run.model.bert)
+        best = self.data["best"]
+        self.run.log(f"ucl: ending with the encoder of step {best['step']} (STS dev Spearman {best['spearman']:.4f})")
+        return dict(self.data)
+
+
+class EncoderSnapshot:
+    """A copy of the encoder's weights on the CPU. Having ``state_dict``, it is saved with every
+    training checkpoint (``resume.resumable_state``) and restored on resume."""
+
+    def __init__(self):
+        self.weights: dict[str, torch.Tensor] = {}
+
+    def take(self, encoder: torch.nn.Module) -> None:
+        self.weights = {k: v.detach().to("cpu", copy=True) for k, v in encoder.state_dict().items()}
+
+    def restore(self, encoder: torch.nn.Module) -> None:
+        encoder.load_state_dict(self.weights)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self.weights)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.weights = dict(state)
+
 
 def _contrastive(run: Run, name: str, examples: list, epochs: int, max_steps: int | None, batch_size: int,
-                 lr: float, loss_fn, *, source: str, unit: str) -> dict:
-    """Train the encoder on ``examples`` (``unit``s read from ``source``, for the error message).
+                 lr: float, loss_fn, *, source: str, unit: str, max_length: int | None = None,
+                 sts_dev: StsDevCurve | None = None) -> dict:
+    """Train the encoder on ``examples`` (``unit``s read from ``source``, for the error message),
+    truncated to ``max_length`` word pieces (None: ``--max_length``).
 
     The loader keeps a short last batch, but ``ContrastiveObjective`` leaves out a batch of one:
     fewer than 2 examples would make a stage of no step at all, so that is an error."""
@@ -198,8 +350,9 @@ def _contrastive(run: Run, name: str, examples: list, epochs: int, max_steps: in
     if not encoder_params:
         run.log(f"{name}: the encoder is frozen (--option pretrain); skipping this stage")
         return {"skipped": "encoder frozen"}
-    loader = run.loader(examples, batch_size, True, run.config.train.seed + 200)
-    return run.loop.train(ContrastiveObjective(run, name, loader, epochs, max_steps, lr, loss_fn, encoder_params))
+    loader = run.loader(examples, batch_size, True, run.config.train.seed + 200, max_length=max_length)
+    return run.loop.train(ContrastiveObjective(run, name, loader, epochs, max_steps, lr, loss_fn, encoder_params,
+                                               sts_dev))
 
 
 class TaskObjective(Objective):

@@ -1,5 +1,6 @@
 """The multi-task run: read data, build the model, run the stages (SimCSE, pre-QQP, multi-task),
-keep the best epoch on dev, write predictions, metrics and the checkpoint.
+keep the best epoch on dev, write predictions, metrics and the checkpoint. With ``--epochs 0`` the
+run is its stages alone and keeps the encoder they leave (``finish_stages_only``).
 
 ``run(config)`` is the whole job; ``run_multitask.py`` only turns flags into a ``RunConfig``.
 With ``--resume RUN_DIR`` the run's saved configuration is used and training continues from the
@@ -35,7 +36,7 @@ from .resume import (Checkpoint, TrainingClock, latest_checkpoint, remove_tempor
                      TrainingDiverged)
 from .run_log import RunLog
 from .runs import build_model, model_directory, tokenizer_for
-from .stages import Run, enabled_stages, multitask_stage
+from .stages import Run, data_files_needed, enabled_stages, multitask_stage, splits_needed
 from .task_loss import TaskLoss
 from .tasks import TASKS, format_metrics, overall_score
 
@@ -73,14 +74,14 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     # Everything that can be wrong with the inputs (data, weights, vocabulary, corpora, settings the
     # model cannot take) is found before the run starts: a run that cannot start leaves nothing behind.
     try:
-        tasks = config.task_names()
-        data_dir = resolve_data_dir(config.data.data_dir, [TASKS[t].files[s] for t in tasks for s in ("train", "dev")])
+        data_files = data_files_needed(config)
+        data_dir = resolve_data_dir(config.data.data_dir, data_files) if data_files else None
         model_dir = model_directory(config.model.model)
         check_corpus_files(config)
         model = build_model(config, model_dir)
         check_against_model(config, model.bert.config, model_dir)
         tokenizer = tokenizer_for(model_dir, model.bert)
-        splits, data_report = read_all_splits(data_dir, tasks, config.data.strict, log)
+        splits, data_report = read_all_splits(data_dir, splits_needed(config), config.data.strict, log)
     except BaseException:
         if resume is None and place.is_main:
             release_run_dir(run_dir)
@@ -96,9 +97,10 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     try:
         write.json(metrics)
         log(f"run folder: {run_dir}" + (f"   processes: {place.world_size}" if place.enabled else ""))
-        metrics.update(data_dir=str(data_dir.resolve()), model_dir=str(model_dir), device=str(device), data=data_report)
-        _run(config, tokenizer, splits, model.to(device), write, device, place, precision, metrics, started, log,
-             resume)
+        metrics.update(data_dir=str(data_dir.resolve()) if data_dir else None, model_dir=str(model_dir),
+                       device=str(device), data=data_report)
+        _run(config, tokenizer, data_dir, splits, model.to(device), write, device, place, precision, metrics, started,
+             log, resume)
     except BaseException as err:
         metrics.update(status="interrupted" if isinstance(err, KeyboardInterrupt) else "failed",
                        error=f"{type(err).__name__}: {first_line(err)}", wall_seconds=round(time.time() - started, 1))
@@ -115,17 +117,19 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
 def check_against_model(config: RunConfig, bert: BertConfig, model_dir: Path) -> None:
     """Settings the model cannot take, found before the run starts rather than at the first long
     sentence (which may come in the test file, after all the training)."""
-    if config.data.max_length > bert.max_position_embeddings:
-        raise ValueError(f"--max_length {config.data.max_length} is more than the model's "
-                         f"{bert.max_position_embeddings} positions (max_position_embeddings in "
-                         f"{model_dir / 'config.json'}); give at most {bert.max_position_embeddings}")
+    for flag, length in (("--max_length", config.data.max_length),
+                         ("--ucl_max_length", config.contrastive.ucl_max_length)):
+        if length is not None and length > bert.max_position_embeddings:
+            raise ValueError(f"{flag} {length} is more than the model's {bert.max_position_embeddings} positions "
+                             f"(max_position_embeddings in {model_dir / 'config.json'}); give at most "
+                             f"{bert.max_position_embeddings}")
 
 
-def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: MultitaskBert, write: "RunFiles",
-         device: torch.device, place: Distributed, precision: Precision, metrics: dict, started: float, log: RunLog,
-         resume: Checkpoint | None) -> None:
+def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, splits: dict, model: MultitaskBert,
+         write: "RunFiles", device: torch.device, place: Distributed, precision: Precision, metrics: dict,
+         started: float, log: RunLog, resume: Checkpoint | None) -> None:
     run_dir = write.run_dir
-    log(f"data: {metrics['data_dir']}   model: {metrics['model_dir']}   device: {device}")
+    log(f"data: {metrics['data_dir'] or 'no task file'}   model: {metrics['model_dir']}   device: {device}")
     weighting = None
     if config.train.joint_loss:
         weighting = make_loss_weighting(config.train.loss_weighting, config.task_names(), config.parsed_loss_weights()).to(device)
@@ -140,10 +144,11 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     log(f"parameters: {sum(p.numel() for p in model.parameters()):,} in the model, {trained:,} trained "
         f"(option {config.model.option})")
 
-    def loader(examples, batch_size: int, shuffle: bool, seed: int = 0):
-        """Training loaders (shuffled) are sharded across processes; evaluation loaders are not."""
-        return make_loader(examples, tokenizer, config.data.max_length, batch_size, shuffle=shuffle, seed=seed,
-                           bucket=config.speed.bucket, shard=place.shard if shuffle else None)
+    def loader(examples, batch_size: int, shuffle: bool, seed: int = 0, max_length: int | None = None):
+        """Training loaders (shuffled) are sharded across processes; evaluation loaders are not.
+        Sentences are cut to ``max_length`` word pieces (None: ``--max_length``)."""
+        return make_loader(examples, tokenizer, max_length or config.data.max_length, batch_size, shuffle=shuffle,
+                           seed=seed, bucket=config.speed.bucket, shard=place.shard if shuffle else None)
 
     def on_epoch_end(progress: dict) -> None:
         if progress["improved"] and write.enabled:
@@ -169,7 +174,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
     task_loss = TaskLoss(model, device, config.smart, weighting, forward_model, place)
     run = Run(config, model, forward_model, splits, loader, device, log, optimizer, task_loss,
               TrainingLoop(precision, log, clock, config.train.max_grad_norm, grad_accum=config.train.grad_accum),
-              on_epoch_end)
+              on_epoch_end, tokenizer, data_dir)
     clock.components = {"run": run}
     metrics["stages"] = {}
     for name, stage in enabled_stages(config):
@@ -179,6 +184,9 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
             clock.end_stage(name, stage_log)
         metrics["stages"][name] = stage_log
         write.json(metrics)
+    if config.train.epochs == 0:
+        finish_stages_only(config, model, tokenizer, write, place, metrics, started, log)
+        return
     result = multitask_stage(run)
     history, best = result["epochs"], result["best"]
     metrics["loss_curves"] = result["loss_curves"]
@@ -220,15 +228,39 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, splits: dict, model: Multi
                f"-> {run_dir}")
 
 
-def read_all_splits(data_dir: Path, tasks: list[str], strict: bool,
+def finish_stages_only(config: RunConfig, model: MultitaskBert, tokenizer: BertTokenizer, write: RunFiles,
+                       place: Distributed, metrics: dict, started: float, log: RunLog) -> None:
+    """End a run of the stages alone (``--epochs 0``): no epoch was scored on dev, so the run keeps the
+    encoder the stages leave (after ``--ucl_eval_every``, the best step's), without heads, in
+    ``checkpoint/`` (for ``--model RUN`` and the embedding tools); no predictions."""
+    if not write.enabled:  # only process 0 writes
+        return
+    run_dir = write.run_dir
+    encoder = {k: v for k, v in model.state_dict().items() if k.startswith("bert.")}
+    save_checkpoint(run_dir / "checkpoint", encoder, model.bert.config, config_dict(config), tokenizer)
+    metrics.update(status="finished", wall_seconds=round(time.time() - started, 1),
+                   torch_threads=torch.get_num_threads(), finished=datetime.now().isoformat(timespec="seconds"),
+                   processes=place.world_size)
+    write.json(metrics)
+    write.curves(metrics, log)
+    if not config.output.keep_training_state:
+        remove_training_state(run_dir)
+    log.result(f"stages {', '.join(metrics['stages'])} done, no multi-task epochs (--epochs 0): encoder saved in "
+               f"{run_dir / 'checkpoint'} ({metrics['wall_seconds']:.0f} s) -> {run_dir}")
+
+
+def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], strict: bool,
                     log) -> tuple[dict[str, dict[str, list[Example]]], dict]:
-    """Every chosen task's train/dev (labelled) and test (unlabelled, if present) examples."""
+    """The ``needed`` splits of each task (``stages.splits_needed``): train/dev (labelled) and test
+    (unlabelled, if present) examples."""
     splits: dict[str, dict[str, list[Example]]] = {}
     report = {}
-    for name in tasks:
+    for name, wanted in needed.items():
         task = TASKS[name]
         splits[name] = {}
         for split, file_name in task.files.items():
+            if split not in wanted:
+                continue
             path = data_dir / file_name
             if split == "test" and not path.is_file():
                 continue  # reported when predictions are written
@@ -245,11 +277,14 @@ def read_all_splits(data_dir: Path, tasks: list[str], strict: bool,
 
 
 def check_corpus_files(config: RunConfig) -> None:
-    """The SimCSE corpus files given by flag exist (one line naming the flag)."""
+    """The SimCSE corpus files (and the STS file of ``--ucl_eval_every``) given by flag exist (one line
+    naming the flag)."""
     c = config.contrastive
     for on, flag, path in ((c.ucl, "--ucl_data", c.ucl_data), (c.scl, "--scl_data", c.scl_data)):
         if on and path and not Path(path).is_file():
             raise DataError(f"{flag} {path}: no such file")
+    if c.ucl and c.ucl_eval_every and c.ucl_eval_data and not Path(c.ucl_eval_data).exists():
+        raise DataError(f"--ucl_eval_data {c.ucl_eval_data}: no such file or folder")
 
 
 def adamw_impl(config: RunConfig) -> dict:

@@ -1,17 +1,23 @@
-"""The ablation table: one row per run folder, built from each run's ``metrics.json``.
+"""The ablation table: one row per configuration, its seeds pooled, from each run's ``metrics.json``
+and dev predictions.
 
-    python -m training.tools.report predictions/ablate        # writes predictions/ablate/ablation.{md,csv}
-    python -m training.tools.report predictions/ --out results/table --sort name
+    python -m training.tools.report predictions/ablate   # predictions/ablate/ablation.{md,csv}, ablation-forest.png
+    python -m training.tools.report predictions/ --out results/table --sort name --bootstrap 0
 
 Columns: the run, its pooling, one on/off column per extension (``training.stages.EXTENSIONS``, in
-stage order: U-CL, S-CL, LCL, pre-QQP, joint-loss, SMART), one dev metric column per task the runs
-trained (``training.tasks.TASKS``: SST acc, QQP acc, STS Pearson, ...), the average, the run's wall
-time and its status.
+stage order: U-CL, S-CL, LCL, pre-QQP, joint-loss, SMART), the number of seeds, one dev metric column
+per task the runs trained (``training.tasks.TASKS``: SST acc, QQP acc, STS Pearson, ...), the
+average, the difference to the FT baseline with its 95 % interval, the wall time and the status.
 
 Rules, so the table can be read without this file:
 
 - A *run* is an immediate subfolder holding ``metrics.json``, a ``*-output.csv`` or ``checkpoint/``;
   anything else (README.md, a logs folder) is ignored.
+- Finished runs whose saved configs are equal but for the seed (``train.seed``) and where or how a
+  run reports or is stored (the ``output`` section, ``train.device``) are one row, their *seeds*. It
+  is named after them without the ``-s<seed>`` suffix that ``scripts/ablate.sh --seeds`` gives (else
+  after the first); each metric is their mean, ``± `` the sample std (ddof 1) from two seeds on, and
+  the wall time their mean. A finished run without a saved config is a row of its own.
 - Flags are looked up by name in any section of the saved config (``pooling`` may live in ``model``
   today and elsewhere tomorrow); a flag absent from the config counts as off. A run without a readable
   config (no or corrupt ``metrics.json``) shows blank flag cells.
@@ -19,11 +25,25 @@ Rules, so the table can be read without this file:
   only); ``(FT)`` for ``--option finetune`` with every extension off (any pooling).
 - average = ``training.tasks.overall_score`` of the run's dev metrics: for SST, QQP and STS the
   CS224N score (SST + QQP + (STS + 1) / 2) / 3.
+- Δ vs FT = the row's average minus its baseline's: the FT row of the same pooling, else the first FT
+  row by name (the footer names them). Both are recomputed from the dev prediction files
+  (``<task prefix>-dev-output.csv``), matched by id to the gold labels of the run's data folder
+  (``metrics.json`` ``data_dir``, or ``--data_dir``). 95% CI = paired bootstrap
+  (``training.tools.bootstrap``): each task's dev examples are resampled with replacement
+  (``--bootstrap`` resamples, default 1000, seed ``--bootstrap_seed``, default 0), row and baseline
+  are scored on the same resamples (a row of several seeds: the mean of its seeds' scores), and the
+  interval is the 2.5th to 97.5th percentile of the differences; ``*`` marks one that excludes 0.
+  These cells are blank for the baselines themselves, with ``--bootstrap 0``, and where predictions
+  or gold labels cannot be read (a note on stderr says why).
 - Finished runs come first, by average (highest first) or by name; every other run follows, by
   name, with its status and blank metrics: ``incomplete (running)`` (still running, or killed),
-  ``incomplete (no metrics.json)``, ``failed: <error>``, ``corrupt metrics.json``.
-- Markdown shows metrics with 3 decimals and wall time in minutes with 1; the CSV has the same rows and
-  cells at full precision.
+  ``incomplete (no metrics.json)``, ``failed: <error>``, ``corrupt metrics.json``. These are never
+  pooled.
+- Markdown shows metrics as mean ± std with 3 decimals, Δ and the interval signed, wall time in
+  minutes with 1 decimal; the CSV has the same rows at full precision, each metric's std and the
+  interval's ends in columns of their own.
+- ``<prefix>-forest.png`` (when matplotlib is installed) draws each row's Δ vs FT and interval, with
+  a line at 0.
 """
 from __future__ import annotations
 
@@ -33,21 +53,30 @@ import io
 import json
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import numpy as np
 
 from minbert.atomic import write_text_atomic
 
 from ..cli import run_command
+from ..curves import MatplotlibMissing
 from ..stages import EXTENSIONS
 from ..tasks import DEFAULT_TASKS, TASKS, overall_score
+from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
 
 ON, OFF = "✓", "×"
 FINISHED = "finished"
 LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT = fine-tuning with no extension. "
-          "average = mean of the tasks' dev scores, a Pearson r counted as (r + 1) / 2 (the CS224N score for "
+          "seeds = runs differing only in --seed, pooled: metrics are their mean ± sample std, wall time their "
+          "mean. average = mean of the tasks' dev scores, a Pearson r counted as (r + 1) / 2 (the CS224N score for "
           "SST, QQP and STS). Unfinished runs are listed last with blank metrics.")
 FLAG_COLUMNS = [e.column for e in EXTENSIONS]
+DELTA, INTERVAL = "Δ vs FT", "95% CI"
+# What the seeds of one row may differ in besides the seed: where and how a run reports or is stored.
+SEED_FREE_SECTIONS = ("output",)
+SEED_FREE_FIELDS = {"train": ("seed", "device")}
 
 
 def metric_column(task: str) -> str:
@@ -55,35 +84,68 @@ def metric_column(task: str) -> str:
 
 
 def columns(tasks=DEFAULT_TASKS) -> list[str]:
-    """The table's header for runs of ``tasks``."""
-    return ["run", "pooling", *FLAG_COLUMNS, *map(metric_column, tasks), "average", "wall (min)", "status"]
+    """The Markdown table's header for runs of ``tasks``."""
+    return ["run", "pooling", *FLAG_COLUMNS, "seeds", *map(metric_column, tasks), "average", DELTA, INTERVAL,
+            "wall (min)", "status"]
+
+
+def csv_columns(tasks=DEFAULT_TASKS) -> list[str]:
+    """The CSV's header: as ``columns``, with each metric's std and the interval's ends in columns of their own."""
+    metrics = [name for column in [*map(metric_column, tasks), "average"] for name in (column, f"{column} std")]
+    return ["run", "pooling", *FLAG_COLUMNS, "seeds", *metrics, DELTA, f"{INTERVAL} low", f"{INTERVAL} high",
+            f"{INTERVAL} excludes 0", "wall (min)", "status"]
 
 
 @dataclass
 class RunRow:
-    """One run folder as the table shows it; ``None`` means unknown (a blank cell)."""
+    """One run folder, or one line of the table (a finished configuration's seeds pooled, or an
+    unfinished run); ``None`` means unknown (a blank cell)."""
     run: str
     status: str
     flags: dict[str, bool] | None = None   # extension flag name -> on/off, None without a readable config
     pooling: str | None = None
     baseline: str = ""                     # "PT", "FT" or ""
-    dev: dict[str, float | None] = field(default_factory=dict)   # task -> dev metric
+    dev: dict[str, float | None] = field(default_factory=dict)   # task -> dev metric (the seeds' mean)
     average: float | None = None
     wall_minutes: float | None = None
+    # what pooling seeds and the bootstrap need to know about a run folder
+    folder: Path | None = None
+    data_dir: str | None = None            # the data folder the run read (its gold labels)
+    seed: object = None
+    group_key: str | None = None           # ``seed_group_key`` of its config
+    # a pooled line of the table
+    seed_runs: list[RunRow] = field(default_factory=list)
+    dev_std: dict[str, float | None] = field(default_factory=dict)
+    average_std: float | None = None
+    vs_ft: Difference | None = None
 
     @property
     def complete(self) -> bool:
         return self.status == FINISHED and self.average is not None
 
-    def cells(self, number, tasks=DEFAULT_TASKS) -> list[str]:
-        """The row's cells in ``columns(tasks)`` order; ``number(value, column)`` formats the floats."""
-        def num(value, column):
-            return "" if value is None else number(value, column)
+    def markdown_cells(self, tasks=DEFAULT_TASKS) -> list[str]:
+        """The cells under ``columns(tasks)``: 3 decimals, mean ± std."""
+        metrics = [_mean_std(self.dev.get(task), self.dev_std.get(task)) for task in tasks]
+        d = self.vs_ft
+        comparison = ["", ""] if d is None else \
+            [f"{d.observed:+.3f}", f"[{d.low:+.3f}, {d.high:+.3f}]" + (" *" if d.excludes_zero else "")]
+        wall = "" if self.wall_minutes is None else f"{self.wall_minutes:.1f}"
+        return [*self._label_cells(), *metrics, _mean_std(self.average, self.average_std), *comparison, wall,
+                self.status]
 
+    def csv_cells(self, tasks=DEFAULT_TASKS) -> list[str]:
+        """The cells under ``csv_columns(tasks)``, numbers at full precision."""
+        metrics = [_full(value) for task in tasks for value in (self.dev.get(task), self.dev_std.get(task))]
+        d = self.vs_ft
+        comparison = ["", "", "", ""] if d is None else \
+            [_full(d.observed), _full(d.low), _full(d.high), ON if d.excludes_zero else OFF]
+        return [*self._label_cells(), *metrics, _full(self.average), _full(self.average_std), *comparison,
+                _full(self.wall_minutes), self.status]
+
+    def _label_cells(self) -> list[str]:
         flags = ["" if self.flags is None else (ON if self.flags[e.flag] else OFF) for e in EXTENSIONS]
-        metrics = [num(self.dev.get(task), metric_column(task)) for task in tasks]
         return [f"{self.run} ({self.baseline})" if self.baseline else self.run, self.pooling or "", *flags,
-                *metrics, num(self.average, "average"), num(self.wall_minutes, "wall (min)"), self.status]
+                str(len(self.seed_runs)) if self.seed_runs else ""]
 
 
 def table_tasks(rows: list[RunRow]) -> list[str]:
@@ -93,11 +155,48 @@ def table_tasks(rows: list[RunRow]) -> list[str]:
 
 
 def collect_runs(folder: str | Path, sort: str = "average") -> list[RunRow]:
-    """Every run in ``folder`` (immediate subfolders only), sorted; raises if ``folder`` is not a folder."""
+    """The table's rows for the runs in ``folder``: seeds pooled, sorted."""
+    return sort_rows(pool_seeds(read_runs(folder)), sort)
+
+
+def read_runs(folder: str | Path) -> list[RunRow]:
+    """Every run in ``folder`` (immediate subfolders only, by name); raises if ``folder`` is not a folder."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder (give the parent folder of run folders, e.g. predictions/)")
-    return sort_rows([read_run(sub) for sub in sorted(folder.iterdir()) if looks_like_run(sub)], sort)
+    return [read_run(sub) for sub in sorted(folder.iterdir()) if looks_like_run(sub)]
+
+
+def pool_seeds(runs: list[RunRow]) -> list[RunRow]:
+    """One row per finished configuration (its runs in the given order); every other run as it is."""
+    groups: dict[object, list[RunRow]] = {}
+    for run in runs:
+        key = run.group_key if run.complete and run.group_key is not None else id(run)
+        groups.setdefault(key, []).append(run)
+    return [pooled(seeds) if seeds[0].complete else seeds[0] for seeds in groups.values()]
+
+
+def pooled(seeds: list[RunRow]) -> RunRow:
+    """The row of one configuration's finished seeds: each metric's mean and sample std, the mean wall time."""
+    names = {s.run.removesuffix(f"-s{s.seed}") for s in seeds}
+    walls = [s.wall_minutes for s in seeds if s.wall_minutes is not None]
+    per_task = {task: [s.dev[task] for s in seeds] for task in seeds[0].dev}
+    averages = [s.average for s in seeds]
+    return replace(seeds[0], run=names.pop() if len(names) == 1 else seeds[0].run, seed_runs=seeds,
+                   dev={task: _mean(values) for task, values in per_task.items()},
+                   dev_std={task: _std(values) for task, values in per_task.items()},
+                   average=_mean(averages), average_std=_std(averages), wall_minutes=_mean(walls) if walls else None)
+
+
+def seed_group_key(config) -> str | None:
+    """Runs with the same key differ only in their seed and in how they report: one row of the table.
+    None for a run without a saved config, which stays a row of its own."""
+    if not isinstance(config, dict) or not config:
+        return None
+    kept = {section: ({name: value for name, value in values.items() if name not in SEED_FREE_FIELDS.get(section, ())}
+                      if isinstance(values, dict) else values)
+            for section, values in config.items() if section not in SEED_FREE_SECTIONS}
+    return json.dumps(kept, sort_keys=True, default=str)
 
 
 def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
@@ -110,33 +209,91 @@ def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
     return done + sorted(rest, key=lambda r: r.run)
 
 
-def render_markdown(rows: list[RunRow]) -> str:
-    """A Markdown table (metrics to 3 decimals, wall time to 0.1 minute) followed by a one-line legend."""
+def compare_to_ft(rows: list[RunRow], resamples: int = 1000, seed: int = 0,
+                  data_dir: str | Path | None = None) -> tuple[str, list[str]]:
+    """Set ``vs_ft`` of every finished row but the baselines (paired bootstrap against the FT row of the
+    same pooling, else the first FT row by name); return the footer line naming them and the notes
+    on rows left without an interval. ``data_dir`` replaces the runs' own data folders."""
+    if resamples == 0:
+        return f"{DELTA} and {INTERVAL}: not computed (--bootstrap 0).", []
+    fts = sorted((row for row in rows if row.complete and row.baseline == "FT"), key=lambda row: row.run)
+    if not fts:
+        return f"{DELTA} and {INTERVAL}: no finished FT row to compare with.", []
+    ft_of = {}
+    for ft in fts:
+        ft_of.setdefault(ft.pooling, ft)
+    pairs = [(row, ft_of.get(row.pooling, fts[0])) for row in rows if row.complete]
+    pairs = [(row, ft) for row, ft in pairs if row is not ft]
+    runs = {run.folder: DevSource(run.folder, str(data_dir) if data_dir else run.data_dir, tuple(run.dev))
+            for row, ft in pairs for run in (*row.seed_runs, *ft.seed_runs)}
+    scores, failed = score_runs(runs.values(), resamples, seed)
+
+    def seed_scores(row: RunRow, role: str = ""):
+        for run in row.seed_runs:
+            if run.folder in failed:
+                raise Unavailable(f"{role}{failed[run.folder]}")
+        return [scores[run.folder] for run in row.seed_runs]
+
+    notes = []
+    for row, ft in pairs:
+        try:
+            row.vs_ft = paired_difference(seed_scores(row), seed_scores(ft, f"baseline {ft.run}: "))
+        except Unavailable as err:
+            notes.append(f"note: {row.run}: no {DELTA}: {err}")
+    against = (f"{fts[0].run}" if len(ft_of) == 1 else "the FT row of the same pooling ("
+               + ", ".join(f"{pooling or '?'}: {ft.run}" for pooling, ft in ft_of.items()) + f"; else {fts[0].run})")
+    footer = (f"{DELTA} = average minus that of {against}, both from the dev prediction files; {INTERVAL} = paired "
+              f"bootstrap percentile interval ({resamples} resamples of each task's dev examples, seed {seed}); "
+              f"* = the interval excludes 0.")
+    return footer, notes
+
+
+def render_markdown(rows: list[RunRow], footer: str = "") -> str:
+    """A Markdown table (metrics to 3 decimals, wall time to 0.1 minute) followed by the legend and ``footer``."""
     tasks = table_tasks(rows)
     header = columns(tasks)
     align = {"run": "---", "pooling": ":-:", "status": "---", **{c: ":-:" for c in FLAG_COLUMNS}}
     lines = [_md_line(header), _md_line([align.get(c, "--:") for c in header])]
-    lines += [_md_line(row.cells(_short_number, tasks)) for row in rows]
-    return "\n".join(lines) + "\n\n" + LEGEND + "\n"
+    lines += [_md_line(row.markdown_cells(tasks)) for row in rows]
+    return "\n".join(lines) + "\n\n" + LEGEND + "\n" + ("\n" + footer + "\n" if footer else "")
 
 
 def write_csv(rows: list[RunRow], path: str | Path) -> None:
-    """The same rows and cells as the Markdown table, numbers at full precision (UTF-8, ✓/×)."""
+    """The Markdown table's rows, numbers at full precision (UTF-8, ✓/×)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     tasks = table_tasks(rows)
-    writer.writerow(columns(tasks))
-    writer.writerows(row.cells(lambda value, column: repr(float(value)), tasks) for row in rows)
+    writer.writerow(csv_columns(tasks))
+    writer.writerows(row.csv_cells(tasks) for row in rows)
     write_text_atomic(path, buffer.getvalue())
+
+
+def write_forest(rows: list[RunRow], path: Path) -> bool:
+    """The rows' Δ vs FT and intervals as a PNG; False (and no stale picture left) when there is none to draw
+    or matplotlib is missing."""
+    lines = [(row.run, row.vs_ft) for row in rows if row.vs_ft is not None]
+    if lines:
+        try:
+            plot_forest(lines, path)
+            return True
+        except MatplotlibMissing as err:
+            print(f"note: {err}", file=sys.stderr)
+    path.unlink(missing_ok=True)
+    return False
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.tools.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="parent folder(s) of run folders")
     parser.add_argument("--out", type=Path, default=None,
-                        help="write PREFIX.md and PREFIX.csv (default: <first folder>/ablation)")
+                        help="write PREFIX.md, PREFIX.csv and PREFIX-forest.png (default: <first folder>/ablation)")
     parser.add_argument("--sort", choices=["average", "name"], default="average",
                         help="order of the finished runs (default: average, highest first)")
+    parser.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+                        help="bootstrap resamples of the dev sets for the interval of Δ vs FT (default: 1000; 0: off)")
+    parser.add_argument("--bootstrap_seed", type=int, default=0, help="seed of the resamples (default: 0)")
+    parser.add_argument("--data_dir", type=Path, default=None,
+                        help="folder with the dev files' gold labels (default: each run's data_dir in metrics.json)")
     args = parser.parse_args(argv)
     return run_command(lambda: execute(args))
 
@@ -144,15 +301,24 @@ def main(argv=None) -> int:
 def execute(args: argparse.Namespace) -> int:
     """The report's work; its errors (a missing folder, an --out that cannot be written) become one
     line in ``main``."""
-    rows = sort_rows([row for folder in args.folders for row in collect_runs(folder)], args.sort)
+    if args.bootstrap < 0 or args.bootstrap_seed < 0:
+        raise ValueError(f"--bootstrap and --bootstrap_seed must be >= 0, got {args.bootstrap} and "
+                         f"{args.bootstrap_seed}")
+    runs = [run for folder in args.folders for run in read_runs(folder)]
+    rows = sort_rows(pool_seeds(runs), args.sort)
     if not rows:
         print(f"note: no run folders in {', '.join(map(str, args.folders))}", file=sys.stderr)
+    footer, notes = compare_to_ft(rows, args.bootstrap, args.bootstrap_seed, args.data_dir)
+    for note in notes:
+        print(note, file=sys.stderr)
     prefix = args.out if args.out is not None else args.folders[0] / "ablation"
-    markdown = render_markdown(rows)
+    markdown = render_markdown(rows, footer)
     write_text_atomic(prefix.with_name(prefix.name + ".md"), markdown)
     write_csv(rows, prefix.with_name(prefix.name + ".csv"))
+    forest = write_forest(rows, prefix.with_name(prefix.name + "-forest.png"))
     print(markdown, end="")
-    print(f"({len(rows)} runs; wrote {prefix}.md and {prefix}.csv)", file=sys.stderr)
+    print(f"({len(rows)} rows from {len(runs)} runs; wrote {prefix}.md, {prefix}.csv"
+          f"{f' and {prefix}-forest.png' if forest else ''})", file=sys.stderr)
     return 0
 
 
@@ -165,19 +331,21 @@ def read_run(folder: Path) -> RunRow:
     """One run folder -> its row; never raises on a missing, corrupt or partial ``metrics.json``."""
     path = folder / "metrics.json"
     if not path.is_file():
-        return RunRow(folder.name, "incomplete (no metrics.json)")
+        return RunRow(folder.name, "incomplete (no metrics.json)", folder=folder)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         data = None
     if not isinstance(data, dict):
-        return RunRow(folder.name, "corrupt metrics.json")
+        return RunRow(folder.name, "corrupt metrics.json", folder=folder)
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
     flags = {e.flag: _is_on(find_flag(config, e.flag)) for e in EXTENSIONS}
     pooling = find_flag(config, "pooling")
     row = RunRow(folder.name, _status(data), flags, None if pooling is None else str(pooling).upper(),
                  _baseline(find_flag(config, "option", "finetune"), flags),
-                 wall_minutes=_minutes(data.get("wall_seconds")))
+                 wall_minutes=_minutes(data.get("wall_seconds")), folder=folder,
+                 data_dir=_text(data.get("data_dir") or find_flag(config, "data_dir")), seed=find_flag(config, "seed"),
+                 group_key=seed_group_key(config))
     if row.status == FINISHED:
         _fill_metrics(row, data.get("dev"))
     return row
@@ -245,8 +413,28 @@ def _minutes(seconds) -> float | None:
     return None if seconds is None else seconds / 60.0
 
 
-def _short_number(value: float, column: str) -> str:
-    return f"{value:.1f}" if column == "wall (min)" else f"{value:.3f}"
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values))
+
+
+def _std(values: list[float]) -> float | None:
+    """The sample std (ddof 1); None for one value, which has no spread to show."""
+    return float(np.std(values, ddof=1)) if len(values) >= 2 else None
+
+
+def _mean_std(mean: float | None, std: float | None) -> str:
+    """``0.482 ± 0.006``; ``0.482`` without a std; blank when unknown."""
+    if mean is None:
+        return ""
+    return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
+
+
+def _text(value) -> str | None:
+    return str(value) if value else None
+
+
+def _full(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
 
 
 def _md_line(cells: list[str]) -> str:

@@ -1,0 +1,216 @@
+"""Paired bootstrap of the overall dev score: is a row's difference to its FT baseline more than the
+luck of which dev examples happen to be in the dev set?
+
+A resample draws each task's dev examples with replacement, as many as the task has, each task on
+its own. Every run is scored on the same draws, so a row and its baseline are compared example by
+example (paired). A resample is kept as counts (how often each example was drawn), which makes a
+run's metric on it a weighted metric, so all runs and all resamples are a few matrix products. The
+draws depend only on the seed, the task and its number of dev examples: an interval is reproducible
+and does not change when other rows join the table.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, NamedTuple
+
+import numpy as np
+
+from data.readers import DataError, read_examples
+from minbert.atomic import atomic_path
+from minbert.errors import describe
+
+from ..curves import MatplotlibMissing
+from ..outputs import prediction_path
+from ..tasks import TASKS, Task, overall_score
+
+CHUNK = 100   # resamples drawn at once: memory is CHUNK × (dev examples of a task) counts
+
+
+class Unavailable(Exception):
+    """Why a run gets no interval: one line, shown as a note."""
+
+
+@dataclass(frozen=True)
+class DevSource:
+    """Where one run's dev predictions and their gold labels are."""
+    folder: Path
+    data_dir: str | None
+    tasks: tuple[str, ...]
+
+
+class TaskDev(NamedTuple):
+    """One task of one run: its dev predictions and the gold labels, in the dev file's order."""
+    predictions: np.ndarray
+    labels: np.ndarray
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Scores:
+    """A run's overall dev score on the full dev sets and on each resample."""
+    observed: float
+    resampled: np.ndarray           # shape (resamples,)
+    examples: tuple                 # (task, dev ids) scored: pairing needs the same ones
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A row's overall dev score minus its baseline's, with the bootstrap percentile interval."""
+    observed: float
+    low: float
+    high: float
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+
+def score_runs(runs: Iterable[DevSource], resamples: int, seed: int) -> tuple[dict[Path, Scores], dict[Path, str]]:
+    """Every readable run's ``Scores`` by folder, and why each other run could not be read."""
+    gold: dict[tuple[str, str], tuple[tuple[str, ...], np.ndarray]] = {}   # the dev files read so far
+    loaded: dict[DevSource, dict[str, TaskDev]] = {}
+    failed = {}
+    for run in runs:
+        try:
+            loaded[run] = _read_run(run, gold)
+        except Unavailable as err:
+            failed[run.folder] = str(err)
+    batches: dict[tuple, list[DevSource]] = {}   # runs scored together: same tasks, same gold labels
+    for run in loaded:
+        batches.setdefault((run.tasks, _folder_key(run.data_dir)), []).append(run)
+    scores = {}
+    for (tasks, _), batch in batches.items():
+        observed = [overall_score({t: TASKS[t].metric(loaded[run][t].predictions, loaded[run][t].labels)
+                                   for t in tasks}) for run in batch]
+        per_task = {t: _resampled_metric(TASKS[t], [loaded[run][t] for run in batch], resamples, seed) for t in tasks}
+        resampled = overall_score(per_task)   # unit scores averaged element-wise: shape (runs, resamples)
+        for run, score, curve in zip(batch, observed, resampled):
+            scores[run.folder] = Scores(score, curve, tuple((t, loaded[run][t].ids) for t in tasks))
+    return scores, failed
+
+
+def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 0.95) -> Difference:
+    """Row minus baseline, each the mean over its seeds, on the dev sets and on every resample; the
+    interval is the resampled differences' central ``level`` percentile range."""
+    if any(s.examples != baseline[0].examples for s in (*row, *baseline)):
+        raise Unavailable("not the same tasks and dev examples as the baseline")
+    observed = np.mean([s.observed for s in row]) - np.mean([s.observed for s in baseline])
+    differences = np.mean([s.resampled for s in row], axis=0) - np.mean([s.resampled for s in baseline], axis=0)
+    low, high = np.percentile(differences, [50 * (1 - level), 50 * (1 + level)])
+    return Difference(float(observed), float(low), float(high))
+
+
+def resample_counts(seed: int, task: str, n: int, resamples: int):
+    """Yield ``(chunk, n)`` arrays: how often each of ``n`` dev examples is drawn in each resample."""
+    rng = np.random.default_rng([seed, *task.encode()])
+    for start in range(0, resamples, CHUNK):
+        size = min(CHUNK, resamples - start)
+        draws = rng.integers(0, n, size=(size, n)) + n * np.arange(size)[:, None]
+        yield np.bincount(draws.ravel(), minlength=size * n).reshape(size, n).astype(float)
+
+
+def weighted_metric(metric: str, predictions: np.ndarray, gold: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``training.tasks`` ``metric`` of every run (rows of ``predictions``) on every resample (rows of
+    ``counts``), shape (runs, resamples): what ``Task.metric`` gives on the drawn examples."""
+    n = gold.size
+    if metric == "accuracy":
+        return (predictions == gold).astype(float) @ counts.T / n
+    if metric != "pearson":
+        raise ValueError(f"no weighted form of the metric {metric!r}: add one here")
+    x = predictions - predictions.mean(axis=1, keepdims=True)   # centred first: fewer rounding errors
+    y = gold - gold.mean()
+    mean_x, mean_y = x @ counts.T / n, counts @ y / n
+    square_x, square_y = (x * x) @ counts.T / n, counts @ (y * y) / n
+    var_x, var_y = square_x - mean_x ** 2, square_y - mean_y ** 2
+    cov = (x * y) @ counts.T / n - mean_x * mean_y
+    constant = (var_x <= 1e-12 * square_x) | (var_y <= 1e-12 * square_y)   # r undefined: 0, as pearson()
+    denominator = np.sqrt(np.where(constant, 1.0, var_x * var_y))
+    return np.where(constant, 0.0, cov / denominator)
+
+
+def plot_forest(lines: list[tuple[str, Difference]], path: Path) -> Path:
+    """One line per row: the difference to FT as a dot, its interval as a bar, a vertical line at 0."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MatplotlibMissing(f"matplotlib is not installed, so no {path.name} (pip install matplotlib)") from None
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.3 * len(lines)), constrained_layout=True)
+    for y, (_, d) in zip(range(len(lines), 0, -1), lines):   # the table's first row at the top
+        ax.errorbar(d.observed, y, xerr=[[d.observed - d.low], [d.high - d.observed]], fmt="o", capsize=3,
+                    color="black" if d.excludes_zero else "gray")
+    ax.axvline(0.0, color="tab:red", linewidth=1)
+    ax.set_yticks(range(len(lines), 0, -1), [name for name, _ in lines])
+    ax.set(xlabel="Δ overall dev score vs FT (95% paired bootstrap interval)", ylim=(0.4, len(lines) + 0.6))
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _resampled_metric(task: Task, runs: list[TaskDev], resamples: int, seed: int) -> np.ndarray:
+    """``task``'s metric of each run on each resample, shape (runs, resamples)."""
+    predictions, gold = np.stack([run.predictions for run in runs]), runs[0].labels
+    chunks = [weighted_metric(task.metric_name, predictions, gold, counts)
+              for counts in resample_counts(seed, task.name, gold.size, resamples)]
+    return np.concatenate(chunks, axis=1)
+
+
+def _read_run(run: DevSource, gold: dict) -> dict[str, TaskDev]:
+    """Each task's predictions and gold labels; ``gold`` caches the dev files already read."""
+    if not run.data_dir:
+        raise Unavailable(f"{run.folder / 'metrics.json'}: no data_dir (give --data_dir)")
+    read = {}
+    for name in run.tasks:
+        key = (_folder_key(run.data_dir), name)
+        if key not in gold:
+            gold[key] = _read_gold(Path(run.data_dir), TASKS[name])
+        ids, labels = gold[key]
+        read[name] = TaskDev(_read_predictions(prediction_path(run.folder, TASKS[name], "dev"), TASKS[name], ids),
+                             labels, ids)
+    return read
+
+
+def _folder_key(data_dir: str) -> str:
+    return str(Path(data_dir).resolve())
+
+
+def _read_gold(data_dir: Path, task: Task) -> tuple[tuple[str, ...], np.ndarray]:
+    """The ids and gold labels of ``task``'s dev file, read as training reads it."""
+    try:
+        examples, _ = read_examples(data_dir / task.files["dev"], task.text_columns, task.label_column,
+                                    task.label_type, task.num_classes, task.score_range)
+    except (DataError, OSError, ValueError) as err:
+        raise Unavailable(f"gold labels: {describe(err)}") from None
+    return tuple(e.id for e in examples), np.array([e.label for e in examples], dtype=float)
+
+
+def _read_predictions(path: Path, task: Task, ids: tuple[str, ...]) -> np.ndarray:
+    """The predictions in ``path`` (CS224N layout: id, prediction column) for ``ids``, matched by id."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = [row for row in csv.reader(f) if row]
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise Unavailable(describe(err) if isinstance(err, OSError) else f"{path}: {describe(err)}") from None
+    header = rows[0] if rows else []
+    if "id" not in header or task.prediction_column not in header:
+        raise Unavailable(f"{path}: no header id,{task.prediction_column}")
+    id_at, value_at = header.index("id"), header.index(task.prediction_column)
+    by_id = {}
+    for number, row in enumerate(rows[1:], start=1):
+        try:
+            example_id, value = row[id_at], float(row[value_at])
+        except (IndexError, ValueError):
+            value = math.nan
+        if not math.isfinite(value):
+            raise Unavailable(f"{path}, data row {number}: not an id and a finite number")
+        by_id[example_id] = value
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise Unavailable(f"{path}: no prediction for {len(missing)} of the {len(ids)} dev examples "
+                          f"(first: id {missing[0]})")
+    return np.array([by_id[i] for i in ids])
