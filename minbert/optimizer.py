@@ -265,3 +265,18 @@ def _blocks(*tensors: torch.Tensor):
     flat = [t.view(-1) for t in tensors]
     for start in range(0, n, CPU_BLOCK):
         yield tuple(t[start : start + CPU_BLOCK] for t in flat)
+
+
+def decay_groups(named_parameters: Iterable[tuple[str, torch.nn.Parameter]], weight_decay: float,
+                 **options) -> list[dict]:
+    """Two parameter groups for ``AdamW``: weights with ``weight_decay``, and biases and LayerNorm
+    weights without. BERT's optimizer excludes them (Devlin et al. 2019, released code:
+    ``exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]``): decaying a bias or a norm's
+    gain towards 0 regularises nothing useful. ``options`` (e.g. ``lr``) go in both groups; empty
+    groups are left out."""
+    decay, no_decay = [], []
+    for name, parameter in named_parameters:
+        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": weight_decay, **options},
+              {"params": no_decay, "weight_decay": 0.0, **options}]
+    return [group for group in groups if group["params"]]

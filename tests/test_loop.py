@@ -3,7 +3,7 @@ torch's own, epochs log and record their figures, and loss curves keep their win
 import pytest
 import torch
 
-from training.loop import CURVE_EVERY, LossCurve, Objective, TrainingLoop
+from training.loop import CURVE_EVERY, LossCurve, Objective, TrainingLoop, warmup_then_linear_decay
 from training.precision import Precision
 from training.run_log import RunLog
 
@@ -21,6 +21,9 @@ class Regression(Objective):
 
     def batches(self):
         return iter(self.data)
+
+    def steps(self):
+        return len(self.data)
 
     def loss(self, batch):
         x, y = batch
@@ -47,7 +50,7 @@ def loop(**hooks):
 
 def written_out(m, batches, epochs, lr=0.1, clip=None, schedule=None, accum=1):
     optimizer = torch.optim.SGD(m.parameters(), lr=lr)
-    scheduler = schedule(optimizer) if schedule else None
+    scheduler = schedule(optimizer, epochs * -(-len(batches) // accum)) if schedule else None
     for _ in range(epochs):
         for i in range(0, len(batches), accum):
             optimizer.zero_grad(set_to_none=True)
@@ -64,7 +67,7 @@ def written_out(m, batches, epochs, lr=0.1, clip=None, schedule=None, accum=1):
 
 
 @pytest.mark.parametrize("hooks", [{}, {"max_grad_norm": 0.5}, {"grad_accum": 4},
-                                   {"schedule": lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))}])
+                                   {"schedule": lambda opt, total: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))}])
 def test_training_equals_the_written_out_loop(hooks):
     batches = data()
     trained = model()
@@ -101,3 +104,29 @@ def test_loss_curve_points_are_window_means_and_survive_a_round_trip():
     for value in range(16, 21):
         again.add(float(value))
     assert again.points == [[10, 5.5], [20, 15.5]]
+
+
+def test_warmup_then_linear_decay_is_the_bert_schedule():
+    """10 steps, 20 % warmup: 0, 1/2, then 8/8 down to 1/8 (HF's get_linear_schedule_with_warmup,
+    written out by hand)."""
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=1.0)
+    scheduler = warmup_then_linear_decay(0.2)(optimizer, 10)
+    seen = []
+    for _ in range(10):
+        seen.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert seen == pytest.approx([0.0, 0.5, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8])
+
+
+def test_learning_rate_curve_follows_the_schedule():
+    batches = data(n=25)   # 2 epochs of 25 steps: a point every CURVE_EVERY steps
+    result = loop(schedule=warmup_then_linear_decay(0.1)).train(Regression(model(), batches))
+    steps = [step for step, _ in result["lr_curve"]]
+    assert steps == [10, 20, 30, 40, 50]
+    total, warmup = 50, 5
+    assert [lr for _, lr in result["lr_curve"]] == pytest.approx(   # step n (from 1) uses the factor of n - 1
+        [0.1 * (total - (step - 1)) / (total - warmup) for step in steps])
+    constant = loop().train(Regression(model(), batches))
+    assert {lr for _, lr in constant["lr_curve"]} == {0.1}

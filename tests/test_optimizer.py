@@ -375,3 +375,15 @@ def test_fused_kernel_path_keeps_our_eps_placement():
     for a, b in zip(fused, loop):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     assert max((a - c).abs().max().item() for a, c in zip(fused, ref)) > 1e-6
+
+
+def test_decay_groups_leave_biases_and_layer_norms_undecayed():
+    from minbert import BertConfig, BertModel, decay_groups
+    model = BertModel(BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=16, max_position_embeddings=16))
+    decay, no_decay = decay_groups(model.named_parameters(), 0.01, lr=0.5)
+    names = {id(p): name for name, p in model.named_parameters()}
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0 and decay["lr"] == no_decay["lr"] == 0.5
+    assert {names[id(p)] for p in no_decay["params"]} == {
+        name for name, _ in model.named_parameters() if name.endswith(".bias") or ".LayerNorm." in name}
+    assert "embeddings.word_embeddings.weight" in {names[id(p)] for p in decay["params"]}

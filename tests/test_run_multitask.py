@@ -168,3 +168,43 @@ def test_help_shows_every_default_and_names_the_other_tools():
             assert "default" in action.help, action.option_strings
     assert all(f"training.tools.{tool}" in parser.epilog for tool in ("report", "evaluate_embeddings", "probe",
                                                                        "sentence_finetune"))
+
+
+def test_warmup_schedule_and_no_decay_groups_reach_the_run(tmp_path, tiny_model_dir, monkeypatch):
+    """--warmup_ratio: the logged learning rate rises then falls (the multi-task stage's curve);
+    --no_decay_bias_norm: the run's optimizer keeps biases and LayerNorm weights in groups without decay."""
+    import training.trainer
+    built, real_adamw = [], training.trainer.AdamW
+
+    def recording_adamw(params, **kwargs):
+        built.append(real_adamw(params, **kwargs))
+        return built[-1]
+    monkeypatch.setattr(training.trainer, "AdamW", recording_adamw)
+    assert run(tmp_path, tiny_model_dir, "--warmup_ratio", "0.5", "--no_decay_bias_norm", "--lr", "1e-3",
+               "--batch_size", "2") == 0   # 2 epochs of 24 steps: a point every 10
+    metrics = json.loads((tmp_path / "smoke" / "metrics.json").read_text())
+    lrs = [lr for _, lr in metrics["lr_curve"]]
+    peak = lrs.index(max(lrs))
+    assert 0 < peak < len(lrs) - 1 and max(lrs) <= 1e-3
+    assert lrs[:peak + 1] == sorted(lrs[:peak + 1]) and lrs[peak:] == sorted(lrs[peak:], reverse=True)
+    (optimizer,) = built
+    assert {group["weight_decay"] for group in optimizer.param_groups} == {0.0, 0.01}
+    no_decay = [p for group in optimizer.param_groups if group["weight_decay"] == 0.0 for p in group["params"]]
+    assert no_decay and all(p.dim() == 1 for p in no_decay)   # biases and LayerNorm weights are vectors
+
+
+def test_warmup_ratio_out_of_range_is_refused(tmp_path, tiny_model_dir, capsys):
+    assert run(tmp_path, tiny_model_dir, "--warmup_ratio", "1") == 1
+    assert "--warmup_ratio must be in [0, 1)" in capsys.readouterr().err
+
+
+def test_a_labelled_test_file_is_scored_beside_dev(tmp_path, tiny_model_dir, capsys):
+    """A user's own split: sts-test-student.csv with a similarity column is scored; the others are not."""
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURE_DATA, data)
+    shutil.copy(data / "sts-dev.csv", data / "sts-test-student.csv")
+    assert run(tmp_path, tiny_model_dir, data_dir=data) == 0
+    metrics = json.loads((tmp_path / "smoke" / "metrics.json").read_text())
+    assert list(metrics["test"]) == ["sts"]
+    assert metrics["test"]["sts"] == pytest.approx(metrics["dev"]["sts"], abs=1e-6)   # the same pairs, same model
+    assert "test (labelled test files): STS pearson" in capsys.readouterr().out

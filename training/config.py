@@ -70,6 +70,10 @@ class TrainConfig:
     grad_accum: int = flag(1, "batches whose gradients make one optimizer step (gradient accumulation)")
     max_grad_norm: float | None = flag(None, "clip the global gradient norm to this before each optimizer step "
                                              "(default: no clipping)", type=float)
+    warmup_ratio: float | None = flag(None, "learning-rate schedule of every stage: linear warmup from 0 over this "
+                                            "fraction of its steps, then linear decay to 0 (BERT's; 0: decay only) "
+                                            "(default: constant learning rate)", type=float)
+    no_decay_bias_norm: bool = flag(False, "no weight decay on biases and LayerNorm weights (as BERT's optimizer)")
     device: str = flag("auto", "where to train", choices=["auto", "cpu", "cuda"])
     pre_qqp: bool = flag(False, "before multi-task training, train encoder + paraphrase head on QQP alone")
     pre_qqp_epochs: int = flag(1, "QQP pre-training epochs (the CS224N study used 10)")
@@ -208,6 +212,7 @@ class RunConfig:
             (self.train.weight_decay >= 0, "--weight_decay must not be negative"),
             (self.train.grad_accum >= 1, "--grad_accum must be at least 1"),
             (self.train.max_grad_norm is None or self.train.max_grad_norm > 0, "--max_grad_norm must be positive"),
+            (self.train.warmup_ratio is None or 0 <= self.train.warmup_ratio < 1, "--warmup_ratio must be in [0, 1)"),
             (self.train.max_steps_per_epoch is None or self.train.max_steps_per_epoch >= 1,
              "--max_steps_per_epoch must be at least 1"),
             (self.data.batch_size >= 1, "--batch_size must be at least 1"),

@@ -71,7 +71,8 @@ class Objective:
         curves = {name: data["points"] for name, data in progress["curves"].items()}
         return {"batches": sum(e["train_steps"] for e in progress["epochs"]),
                 "seconds": round(sum(e["train_seconds"] for e in progress["epochs"]), 1),
-                "loss_curve": next(iter(curves.values()), []) if len(curves) <= 1 else curves}
+                "loss_curve": next(iter(curves.values()), []) if len(curves) <= 1 else curves,
+                "lr_curve": progress["lr"]}
 
 
 class TrainingLoop:
@@ -79,8 +80,9 @@ class TrainingLoop:
 
     ``grad_accum`` batches make one optimizer step (their gradients summed, each loss divided by
     their number); ``max_grad_norm`` clips the global gradient norm of the optimizer's parameters
-    before each step; ``schedule(optimizer)`` makes a ``torch.optim.lr_scheduler`` stepped after each
-    optimizer step. At 1 and None they change nothing.
+    before each step; ``schedule(optimizer, total_steps)`` makes a ``torch.optim.lr_scheduler`` for
+    each objective (``total_steps``: its optimizer steps in all epochs), stepped after each optimizer
+    step (``warmup_then_linear_decay``). At 1 and None they change nothing.
     """
 
     def __init__(self, precision: Precision, log: RunLog, clock: TrainingClock | None = None,
@@ -94,24 +96,31 @@ class TrainingLoop:
         """Run ``objective`` for its epochs; returns ``objective.result``."""
         clock, log = self.clock, self.log
         self.objective = objective
-        self.scheduler = self.schedule(objective.optimizer) if self.schedule else None
+        steps = objective.steps()
+        steps_per_epoch = steps and -(-steps // self.grad_accum)
+        if self.schedule is not None:
+            if steps_per_epoch is None:
+                raise ValueError(f"{objective.name}: a learning-rate schedule needs the number of steps per epoch")
+            self.scheduler = self.schedule(objective.optimizer, steps_per_epoch * objective.epochs)
         progress = clock.begin_stage(objective.name, {"epochs": [], "current": None, "curves": {}})
+        progress.setdefault("lr", [])   # [step, its learning rate (first parameter group)] every CURVE_EVERY steps
         objective.start(progress)
         history, curves = progress["epochs"], {}
+        done = sum(e["train_steps"] for e in history) + (progress["current"] or {}).get("steps", 0)
         for epoch in range(1, objective.epochs + 1):
             if progress["current"] is None or progress["current"]["epoch"] < epoch:
                 progress["current"] = {"epoch": epoch, "losses": {}, "steps": 0, "examples": 0, "seconds": 0.0}
             current = progress["current"]
-            steps = objective.steps()
             bar = tqdm(_groups(objective.batches(), self.grad_accum),
                        desc=f"{objective.log_prefix}epoch {epoch}/{objective.epochs}",
-                       total=steps and -(-steps // self.grad_accum), dynamic_ncols=True,
+                       total=steps_per_epoch, dynamic_ncols=True,
                        disable=not log.progress_bars)
             mark = time.time()  # wall time of real steps, data loading included; replayed steps excluded
             for batches in bar:
                 if clock.skip_step():
                     mark = time.time()
                     continue
+                lr = objective.optimizer.param_groups[0]["lr"]   # this step's (a schedule moves it after the step)
                 losses = self.step(objective, *batches)
                 for name, value in losses.items():
                     current["losses"].setdefault(name, []).append(value)
@@ -119,6 +128,9 @@ class TrainingLoop:
                         curves[name] = LossCurve(progress["curves"].setdefault(name, {}))
                     curves[name].add(value)
                 current["steps"] += 1
+                done += 1
+                if done % CURVE_EVERY == 0:
+                    progress["lr"].append([done, lr])
                 current["examples"] += sum(objective.examples(batch) for batch in batches)
                 current["seconds"] += time.time() - mark
                 mark = time.time()
@@ -172,6 +184,21 @@ class TrainingLoop:
                 self.scheduler.step()
             objective.after_step()
         return logged
+
+
+def warmup_then_linear_decay(warmup_ratio: float):
+    """The BERT schedule (Devlin et al. 2019, §A.2; ``get_linear_schedule_with_warmup`` in HF
+    transformers): the learning rate rises linearly from 0 over the first ``warmup_ratio`` of the
+    steps, then falls linearly to 0 at the last step. A ``TrainingLoop`` ``schedule``."""
+    def schedule(optimizer: torch.optim.Optimizer, total_steps: int):
+        warmup = int(warmup_ratio * total_steps)
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return step / warmup
+            return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return schedule
 
 
 def per_second(count: int, seconds: float) -> float | None:

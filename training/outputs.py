@@ -93,9 +93,10 @@ class RunFiles:
                 self.warned = True
 
     def predictions(self, model, dev: dict[str, TaskPredictions], splits, loader, batch_size: int, device, log,
-                    precision: Precision | None = None) -> tuple[list[str], list[str]]:
-        """Dev (already predicted by the best epoch) and test prediction CSVs; returns file lists."""
-        written, skipped = [], []
+                    precision: Precision | None = None) -> tuple[list[str], list[str], dict[str, float]]:
+        """Dev (already predicted by the best epoch) and test prediction CSVs; returns the files
+        written and skipped, and the metric of each labelled test file (a user's own split)."""
+        written, skipped, test_scores = [], [], {}
         for name in dev:
             task = TASKS[name]
             for split in ("dev", "test"):
@@ -111,7 +112,9 @@ class RunFiles:
                     continue
                 write_predictions(path, task, result)
                 written.append(path.name)
-        return written, skipped
+                if split == "test" and result.labels is not None:
+                    test_scores[name] = result.score(task)
+        return written, skipped, test_scores
 
 
 def prediction_path(run_dir: Path, task: Task, split: str) -> Path:

@@ -20,7 +20,7 @@ import torch
 from data.contrastive import read_sentences, read_triples, sentences_from_examples, triples_from_pairs
 from data.readers import DataError, Example
 from data.senteval import PairDataset, load_dataset
-from minbert import AdamW, BertTokenizer
+from minbert import AdamW, BertTokenizer, decay_groups
 
 from .config import RunConfig
 from .device import to_device
@@ -207,7 +207,7 @@ class ContrastiveObjective(Objective):
     scored on STS dev as it trains and ends with its best step's encoder (``StsDevCurve``)."""
 
     def __init__(self, run: Run, name: str, loader, epochs: int, max_steps: int | None, lr: float, loss_fn,
-                 encoder_params: list[torch.nn.Parameter], sts_dev: StsDevCurve | None = None):
+                 encoder_params: list, sts_dev: StsDevCurve | None = None):
         self.run, self.name, self.log_prefix, self.epochs = run, name, f"{name} ", epochs
         self.loader, self.loss_fn = loader, loss_fn
         self.per_epoch = len(loader) if max_steps is None else min(len(loader), max_steps)
@@ -346,7 +346,9 @@ def _contrastive(run: Run, name: str, examples: list, epochs: int, max_steps: in
     if len(examples) < 2:
         raise DataError(f"{source}: only {len(examples)} {unit}{'' if len(examples) == 1 else 's'}; a {name} "
                         f"batch (--{name}_batch_size {batch_size}) needs at least 2, for in-batch negatives")
-    encoder_params = [p for p in run.model.bert.parameters() if p.requires_grad]
+    encoder = [(name, p) for name, p in run.model.bert.named_parameters() if p.requires_grad]
+    encoder_params = (decay_groups(encoder, run.config.train.weight_decay) if run.config.train.no_decay_bias_norm
+                      else [p for _, p in encoder])
     if not encoder_params:
         run.log(f"{name}: the encoder is frozen (--option pretrain); skipping this stage")
         return {"skipped": "encoder frozen"}
@@ -423,7 +425,8 @@ class MultitaskObjective(TaskObjective):
         return f" | dev {format_metrics(metrics)} overall {score:.3f}" + ("  (best so far)" if improved else "")
 
     def result(self, progress: dict) -> dict:
-        return {"epochs": progress["epochs"], "best": self.best, "loss_curves": self.curves(progress)}
+        return {"epochs": progress["epochs"], "best": self.best, "loss_curves": self.curves(progress),
+                "lr_curve": progress["lr"]}
 
     @staticmethod
     def curves(progress: dict) -> dict:

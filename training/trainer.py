@@ -18,16 +18,16 @@ import numpy as np
 import torch
 
 from data.batching import make_loader
-from data.readers import DataError, Example, read_examples, resolve_data_dir
+from data.readers import DataError, Example, read_examples, read_header, resolve_data_dir
 from heads import MultitaskBert
-from minbert import AdamW, BertConfig, BertTokenizer
+from minbert import AdamW, BertConfig, BertTokenizer, decay_groups
 from minbert.errors import first_line
 
 from .checkpoint import save_checkpoint
 from .config import RunConfig
 from .device import pick_device
 from .distributed import Distributed, check_batch_size, init_distributed, shutdown, wrap_model
-from .loop import TrainingLoop, per_second
+from .loop import TrainingLoop, per_second, warmup_then_linear_decay
 from .losses import make_loss_weighting
 from .memory import keep_freed_memory
 from .outputs import RunFiles, claim_run_dir, read_metrics, release_run_dir
@@ -130,16 +130,20 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
          started: float, log: RunLog, resume: Checkpoint | None) -> None:
     run_dir = write.run_dir
     log(f"data: {metrics['data_dir'] or 'no task file'}   model: {metrics['model_dir']}   device: {device}")
+    t = config.train
     weighting = None
-    if config.train.joint_loss:
-        weighting = make_loss_weighting(config.train.loss_weighting, config.task_names(), config.parsed_loss_weights()).to(device)
-    groups = [{"params": [p for p in model.bert.parameters() if p.requires_grad]},
-              {"params": list(model.heads.parameters()), "lr": config.train.head_lr},
-              # learned loss weights (log-variances): no decay pulling them towards 0
-              {"params": list(weighting.parameters()) if weighting else [], "lr": config.train.head_lr,
-               "weight_decay": 0.0}]
-    optimizer = AdamW([g for g in groups if g["params"]], lr=config.train.lr, weight_decay=config.train.weight_decay,
-                      **adamw_impl(config))
+    if t.joint_loss:
+        weighting = make_loss_weighting(t.loss_weighting, config.task_names(), config.parsed_loss_weights()).to(device)
+    encoder = [(name, p) for name, p in model.bert.named_parameters() if p.requires_grad]
+    if t.no_decay_bias_norm:
+        groups = [*decay_groups(encoder, t.weight_decay),
+                  *decay_groups(model.heads.named_parameters(), t.weight_decay, lr=t.head_lr)]
+    else:
+        groups = [{"params": [p for _, p in encoder]},
+                  {"params": list(model.heads.parameters()), "lr": t.head_lr}]
+    # learned loss weights (log-variances): no decay pulling them towards 0
+    groups.append({"params": list(weighting.parameters()) if weighting else [], "lr": t.head_lr, "weight_decay": 0.0})
+    optimizer = AdamW([g for g in groups if g["params"]], lr=t.lr, weight_decay=t.weight_decay, **adamw_impl(config))
     trained = sum(p.numel() for g in groups for p in g["params"])
     log(f"parameters: {sum(p.numel() for p in model.parameters()):,} in the model, {trained:,} trained "
         f"(option {config.model.option})")
@@ -173,7 +177,8 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
                           enabled=write.enabled, log=log)
     task_loss = TaskLoss(model, device, config.smart, weighting, forward_model, place)
     run = Run(config, model, forward_model, splits, loader, device, log, optimizer, task_loss,
-              TrainingLoop(precision, log, clock, config.train.max_grad_norm, grad_accum=config.train.grad_accum),
+              TrainingLoop(precision, log, clock, t.max_grad_norm, grad_accum=t.grad_accum,
+                           schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio)),
               on_epoch_end, tokenizer, data_dir)
     clock.components = {"run": run}
     metrics["stages"] = {}
@@ -189,7 +194,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
         return
     result = multitask_stage(run)
     history, best = result["epochs"], result["best"]
-    metrics["loss_curves"] = result["loss_curves"]
+    metrics.update(loss_curves=result["loss_curves"], lr_curve=result["lr_curve"])
     if best["state"] is None:
         raise TrainingDiverged(f"no epoch reached a finite dev score; {clock.last_good()}")
 
@@ -197,7 +202,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
     if not write.enabled:  # only process 0 predicts and writes
         return
     log(f"best epoch {best['epoch']} (dev overall {best['score']:.4f}); writing predictions")
-    written, skipped = write.predictions(model, best["dev"], splits, loader, config.data.batch_size, device, log,
+    written, skipped, test = write.predictions(model, best["dev"], splits, loader, config.data.batch_size, device, log,
                                          precision)
     final_dev = {name: best["dev"][name].score(TASKS[name]) for name in config.task_names()}
     train_seconds = sum(e["train_seconds"] for e in history)
@@ -208,6 +213,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
         best_epoch=best["epoch"],
         dev=final_dev,
         dev_overall=overall_score(final_dev),
+        **({"test": test, "test_overall": overall_score(test)} if test else {}),
         prediction_files=written,
         skipped_prediction_files=skipped,
         train_seconds=round(train_seconds, 1),
@@ -226,6 +232,8 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
     log.result(f"dev: {format_metrics(final_dev, 4, '  ')}  overall {metrics['dev_overall']:.4f}  "
                f"({metrics['wall_seconds']:.0f} s, {'-' if speed is None else f'{speed:.1f}'} train examples/s) "
                f"-> {run_dir}")
+    if test:
+        log.result(f"test (labelled test files): {format_metrics(test, 4, '  ')}  overall {metrics['test_overall']:.4f}")
 
 
 def finish_stages_only(config: RunConfig, model: MultitaskBert, tokenizer: BertTokenizer, write: RunFiles,
@@ -252,7 +260,7 @@ def finish_stages_only(config: RunConfig, model: MultitaskBert, tokenizer: BertT
 def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], strict: bool,
                     log) -> tuple[dict[str, dict[str, list[Example]]], dict]:
     """The ``needed`` splits of each task (``stages.splits_needed``): train/dev (labelled) and test
-    (unlabelled, if present) examples."""
+    (if present; labelled when the file has the label column, a user's own split) examples."""
     splits: dict[str, dict[str, list[Example]]] = {}
     report = {}
     for name, wanted in needed.items():
@@ -264,8 +272,10 @@ def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], s
             path = data_dir / file_name
             if split == "test" and not path.is_file():
                 continue  # reported when predictions are written
+            # a test file is unlabelled (CS224N's *-test-student.csv) unless it has the label column
+            labelled = split != "test" or task.label_column in read_header(path)
             examples, read_report = read_examples(
-                path, task.text_columns, None if split == "test" else task.label_column,
+                path, task.text_columns, task.label_column if labelled else None,
                 task.label_type, task.num_classes, task.score_range, strict=strict)
             if not examples:
                 raise DataError(f"{path}: no usable rows ({read_report.summary()})")
