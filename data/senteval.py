@@ -146,28 +146,17 @@ def read_stsb(path: Path) -> PairSubset:
     split. Malformed rows are skipped and reported."""
     path = Path(path)
     split = STSB_FILE.match(path.name)
-    first, second, gold = [], [], []
-    report = ReadReport(path=path, n_rows=0)
+    pairs = _ScoredPairs(path)
     for line, row in enumerate(read_utf8(path).splitlines(), start=1):
         if not row.strip():
             continue
-        report.n_rows += 1
+        pairs.report.n_rows += 1
         fields = row.split("\t")
         if len(fields) < STSB_COLUMNS:
-            report.bad_rows.append(BadRow(line, "row", f"{len(fields)} tab-separated fields, want {STSB_COLUMNS}"))
+            pairs.report.bad_rows.append(BadRow(line, "row", f"{len(fields)} tab-separated fields, want {STSB_COLUMNS}"))
             continue
-        a, b, value = fields[5].strip(), fields[6].strip(), _float(fields[4])
-        if not a or not b:
-            report.bad_rows.append(BadRow(line, "sentence1" if not a else "sentence2", "empty sentence"))
-        elif value is None:
-            report.bad_rows.append(BadRow(line, "score", f"{fields[4].strip()!r} is not a number"))
-        else:
-            first.append(a)
-            second.append(b)
-            gold.append(value)
-    if not gold:
-        raise DataError(f"{path}: no usable rows ({report.summary()})")
-    return PairSubset(split.group(1) if split else path.stem, first, second, np.array(gold, dtype=np.float64), report)
+        pairs.add(line, fields[5], fields[6], fields[4], ("sentence1", "sentence2", "score"))
+    return pairs.subset(split.group(1) if split else path.stem)
 
 
 def read_cs224n_sts(path: Path) -> PairSubset:
@@ -227,29 +216,44 @@ def read_sick(path: Path) -> PairSubset:
         raise DataError(f"{path}: file is empty (expected a tab-separated header row)")
     header = lines[0].split("\t")
     index = column_indices(path, header, SICK_COLUMNS)
-    first, second, gold = [], [], []
-    report = ReadReport(path=path, n_rows=0)
+    pairs = _ScoredPairs(path)
     for line, row in enumerate(lines[1:], start=2):
         if not row.strip():
             continue
-        report.n_rows += 1
+        pairs.report.n_rows += 1
         fields = row.split("\t")
         if len(fields) <= max(index.values()):
-            report.bad_rows.append(BadRow(line, "row", f"{len(fields)} fields, header has {len(header)}"))
+            pairs.report.bad_rows.append(BadRow(line, "row", f"{len(fields)} fields, header has {len(header)}"))
             continue
-        a, b = fields[index["sentence_A"]].strip(), fields[index["sentence_B"]].strip()
-        value = _float(fields[index["relatedness_score"]])
+        pairs.add(line, *(fields[index[c]] for c in SICK_COLUMNS), SICK_COLUMNS)
+    return pairs.subset(path.stem)
+
+
+class _ScoredPairs:
+    """The pairs of a scored pair file (SentEval STS-B, SICK) as its rows are read: each row's two
+    sentences and score are kept, or recorded as a bad row naming the file's column."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.first, self.second, self.gold = [], [], []
+        self.report = ReadReport(path=path, n_rows=0)
+
+    def add(self, line: int, a: str, b: str, score: str, columns: Sequence[str]) -> None:
+        """``columns``: the file's names of the two sentences and the score, for the report."""
+        a, b, value = a.strip(), b.strip(), _float(score)
         if not a or not b:
-            report.bad_rows.append(BadRow(line, "sentence_A" if not a else "sentence_B", "empty sentence"))
+            self.report.bad_rows.append(BadRow(line, columns[0] if not a else columns[1], "empty sentence"))
         elif value is None:
-            report.bad_rows.append(BadRow(line, "relatedness_score", "not a number"))
+            self.report.bad_rows.append(BadRow(line, columns[2], f"{score.strip()!r} is not a number"))
         else:
-            first.append(a)
-            second.append(b)
-            gold.append(value)
-    if not gold:
-        raise DataError(f"{path}: no usable rows ({report.summary()})")
-    return PairSubset(path.stem, first, second, np.array(gold, dtype=np.float64), report)
+            self.first.append(a)
+            self.second.append(b)
+            self.gold.append(value)
+
+    def subset(self, name: str) -> PairSubset:
+        if not self.gold:
+            raise DataError(f"{self.path}: no usable rows ({self.report.summary()})")
+        return PairSubset(name, self.first, self.second, np.array(self.gold, dtype=np.float64), self.report)
 
 
 def _folder_layout(path: Path) -> str | None:

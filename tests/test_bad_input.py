@@ -284,9 +284,10 @@ FAILING = {
 # leave <out_dir>/<run_name>/metrics.json (status "failed") behind. Remove a name when fixed.
 
 
-@pytest.mark.parametrize("name", FAILING)
-def test_one_line_error_and_nothing_damaged(box, capsys, name):
-    flags, fragments = FAILING[name](box)
+def assert_one_line_error(box, capsys, flags, fragments, run_folder: bool = False) -> str:
+    """The run fails with one ``error:`` line holding every fragment; data, model, the earlier run
+    and the note are left as they were, nothing is written outside the run folder, and no run folder
+    is made unless ``run_folder`` (a failure found once the run has started)."""
     before = snapshot(box.root)
     assert box.main(*flags) == 1
     err = capsys.readouterr().err.strip()
@@ -294,10 +295,17 @@ def test_one_line_error_and_nothing_damaged(box, capsys, name):
     for fragment in fragments:
         assert fragment in err, (fragment, err)
     after = snapshot(box.root)
-    assert {k: after.get(k) for k in before} == before  # data, model, earlier run, note: unchanged
+    assert {k: after.get(k) for k in before} == before
     new = set(after) - set(before)
     assert all(Path(k).parts[:2] == ("out", RUN_NAME) for k in new), new
-    assert not box.run_dir.exists()  # inputs are all checked before the run folder is made
+    assert box.run_dir.exists() == run_folder
+    return err
+
+
+@pytest.mark.parametrize("name", FAILING)
+def test_one_line_error_and_nothing_damaged(box, capsys, name):
+    flags, fragments = FAILING[name](box)
+    assert_one_line_error(box, capsys, flags, fragments)  # inputs are all checked before the run folder is made
 
 
 def test_existing_run_folder_is_refused_before_bad_data_is_read(box, capsys):

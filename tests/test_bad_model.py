@@ -12,26 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
-from test_bad_input import box, edit_config, edit_row, snapshot  # noqa: F401 (box: the fixture)
+from test_bad_input import assert_one_line_error, box, edit_config, edit_row  # noqa: F401 (box: the fixture)
 
 from minbert import BertConfig, default_model_dir
 
 DISTILBERT = Path(__file__).parent / "fixtures" / "distilbert"
-
-
-def assert_one_line_error(box, capsys, flags, fragments, run_folder: bool = False) -> str:
-    """The run fails with one ``error:`` line holding every fragment; inputs are left as they were,
-    and no run folder is made unless ``run_folder`` (a failure found once the run has started)."""
-    before = snapshot(box.root)
-    assert box.main(*flags) == 1
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "\n" not in err, err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    after = snapshot(box.root)
-    assert {k: after.get(k) for k in before} == before
-    assert box.run_dir.exists() == run_folder
-    return err
 
 
 # --- config.json: every field's type and range --------------------------------------------------

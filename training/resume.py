@@ -196,8 +196,9 @@ class TrainingClock:
 
 
 class Checkpoint:
-    """A complete training checkpoint folder, read and checked: every file is opened and read once
-    here, so an unreadable checkpoint is found before a run starts replaying, not after."""
+    """A complete training checkpoint folder, read and checked: every file is read in full here
+    (and read again, not kept, when ``restore`` needs it: a checkpoint is several times the model's
+    size), so an unreadable checkpoint is found before a run starts replaying, not after."""
 
     def __init__(self, path: Path):
         self.path = path

@@ -70,7 +70,8 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     for path in stale:
         log(f"removed {path} (left by an interrupted run)")
     seed_everything(config.train.seed)
-    run_dir = Path(config.output.resume) if resume else claim_run_dir(config, claim=place.is_main)
+    if resume is None:
+        run_dir = claim_run_dir(config, claim=place.is_main)
     # Everything that can be wrong with the inputs (data, weights, vocabulary, corpora, settings the
     # model cannot take) is found before the run starts: a run that cannot start leaves nothing behind.
     try:
