@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from training.cli import run_command
-from training.config import SECTIONS, RunConfig, add_flags, section_from_args
+from training.config import REFERENCE_SPEED, SECTIONS, RunConfig, add_flags, section_from_args
 from training.trainer import run
 
 EPILOG = """other tools:
@@ -32,11 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for section, cls in SECTIONS.items():
         add_flags(parser, cls, title=section)
+    reference = " ".join(f"--{k} {v}" if not isinstance(v, bool) else f"--{'' if v else 'no_'}{k}"
+                         for k, v in REFERENCE_SPEED.items())
+    parser.add_argument("--reference", action="store_true",
+                        help=f"the written-out reference paths instead of the fast defaults: {reference} "
+                             f"(speed flags given beside it still apply)")
     return parser
 
 
 def parse_config(argv=None) -> RunConfig:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.reference:  # the reference paths become the defaults; flags given explicitly win
+        parser.set_defaults(**REFERENCE_SPEED)
+        args = parser.parse_args(argv)
     return RunConfig(**{name: section_from_args(cls, args) for name, cls in SECTIONS.items()})
 
 

@@ -71,7 +71,7 @@ from training.run_log import RunLog
 from training.runs import build_model, tokenizer_for
 from training.task_loss import TaskLoss
 from training.tasks import TASKS
-from training.trainer import adamw_impl, seed_everything
+from training.trainer import seed_everything
 
 VARIANTS = ("fixed", "dynamic", "bucket")
 TASK = TASKS["sst"]
@@ -219,7 +219,7 @@ class SstEpoch:
         t = self.config.train
         groups = [{"params": [p for p in model.bert.parameters() if p.requires_grad]},
                   {"params": list(model.heads.parameters()), "lr": t.head_lr}]
-        optimizer = AdamW(groups, lr=t.lr, weight_decay=t.weight_decay, **adamw_impl(self.config))
+        optimizer = AdamW(groups, lr=t.lr, weight_decay=t.weight_decay, **self.config.speed.adamw_options())
         return SstStep(TaskLoss(model, self.device, self.config.smart), optimizer,
                        TrainingLoop(Precision("off", self.device), RunLog(quiet=True)))
 

@@ -3,7 +3,7 @@ torch's own, epochs log and record their figures, and loss curves keep their win
 import pytest
 import torch
 
-from training.loop import CURVE_EVERY, LossCurve, Objective, TrainingLoop, warmup_then_linear_decay
+from training.loop import CURVE_EVERY, LossCurve, Objective, TrainingLoop, clip_grad_norm, warmup_then_linear_decay
 from training.precision import Precision
 from training.run_log import RunLog
 
@@ -85,6 +85,23 @@ def test_clipping_changes_the_step_when_the_norm_is_larger():
     loop().train(Regression(plain, batches))
     loop(max_grad_norm=1e-3).train(Regression(clipped, batches))
     assert not torch.equal(plain.weight, clipped.weight)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+def test_clipping_sparse_row_gradients_equals_torch_on_the_dense_ones(max_norm):
+    # torch's clip_grad_norm_ refuses sparse gradients; ours gives its result on their dense form
+    grads = {}
+    for sparse in (False, True):
+        torch.manual_seed(0)
+        embedding, linear = torch.nn.Embedding(12, 4, sparse=sparse), torch.nn.Linear(4, 2)
+        linear(embedding(torch.tensor([[1, 3, 3, 7], [2, 3, 9, 1]]))).pow(2).sum().backward()
+        params = [embedding.weight, *linear.parameters()]
+        norm = (clip_grad_norm if sparse else torch.nn.utils.clip_grad_norm_)(params, max_norm)
+        grads[sparse] = (norm, [p.grad.to_dense() for p in params])
+    torch.testing.assert_close(grads[True][0], grads[False][0])
+    for a, b in zip(grads[True][1], grads[False][1]):
+        torch.testing.assert_close(a, b)
+    assert (grads[True][0] > max_norm) == (max_norm == 0.5)  # one case clips, the other does not
 
 
 def test_epoch_records_and_log_lines(capsys):

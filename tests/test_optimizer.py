@@ -234,7 +234,7 @@ def test_sparse_gradient_on_every_row_equals_the_dense_update():
     results = []
     for sparse in (False, True):
         p = torch.nn.Parameter(weight.clone())
-        opt = AdamW([p], lr=0.01, weight_decay=0.1)
+        opt = AdamW([p], lr=0.01, weight_decay=0.1, fused=False)  # the rows' update is the loop's arithmetic
         for g in grads:
             p.grad = g.to_sparse(sparse_dim=1) if sparse else g.clone()
             opt.step()
@@ -284,14 +284,15 @@ def test_foreach_and_loop_paths_are_bit_identical(correct_bias):
 
 def test_foreach_handles_mixed_dtypes_and_missing_grads():
     # one group holding float32 and float64 tensors and one without a gradient: foreach=True
-    # updates list by list, foreach=None falls back to the loop; both equal the loop path
+    # updates list by list, foreach=None (without the fused kernel) falls back to the loop; both
+    # equal the loop path
     def run(foreach):
         torch.manual_seed(0)
         a = torch.nn.Parameter(torch.randn(5))
         b = torch.nn.Parameter(torch.randn(3, dtype=torch.float64))
         c = torch.nn.Parameter(torch.randn(2))
         c0 = c.detach().clone()
-        opt = AdamW([a, b, c], lr=0.1, weight_decay=0.1, foreach=foreach)
+        opt = AdamW([a, b, c], lr=0.1, weight_decay=0.1, foreach=foreach, fused=False)
         for _ in range(3):
             opt.zero_grad()
             (a.pow(2).sum() + b.pow(3).sum()).backward()
@@ -344,15 +345,18 @@ def test_blocked_cpu_loop_equals_whole_tensor_update(monkeypatch):
             assert torch.equal(a, b)
 
 
-def test_auto_uses_the_loop_on_cpu():
+@pytest.mark.parametrize("options, path", [({}, "fused"), ({"fused": False}, "loop"), ({"foreach": False}, "loop"),
+                                           ({"foreach": True}, "foreach"), ({"fused": True}, "fused")])
+def test_default_is_the_fused_kernel_on_cpu_and_any_foreach_choice_turns_it_off(options, path):
     p = torch.nn.Parameter(torch.ones(3))
-    opt = AdamW([p], lr=0.1)
+    opt = AdamW([p], lr=0.1, **options)
     called = []
     opt._step_loop = lambda group, params: called.append("loop")
     opt._step_foreach = lambda group, params: called.append("foreach")
+    opt._step_fused = lambda group, params: called.append("fused")
     p.grad = torch.ones(3)
     opt.step()
-    assert called == ["loop"]
+    assert called == [path]
 
 
 def test_fused_kernel_path_matches_loop_and_torch():

@@ -164,7 +164,8 @@ def test_help_shows_every_default_and_names_the_other_tools():
     import argparse
     parser = run_multitask.build_parser()
     for action in parser._actions:
-        if action.option_strings and not isinstance(action, (argparse._StoreTrueAction, argparse._HelpAction)):
+        if action.option_strings and not isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
+                                                                 argparse._HelpAction)):
             assert "default" in action.help, action.option_strings
     assert all(f"training.tools.{tool}" in parser.epilog for tool in ("report", "evaluate_embeddings", "probe",
                                                                        "sentence_finetune"))

@@ -1,7 +1,9 @@
-"""The speed flags of run_multitask.py: each runs end to end and changes nothing but float rounding
-(except --bucket, which regroups examples, and --sparse_embeddings, which updates only the word
-embeddings of the batch); mixed precision fails clearly where it cannot work."""
+"""The speed flags of run_multitask.py: the fast paths are the defaults and --reference the written-out
+ones; each runs end to end and changes nothing but float rounding (except bucketing, which regroups
+examples, uniform dropout masks, which are other random draws, and sparse embeddings, which update
+only the word embeddings of the batch); mixed precision fails clearly where it cannot work."""
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import torch
 import run_multitask
 from minbert import BertModel
 from training.checkpoint import load_checkpoint
+from training.config import SpeedConfig
 from training.precision import Precision
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -27,20 +30,47 @@ def weights(tmp_path, name):
 
 def ids(path):
     with open(path, encoding="utf-8", newline="") as f:
-        return sorted(row["id"] for row in csv.DictReader(f))
+        return [row["id"] for row in csv.DictReader(f)]
+
+
+def speed(tmp_path, name):
+    return json.loads((tmp_path / name / "metrics.json").read_text())["config"]["speed"]
+
+
+def test_reference_is_the_written_out_paths_and_explicit_flags_win(tmp_path, tiny_model_dir):
+    assert run(tmp_path, tiny_model_dir, "default", "--epochs", "1") == 0
+    assert speed(tmp_path, "default") | {"sparse_embeddings": None} == {
+        "attention": "auto", "adamw": "auto", "bucket": True, "amp": "off", "compile": False,
+        "dropout_masks": "uniform", "sparse_embeddings": None}
+    assert run(tmp_path, tiny_model_dir, "reference", "--epochs", "1", "--reference") == 0
+    assert speed(tmp_path, "reference") == {"attention": "manual", "adamw": "loop", "bucket": False, "amp": "off",
+                                            "compile": False, "dropout_masks": "bernoulli", "sparse_embeddings": False}
+    assert run(tmp_path, tiny_model_dir, "spelled", "--epochs", "1", "--attention", "manual", "--adamw", "loop",
+               "--no_bucket", "--dropout_masks", "bernoulli", "--no_sparse_embeddings") == 0
+    a, b = weights(tmp_path, "reference"), weights(tmp_path, "spelled")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert run(tmp_path, tiny_model_dir, "mixed", "--epochs", "1", "--reference", "--attention", "sdpa") == 0
+    assert speed(tmp_path, "mixed")["attention"] == "sdpa" and speed(tmp_path, "mixed")["adamw"] == "loop"
+
+
+def test_sparse_embeddings_default_applies_to_one_process_without_compile():
+    assert SpeedConfig().sparse(distributed=False)
+    assert not SpeedConfig().sparse(distributed=True)
+    assert not SpeedConfig(compile=True).sparse(distributed=False)
+    assert not SpeedConfig(sparse_embeddings=False).sparse(distributed=False)
 
 
 def test_fast_paths_train_the_same_model(tmp_path, tiny_model_dir):
-    assert run(tmp_path, tiny_model_dir, "reference") == 0
-    assert run(tmp_path, tiny_model_dir, "fast", "--attention", "sdpa", "--adamw", "fused") == 0
+    assert run(tmp_path, tiny_model_dir, "reference", "--reference") == 0
+    assert run(tmp_path, tiny_model_dir, "fast", "--reference", "--attention", "sdpa", "--adamw", "fused") == 0
     reference, fast = weights(tmp_path, "reference"), weights(tmp_path, "fast")
     for name in reference:
         torch.testing.assert_close(fast[name], reference[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_bucketed_batches_predict_every_example(tmp_path, tiny_model_dir):
-    assert run(tmp_path, tiny_model_dir, "plain") == 0
-    assert run(tmp_path, tiny_model_dir, "bucket", "--bucket") == 0
+def test_bucketed_batches_predict_every_example_in_file_order(tmp_path, tiny_model_dir):
+    assert run(tmp_path, tiny_model_dir, "plain", "--reference") == 0
+    assert run(tmp_path, tiny_model_dir, "bucket", "--reference", "--bucket") == 0
     for name in ("sst-dev-output.csv", "para-dev-output.csv", "sts-test-output.csv"):
         assert ids(tmp_path / "bucket" / name) == ids(tmp_path / "plain" / name)
     assert not all(torch.equal(a, b) for a, b in zip(weights(tmp_path, "plain").values(),
@@ -50,8 +80,8 @@ def test_bucketed_batches_predict_every_example(tmp_path, tiny_model_dir):
 def test_sparse_embeddings_move_only_the_rows_of_seen_word_pieces(tmp_path, tiny_model_dir):
     name = "embeddings.word_embeddings.weight"
     start = BertModel.from_pretrained(tiny_model_dir).state_dict()[name]
-    assert run(tmp_path, tiny_model_dir, "dense") == 0
-    assert run(tmp_path, tiny_model_dir, "sparse", "--sparse_embeddings") == 0
+    assert run(tmp_path, tiny_model_dir, "dense", "--no_sparse_embeddings") == 0
+    assert run(tmp_path, tiny_model_dir, "sparse") == 0
     dense, sparse = (next(v for k, v in weights(tmp_path, r).items() if k.endswith(name)) for r in ("dense", "sparse"))
     moved = (sparse != start).any(dim=1)
     assert 50 < moved.sum() < 5000       # the fixture's word pieces, out of 30522 rows
@@ -61,8 +91,8 @@ def test_sparse_embeddings_move_only_the_rows_of_seen_word_pieces(tmp_path, tiny
 
 
 def test_uniform_dropout_masks_train_another_model(tmp_path, tiny_model_dir):
-    assert run(tmp_path, tiny_model_dir, "bernoulli", "--epochs", "1") == 0
-    assert run(tmp_path, tiny_model_dir, "uniform", "--epochs", "1", "--dropout_masks", "uniform") == 0
+    assert run(tmp_path, tiny_model_dir, "bernoulli", "--epochs", "1", "--dropout_masks", "bernoulli") == 0
+    assert run(tmp_path, tiny_model_dir, "uniform", "--epochs", "1") == 0
     a, b = weights(tmp_path, "bernoulli"), weights(tmp_path, "uniform")
     assert not all(torch.equal(a[k], b[k]) for k in a)  # other masks, so other weights
 

@@ -149,7 +149,7 @@ def test_auto_takes_sdpa_except_with_attention_dropout_on_cpu(monkeypatch, train
 def test_set_attention_switches_every_layer_and_rejects_unknown():
     model = _tiny()
     layers = [m for m in model.modules() if isinstance(m, MultiHeadSelfAttention)]
-    assert len(layers) == 2 and all(m.impl == "manual" for m in layers)  # the reference is the default
+    assert len(layers) == 2 and all(m.impl == "auto" for m in layers)  # the fast path is the default
     assert model.set_attention("sdpa") is model
     assert all(m.impl == "sdpa" for m in layers)
     assert set(ATTENTION_IMPLS) == {"manual", "sdpa", "auto"}

@@ -134,25 +134,47 @@ class ContrastiveConfig:
 
 @dataclass
 class SpeedConfig:
-    """How fast, not what: apart from float rounding these leave the computation unchanged, except
-    --bucket, which changes which examples share a batch, --dropout_masks uniform, which draws other
-    (equally distributed) dropout masks, and --sparse_embeddings, which changes the optimizer of the
-    word embeddings (lazy Adam)."""
-    attention: str = flag("manual", "attention implementation: manual (written out, the reference), sdpa "
-                                    "(torch's fused kernel), auto (sdpa where it applies)",
+    """How fast, not what. The defaults are the fastest paths measured on CPU (docs/performance.md);
+    ``--reference`` (``REFERENCE_SPEED``) gives the written-out reference paths, which the tests
+    check every fast path against. Apart from float rounding the paths compute the same thing,
+    except bucketing, which changes which examples share a batch, uniform dropout masks, which are
+    other (equally distributed) random draws, and sparse embeddings, which change the optimizer of
+    the word embeddings (lazy Adam)."""
+    attention: str = flag("auto", "attention implementation: manual (written out, the reference), sdpa "
+                                  "(torch's fused kernel), auto (sdpa where it is faster)",
                           choices=["manual", "sdpa", "auto"])
-    adamw: str = flag("auto", "AdamW update: loop (per tensor, cache-blocked on CPU), foreach (multi-tensor), "
-                              "fused (torch's fused kernel), auto (loop on CPU, foreach on GPU)",
+    adamw: str = flag("auto", "AdamW update: loop (per tensor, cache-blocked on CPU, the reference), foreach "
+                              "(multi-tensor), fused (torch's fused kernel), auto (fused on CPU and CUDA)",
                       choices=["auto", "loop", "foreach", "fused"])
-    bucket: bool = flag(False, "length-bucketed batches (shuffled buckets) for training and evaluation: less padding")
+    bucket: bool = flag(True, "length-bucketed batches (shuffled buckets) for training and evaluation: less padding "
+                              "(--no_bucket: batches in random order)")
     amp: str = flag("off", "mixed precision: bf16 autocast (CPU with bf16 instructions, or CUDA), fp16 autocast "
                            "+ gradient scaling (CUDA)", choices=["off", "bf16", "fp16"])
     compile: bool = flag(False, "torch.compile the encoder (first steps are slow while it compiles)")
-    dropout_masks: str = flag("bernoulli", "how encoder dropout masks are drawn: bernoulli (F.dropout) or uniform "
-                                           "(u >= p, u ~ U[0,1): same distribution, cheaper on CPU)",
-                               choices=["bernoulli", "uniform"])
-    sparse_embeddings: bool = flag(False, "sparse word-embedding gradients: AdamW updates only the rows of the "
-                                          "batch's word pieces (lazy Adam; other rows' moments and decay wait)")
+    dropout_masks: str = flag("uniform", "how encoder dropout masks are drawn: bernoulli (F.dropout, the reference) "
+                                         "or uniform (u >= p, u ~ U[0,1): same distribution, cheaper on CPU)",
+                              choices=["bernoulli", "uniform"])
+    sparse_embeddings: bool | None = flag(None, "sparse word-embedding gradients: AdamW updates only the rows of the "
+                                                "batch's word pieces (lazy Adam; other rows' moments and decay wait) "
+                                                "(default: on for one process without --compile; "
+                                                "--no_sparse_embeddings: dense)")
+
+    def sparse(self, distributed: bool) -> bool:
+        """Whether the word embeddings get sparse gradients: as given, or by default where they apply
+        (one process, no ``--compile``)."""
+        if self.sparse_embeddings is None:
+            return not (distributed or self.compile)
+        return self.sparse_embeddings
+
+    def adamw_options(self) -> dict:
+        """``minbert.AdamW`` keyword arguments for ``--adamw``."""
+        return {"auto": {}, "loop": {"fused": False, "foreach": False}, "foreach": {"fused": False, "foreach": True},
+                "fused": {"fused": True}}[self.adamw]
+
+
+# --reference: the written-out paths (the defaults before the fast paths became the defaults).
+REFERENCE_SPEED = {"attention": "manual", "adamw": "loop", "bucket": False, "dropout_masks": "bernoulli",
+                   "sparse_embeddings": False}
 
 
 @dataclass
@@ -239,7 +261,7 @@ class RunConfig:
             (self.contrastive.ucl_eval_every >= 0, "--ucl_eval_every must not be negative"),
             (self.output.save_every >= 0, "--save_every must not be negative"),
             (self.output.keep_checkpoints >= 1, "--keep_checkpoints must be at least 1"),
-            (not (self.speed.sparse_embeddings and self.speed.compile),
+            (not (self.speed.sparse_embeddings is True and self.speed.compile),
              "--sparse_embeddings and --compile do not go together (torch.compile cannot build the sparse "
              "embedding backward); choose one"),
         ]
@@ -303,8 +325,10 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
             continue
         meta = dict(f.metadata)
         default = overrides.get(f.name, f.default)
-        if f.type in (bool, "bool"):
-            group.add_argument(f"--{f.name}", action="store_true", help=meta["help"])
+        if f.type in (bool, "bool", "bool | None"):
+            group.add_argument(f"--{f.name}", action="store_true", default=default, help=meta["help"])
+            if default is not False:  # on by default (or decided by the run): a flag to turn it off
+                group.add_argument(f"--no_{f.name}", action="store_false", dest=f.name, help=argparse.SUPPRESS)
             continue
         if default is not None or "default" not in meta["help"]:  # else the help says what None means
             meta["help"] += f" (default: {'none' if default is None else default})"

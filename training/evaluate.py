@@ -35,7 +35,9 @@ class TaskPredictions:
 @torch.no_grad()
 def predict(model, task: Task, loader, device: torch.device, desc: str | None = None,
             progress_bar: bool = True, precision=None) -> TaskPredictions:
-    """Run ``model`` over ``loader`` in eval mode and collect ``task.predict`` outputs by id."""
+    """Run ``model`` over ``loader`` (batches of ``data.batching``) in eval mode and collect
+    ``task.predict`` outputs by id; for a DataLoader of ``make_loader``, in the order of its
+    examples (a length-bucketed one batches them in another order)."""
     was_training = model.training
     model.eval()
     ids, predictions, labels = [], [], []
@@ -49,8 +51,11 @@ def predict(model, task: Task, loader, device: torch.device, desc: str | None = 
         if batch["labels"] is not None:
             labels.append(batch["labels"].float().numpy())
     model.train(was_training)
+    examples = getattr(getattr(loader, "dataset", None), "examples", None)
+    position = {example.id: i for i, example in enumerate(examples or [])}
+    order = np.argsort([position.get(i, len(position)) for i in ids], kind="stable")
     return TaskPredictions(
-        ids=ids,
-        predictions=np.concatenate(predictions) if predictions else np.zeros(0),
-        labels=np.concatenate(labels) if labels else None,
+        ids=[ids[i] for i in order],
+        predictions=np.concatenate(predictions)[order] if predictions else np.zeros(0),
+        labels=np.concatenate(labels)[order] if labels else None,
     )

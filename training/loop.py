@@ -177,13 +177,27 @@ class TrainingLoop:
             objective.after_backward()
             if self.max_grad_norm is not None:
                 precision.unscale(optimizer)
-                torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
-                                               self.max_grad_norm)
+                clip_grad_norm([p for g in optimizer.param_groups for p in g["params"]], self.max_grad_norm)
             precision.step(optimizer)
             if self.scheduler is not None:
                 self.scheduler.step()
             objective.after_step()
         return logged
+
+
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` (scale every gradient by min(1, max_norm / (‖g‖ + 1e-6)),
+    ‖g‖ the global 2-norm), also over sparse row gradients (``--sparse_embeddings``), which torch's
+    does not take. Returns ‖g‖."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not any(g.is_sparse for g in grads):
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    norms = [torch.linalg.vector_norm(g.coalesce().values() if g.is_sparse else g) for g in grads]
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(scale)
+    return total
 
 
 def warmup_then_linear_decay(warmup_ratio: float):

@@ -108,14 +108,10 @@ class LoadedRun:
         ``--batch_size`` and ``--bucket`` unless ``batch_size`` is given), so a run's own dev files
         come out as it wrote them."""
         self.check_head(task)
-        indexed = [dataclasses.replace(example, id=str(i)) for i, example in enumerate(examples)]
-        loader = make_loader(indexed, self.tokenizer, model_max_length(self.config.data.max_length, self.model.bert),
+        loader = make_loader(examples, self.tokenizer, model_max_length(self.config.data.max_length, self.model.bert),
                              batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
-        result = predict(self.model, TASKS[task], loader, next(self.model.parameters()).device, f"predict {task}",
-                         progress)
-        order = np.argsort([int(i) for i in result.ids], kind="stable")
-        return TaskPredictions([examples[int(result.ids[j])].id for j in order], result.predictions[order],
-                               None if result.labels is None else result.labels[order])
+        return predict(self.model, TASKS[task], loader, next(self.model.parameters()).device, f"predict {task}",
+                       progress)
 
     def check_head(self, task: str) -> None:
         """A one-line error unless the run trained a head for ``task``."""

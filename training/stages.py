@@ -211,7 +211,8 @@ class ContrastiveObjective(Objective):
         self.run, self.name, self.log_prefix, self.epochs = run, name, f"{name} ", epochs
         self.loader, self.loss_fn = loader, loss_fn
         self.per_epoch = len(loader) if max_steps is None else min(len(loader), max_steps)
-        self.optimizer = AdamW(encoder_params, lr=lr, weight_decay=run.config.train.weight_decay)
+        self.optimizer = AdamW(encoder_params, lr=lr, weight_decay=run.config.train.weight_decay,
+                               **run.config.speed.adamw_options())
         self.sts_dev = sts_dev
 
     def batches(self):

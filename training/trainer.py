@@ -62,7 +62,7 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
                        ("--scl_batch_size", config.contrastive.scl_batch_size),
                        ("--lcl_batch_size", config.contrastive.lcl_batch_size)):
         check_batch_size(size, place, flag)
-    if place.enabled and config.speed.sparse_embeddings:
+    if place.enabled and config.speed.sparse_embeddings is True:
         raise ValueError("--sparse_embeddings runs in one process only (the multi-process all-reduce "
                          "is written for dense gradients)")
     precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
@@ -144,7 +144,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
                   {"params": list(model.heads.parameters()), "lr": t.head_lr}]
     # learned loss weights (log-variances): no decay pulling them towards 0
     groups.append({"params": list(weighting.parameters()) if weighting else [], "lr": t.head_lr, "weight_decay": 0.0})
-    optimizer = AdamW([g for g in groups if g["params"]], lr=t.lr, weight_decay=t.weight_decay, **adamw_impl(config))
+    optimizer = AdamW([g for g in groups if g["params"]], lr=t.lr, weight_decay=t.weight_decay, **config.speed.adamw_options())
     trained = sum(p.numel() for g in groups for p in g["params"])
     log(f"parameters: {sum(p.numel() for p in model.parameters()):,} in the model, {trained:,} trained "
         f"(option {config.model.option})")
@@ -166,7 +166,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
         write.curves(metrics, log)
 
     model.bert.set_attention(config.speed.attention)
-    model.bert.set_sparse_word_embeddings(config.speed.sparse_embeddings)
+    model.bert.set_sparse_word_embeddings(config.speed.sparse(place.enabled))
     model.bert.set_dropout(config.speed.dropout_masks)
     if config.speed.compile:
         model.bert.compile(dynamic=True)  # in place: parameter names (and checkpoints) are unchanged
@@ -296,12 +296,6 @@ def check_corpus_files(config: RunConfig) -> None:
             raise DataError(f"{flag} {path}: no such file")
     if c.ucl and c.ucl_eval_every and c.ucl_eval_data and not Path(c.ucl_eval_data).exists():
         raise DataError(f"--ucl_eval_data {c.ucl_eval_data}: no such file or folder")
-
-
-def adamw_impl(config: RunConfig) -> dict:
-    """``AdamW`` keyword arguments for ``--adamw``."""
-    return {"auto": {}, "loop": {"foreach": False}, "foreach": {"foreach": True},
-            "fused": {"fused": True}}[config.speed.adamw]
 
 
 def config_dict(config: RunConfig) -> dict:
