@@ -134,6 +134,10 @@ def test_existing_run_is_not_overwritten(tmp_path, tiny_model_dir, capsys):
     (["--lr", "-1"], "--lr"),
     (["--epochs", "0"], "--epochs"),
     (["--batch_size", "0"], "--batch_size"),
+    (["--task_batch_sizes", "4,4"], "--task_batch_sizes must be 3 positive whole numbers, one per task of --tasks "
+                                    "(sst,qqp,sts), got '4,4'"),
+    (["--task_batch_sizes", "4,0,4"], "--task_batch_sizes must be 3"),
+    (["--task_batch_sizes", "4,2.5,4"], "--task_batch_sizes must be 3"),
 ])
 def test_nonsense_values_are_rejected(tmp_path, tiny_model_dir, capsys, flags, message):
     assert run(tmp_path, tiny_model_dir, *flags) == 1
@@ -146,6 +150,15 @@ def test_unknown_pooling_is_rejected_by_the_parser(capsys):
         run_multitask.parse_config(["--pooling", "average"])
     assert exit_info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_task_batch_sizes_set_each_tasks_training_batch(tmp_path, tiny_model_dir):
+    # round-robin min over the fixture's 20 SST, 20 QQP and 16 STS training rows: SST in batches of 5
+    # (4), QQP of 3 (7), STS of 2 (8) gives 4 rounds of one batch per task, 5 + 3 + 2 examples each
+    assert run(tmp_path, tiny_model_dir, "--epochs", "1", "--task_batch_sizes", "5,3,2", "--no_bucket",
+               run_name="sizes") == 0
+    epoch = json.loads((tmp_path / "sizes" / "metrics.json").read_text())["epochs"][0]
+    assert (epoch["train_steps"], epoch["train_examples"]) == (4 * 3, 4 * (5 + 3 + 2))
 
 
 def test_grad_accum_and_clipping_flags_train_through_the_loop(tmp_path, tiny_model_dir):

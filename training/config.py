@@ -50,6 +50,9 @@ class DataConfig:
     data_dir: str | None = flag(None, "folder with the CS224N CSVs (default: $MINBERT_DATA, then ./data)", type=str)
     max_length: int = flag(128, "truncate each sentence to this many word pieces, [CLS]/[SEP] included")
     batch_size: int = flag(32, "examples (sentences or pairs) per batch, per task")
+    task_batch_sizes: str | None = flag(None, "training batch size of each task of --tasks, in its order, e.g. "
+                                              "48,64,32 (default: --batch_size each; evaluation uses --batch_size)",
+                                        type=str)
     strict: bool = flag(False, "stop at the first bad data row instead of skipping and reporting it")
 
 
@@ -282,6 +285,7 @@ class RunConfig:
             if not ok:
                 raise ValueError(message)
         self.parsed_loss_weights()
+        self.batch_sizes()
 
     def lcl_task(self) -> str | None:
         """The task whose sentences and classes the label-contrastive stage uses: the first
@@ -292,6 +296,21 @@ class RunConfig:
     def task_names(self) -> list[str]:
         """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs)."""
         return parse_tasks(self.train.tasks)
+
+    def batch_sizes(self) -> dict[str, int]:
+        """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
+        or ``--batch_size`` each."""
+        names = self.task_names()
+        if self.data.task_batch_sizes is None:
+            return {name: self.data.batch_size for name in names}
+        try:
+            values = [int(p) for p in self.data.task_batch_sizes.split(",")]
+        except ValueError:
+            values = []
+        if len(values) != len(names) or any(v < 1 for v in values):
+            raise ValueError(f"--task_batch_sizes must be {len(names)} positive whole numbers, one per task of "
+                             f"--tasks ({','.join(names)}), got {self.data.task_batch_sizes!r}")
+        return dict(zip(names, values))
 
     def parsed_loss_weights(self) -> dict[str, float]:
         """``--tasks sst,qqp,sts --loss_weights 1,2,1`` as ``{"sst": 1.0, "qqp": 2.0, "sts": 1.0}``."""

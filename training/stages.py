@@ -130,7 +130,7 @@ def pre_qqp_stage(run: Run) -> dict:
     """Train encoder + paraphrase head on QQP alone before multi-task training (the CS224N
     study's "pre-QQP": QQP is by far the largest task, so it gets a head start)."""
     t = run.config.train
-    loader = run.loader(run.splits["qqp"]["train"], run.config.data.batch_size, True, t.seed + 100)
+    loader = run.loader(run.splits["qqp"]["train"], run.config.batch_sizes()["qqp"], True, t.seed + 100)
     return run.loop.train(TaskObjective(run, {"qqp": loader}, "min", t.pre_qqp_steps, t.pre_qqp_epochs, joint=False,
                                         name="pre_qqp", log_prefix="pre-QQP "))
 
@@ -139,7 +139,8 @@ def multitask_stage(run: Run) -> dict:
     """Round-robin (or joint-loss) training on every task of ``--tasks``; after each epoch evaluate
     on dev and keep the best epoch by the overall score."""
     t = run.config.train
-    loaders = {name: run.loader(split["train"], run.config.data.batch_size, True, t.seed + i)
+    sizes = run.config.batch_sizes()
+    loaders = {name: run.loader(split["train"], sizes[name], True, t.seed + i)
                for i, (name, split) in enumerate(run.splits.items())}
     return run.loop.train(MultitaskObjective(run, loaders, t.rr, t.max_steps_per_epoch, t.epochs, t.joint_loss))
 
