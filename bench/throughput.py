@@ -3,8 +3,8 @@
 
     python -m bench.throughput [--model DIR] [--batch_size 32] [--seq_lens 48] [--reps 10]
                                [--warmup 2] [--also_ours_manual] [--also_ours_unfused] [--also_ours_bf16]
-                               [--also_ours_compiled] [--also_ours_sparse] [--also_ours_uniform]
-                               [--also_ours_lean] [--keep_freed_memory] [--threads N]
+                               [--also_ours_compiled] [--also_ours_sparse] [--also_ours_bernoulli]
+                               [--keep_freed_memory] [--threads N]
 
 What is timed, for each sequence length L:
   * train step: forward (training mode, dropout on), loss = mean over the batch of the squared
@@ -17,21 +17,21 @@ each kind), then the sides are timed interleaved — A, B, A, B, ... with the or
 repetition to repetition — so slow drifts of the machine (frequency, other processes) hit all sides
 alike. Reported: the median over ``--reps`` repetitions, as sequences/s, and our speed over HF's.
 
-Sides: ``ours`` = BertModel with ``set_attention("auto")`` (PyTorch's fused attention kernel,
-except in a CPU training step with attention dropout, where the written-out path measured faster)
-+ our AdamW with ``fused=True`` (PyTorch's one-pass AdamW kernel, given our ε placement);
-``ours-unfused`` (with ``--also_ours_unfused``) = the same model + our AdamW's own default update
-(the cache-blocked loop on the CPU, ``torch._foreach_*`` on a GPU); ``ours-manual`` (with
-``--also_ours_manual``) = the written-out attention + the loop AdamW (``foreach=False``). ``ours-bf16`` (with ``--also_ours_bf16``) = ``ours``
-under ``torch.autocast(bfloat16)`` (``--amp bf16``); ``ours-compiled`` (with ``--also_ours_compiled``) =
-``ours`` after ``torch.compile`` (``--compile``; its warm-up includes the compilation); ``ours-sparse``
-(with ``--also_ours_sparse``) = ``ours`` with sparse word-embedding gradients and the lazy AdamW
-update of the batch's rows (``--sparse_embeddings``); ``ours-uniform`` (with ``--also_ours_uniform``) =
-``ours`` drawing dropout masks from one uniform draw (``--dropout_masks uniform``); ``ours-lean``
-(with ``--also_ours_lean``) = both. ``hf`` = ``transformers.BertModel`` (its
-default attention implementation) + ``torch.optim.AdamW`` with its defaults (on CPU: the
-per-parameter loop). ``transformers`` is an optional, benchmark-only dependency: without it only
-our sides are timed.
+Sides: ``ours`` = the library's defaults, what a user of ``minbert`` gets: ``BertModel.from_pretrained``
+(auto attention: PyTorch's fused kernel, except in a CPU training step with attention dropout,
+where the written-out path measured faster; dropout masks from one uniform draw) + ``AdamW(params,
+lr, weight_decay)`` (PyTorch's one-pass fused AdamW kernel on the CPU and CUDA, given our ε
+placement). Extra sides, each with its ``--also_<name>`` flag: ``ours-sparse`` = ``ours`` with
+sparse word-embedding gradients and the lazy AdamW update of the batch's rows (what
+``run_multitask.py`` adds by default); ``ours-bernoulli`` = ``ours`` with ``F.dropout`` masks;
+``ours-unfused`` = ``ours`` with ``AdamW(fused=False)`` (the cache-blocked loop on the CPU,
+``torch._foreach_*`` on a GPU); ``ours-manual`` = the written-out reference (``--reference``:
+written-out attention, ``F.dropout`` masks, the loop AdamW); ``ours-bf16`` = ``ours`` under
+``torch.autocast(bfloat16)`` (``--amp bf16``); ``ours-compiled`` = ``ours`` after
+``torch.compile`` (``--compile``; its warm-up includes the compilation). ``hf`` =
+``transformers.BertModel`` (its default attention implementation) + ``torch.optim.AdamW`` with its
+defaults (on CPU: the per-parameter loop). ``transformers`` is an optional, benchmark-only
+dependency: without it only our sides are timed.
 
 Achieved fraction of peak. The peak is a float32 2048×2048 @ 2048×2048 matmul (2·2048³ FLOP)
 timed in the same run (best of 10). The work of a step is estimated from the parameters that do
@@ -149,14 +149,14 @@ class Side:
 
 @dataclass(frozen=True)
 class OurVariant:
-    """How one of our extra sides differs from ``ours`` (auto attention + fused AdamW)."""
+    """How one of our sides differs from ``ours``, the library's defaults (None: the default)."""
     help: str
-    attention: str = "auto"
-    adamw: dict = field(default_factory=lambda: {"fused": True})
+    attention: str | None = None
+    adamw: dict = field(default_factory=dict)
     bf16: bool = False
     compile: bool = False
     sparse_embeddings: bool = False
-    dropout_masks: str = "bernoulli"
+    dropout_masks: str | None = None
 
 
 # name -> variant; each is timed when its flag --also_ours_<suffix> is given, in this order.
@@ -164,11 +164,10 @@ OUR_VARIANTS = {
     "ours-bf16": OurVariant("ours under bf16 autocast", bf16=True),
     "ours-compiled": OurVariant("ours after torch.compile", compile=True),
     "ours-sparse": OurVariant("ours with sparse word-embedding gradients (lazy AdamW rows)", sparse_embeddings=True),
-    "ours-uniform": OurVariant("ours with dropout masks from one uniform draw", dropout_masks="uniform"),
-    "ours-lean": OurVariant("ours with sparse word-embedding gradients and uniform dropout masks",
-                            sparse_embeddings=True, dropout_masks="uniform"),
-    "ours-unfused": OurVariant("our model with our AdamW's own (non-fused-kernel) update", adamw={}),
-    "ours-manual": OurVariant("the written-out attention + loop AdamW", attention="manual", adamw={"foreach": False}),
+    "ours-bernoulli": OurVariant("ours with F.dropout masks", dropout_masks="bernoulli"),
+    "ours-unfused": OurVariant("our model with our AdamW's own (non-fused-kernel) update", adamw={"fused": False}),
+    "ours-manual": OurVariant("the written-out reference: attention, F.dropout masks, loop AdamW",
+                              attention="manual", dropout_masks="bernoulli", adamw={"fused": False, "foreach": False}),
 }
 
 
@@ -179,8 +178,12 @@ def _flag(name: str) -> str:
 def make_sides(model_dir: Path, variants: list[str] = ()) -> list[Side]:
     """``ours``, then the named ``OUR_VARIANTS``, then HF's side when transformers is installed."""
     def our_side(name: str, variant: OurVariant) -> Side:
-        model = BertModel.from_pretrained(model_dir).set_attention(variant.attention)
-        model.set_sparse_word_embeddings(variant.sparse_embeddings).set_dropout(variant.dropout_masks)
+        model = BertModel.from_pretrained(model_dir)
+        if variant.attention is not None:
+            model.set_attention(variant.attention)
+        if variant.dropout_masks is not None:
+            model.set_dropout(variant.dropout_masks)
+        model.set_sparse_word_embeddings(variant.sparse_embeddings)
         if variant.compile:
             model.compile(dynamic=False)
         autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if variant.bf16 else None

@@ -347,7 +347,8 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
         if f.type in (bool, "bool", "bool | None"):
             group.add_argument(f"--{f.name}", action="store_true", default=default, help=meta["help"])
             if default is not False:  # on by default (or decided by the run): a flag to turn it off
-                group.add_argument(f"--no_{f.name}", action="store_false", dest=f.name, help=argparse.SUPPRESS)
+                group.add_argument(f"--no_{f.name}", action="store_false", dest=f.name, default=default,
+                                   help=argparse.SUPPRESS)
             continue
         if default is not None or "default" not in meta["help"]:  # else the help says what None means
             meta["help"] += f" (default: {'none' if default is None else default})"
