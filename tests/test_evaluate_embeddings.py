@@ -16,7 +16,7 @@ from data.readers import DataError
 from data.senteval import file_layout, find_datasets, load_dataset, read_senteval_sts, read_sick, read_stsb
 from minbert import BertModel, BertTokenizer
 from training.checkpoint import save_checkpoint
-from training.config import RunConfig
+from training.config import ModelConfig, RunConfig
 from training.runs import build_model, encode
 from training.similarity import average_over_datasets, correlations
 from training.tools.evaluate_embeddings import main
@@ -235,7 +235,7 @@ def test_main_end_to_end_writes_json(tiny, tiny_model_dir, tmp_path, capsys):
 def test_main_reads_a_run_checkpoint(tiny_model_dir, tmp_path):
     """A run checkpoint's encoder gives the same numbers as the model it started from (untrained
     here); its heads play no part."""
-    config = RunConfig.from_dict({"model": {"model": str(tiny_model_dir)}})
+    config = RunConfig.defaults(model=ModelConfig(model=str(tiny_model_dir)))
     model = build_model(config, tiny_model_dir)
     save_checkpoint(tmp_path / "run" / "checkpoint", model.state_dict(), model.bert.config, dataclasses.asdict(config))
     out_ckpt, out_model = tmp_path / "ckpt.json", tmp_path / "model.json"

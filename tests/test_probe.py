@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from training.checkpoint import save_checkpoint
-from training.config import RunConfig
+from training.config import ModelConfig, RunConfig, TrainConfig
 from training.runs import build_model
 from training.tools.probe import TASK_CHOICES, build_parser, cluster_scores, main, probe_scores, subsample
 
@@ -122,7 +122,7 @@ def test_main_end_to_end_on_cfimdb_fixture(tiny_model_dir, tmp_path, capsys):
 
 def test_main_max_train_and_checkpoint_give_the_model_numbers(tiny_model_dir, tmp_path):
     """A run checkpoint's encoder gives the same report as the model it started from (untrained here)."""
-    config = RunConfig.from_dict({"model": {"model": str(tiny_model_dir)}, "train": {"tasks": "sst,cfimdb"}})
+    config = RunConfig.defaults(model=ModelConfig(model=str(tiny_model_dir)), train=TrainConfig(tasks="sst,cfimdb"))
     model = build_model(config, tiny_model_dir)
     save_checkpoint(tmp_path / "run" / "checkpoint", model.state_dict(), model.bert.config, dataclasses.asdict(config))
     common = ["--task", "cfimdb", "--data_dir", str(CFIMDB), "--pooling", "cls", "--max_train", "6", "--normalize"]

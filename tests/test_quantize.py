@@ -14,7 +14,7 @@ from data.batching import make_loader
 from data.readers import read_examples
 from minbert import BertConfig, BertModel, default_model_dir
 from training.checkpoint import save_checkpoint
-from training.config import RunConfig
+from training.config import DataConfig, ModelConfig, RunConfig
 from training.runs import build_model, load_run
 from training.tasks import TASKS
 
@@ -42,7 +42,7 @@ def checkpoint(tmp_path_factory) -> Path:
     BertModel(BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=256, max_position_embeddings=64)).save_pretrained(model_dir)
     shutil.copy(default_model_dir() / "vocab.txt", model_dir / "vocab.txt")
-    config = RunConfig.from_dict({"model": {"model": str(model_dir)}, "data": {"max_length": 32}})
+    config = RunConfig.defaults(model=ModelConfig(model=str(model_dir)), data=DataConfig(max_length=32))
     model = build_model(config, model_dir)
     directory = root / "run" / "checkpoint"
     save_checkpoint(directory, model.state_dict(), model.bert.config, dataclasses.asdict(config))

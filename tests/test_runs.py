@@ -1,6 +1,7 @@
 """training.runs: ``load_run`` on a run made by the real entry point (tiny random BERT, fixture data),
 the one ``encode`` loop against encoding each sentence alone, and one-line errors for bad paths."""
 import csv
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -134,14 +135,30 @@ def test_bad_paths_are_one_line_errors(run_dir, tiny_model_dir, tmp_path):
 
 
 def test_tolerant_config_and_encoder_only_checkpoint(run_dir, tmp_path):
-    """Unknown names are ignored, missing ones take defaults; a checkpoint without heads is an encoder."""
+    """Unknown names are ignored, missing sections are read as the version before them had them; a
+    checkpoint without heads is an encoder."""
     folder = tmp_path / "encoder"
     shutil.copytree(run_dir / "checkpoint", folder)
     run_config = json.loads((folder / "run_config.json").read_text())
-    run_config = {"model": {**run_config["model"], "a_future_flag": 1}, "data": run_config["data"], "extra": {}}
+    run_config = {"model": {**run_config["model"], "a_future_flag": 1}, "data": run_config["data"],
+                  "speed": run_config["speed"], "extra": {}}
     (folder / "run_config.json").write_text(json.dumps(run_config))
     save_file({}, str(folder / "heads.safetensors"))
     loaded = load_run(folder)
     assert not loaded.model.heads and loaded.config.train == RunConfig.from_dict({}).train
     assert loaded.config.data.max_length == 32
     np.testing.assert_allclose(loaded.encode(SENTENCES[:3]), load_run(run_dir).encode(SENTENCES[:3]), rtol=0, atol=0)
+
+
+def test_a_saved_configuration_without_a_newer_field_does_what_its_version_did():
+    # a run saved before the fast paths, the schedule and the no-decay groups existed resumes on the
+    # paths it trained with; a complete saved configuration reads back as it was
+    old = RunConfig.from_dict({"train": {"lr": 5e-5}, "speed": {"adamw": "auto"}})
+    assert (old.train.warmup_ratio, old.train.decay_bias_norm, old.train.max_grad_norm) == (None, True, None)
+    assert (old.speed.attention, old.speed.bucket, old.speed.dropout_masks, old.speed.sparse_embeddings) == (
+        "manual", False, "bernoulli", False)
+    assert not RunConfig.from_dict({"train": {"no_decay_bias_norm": True}}).train.decay_bias_norm  # its old name
+    assert RunConfig.from_dict({"train": {"no_decay_bias_norm": False}}).train.decay_bias_norm
+    new = RunConfig.defaults()
+    assert RunConfig.from_dict(dataclasses.asdict(new)) == new
+    assert new.speed != old.speed

@@ -16,6 +16,16 @@ from heads import POOLING_MODES
 from .tasks import DEFAULT_TASKS, TASKS, parse_tasks
 
 
+def optional_float(text: str) -> float | None:
+    """A flag value that is a number or ``none`` (the setting off)."""
+    if text.lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number nor 'none'") from None
+
+
 def flag(default, help: str, choices=None, type=None):
     """A dataclass field that is also a command-line flag."""
     meta = {"help": help}
@@ -61,7 +71,7 @@ class TrainConfig:
     tasks: str = flag(",".join(DEFAULT_TASKS), f"comma-separated tasks to train and predict, from {', '.join(TASKS)}")
     epochs: int = flag(3, "multi-task epochs; 0: the stages alone (e.g. --ucl), the run keeps the encoder they "
                           "leave (no heads, no predictions)")
-    lr: float = flag(5e-5, "learning rate of the encoder")
+    lr: float = flag(1e-4, "learning rate of the encoder")
     head_lr: float = flag(1e-3, "learning rate of the task heads (higher than the encoder's: they start from scratch)")
     weight_decay: float = flag(0.01, "decoupled weight decay of AdamW")
     seed: int = flag(11711, "seed for Python, NumPy and torch (a CPU run is repeatable)")
@@ -71,12 +81,13 @@ class TrainConfig:
     max_steps_per_epoch: int | None = flag(None, "cap on round-robin steps per epoch (one step = one batch of each task)",
                                            type=int)
     grad_accum: int = flag(1, "batches whose gradients make one optimizer step (gradient accumulation)")
-    max_grad_norm: float | None = flag(None, "clip the global gradient norm to this before each optimizer step "
-                                             "(default: no clipping)", type=float)
-    warmup_ratio: float | None = flag(None, "learning-rate schedule of every stage: linear warmup from 0 over this "
-                                            "fraction of its steps, then linear decay to 0 (BERT's; 0: decay only) "
-                                            "(default: constant learning rate)", type=float)
-    no_decay_bias_norm: bool = flag(False, "no weight decay on biases and LayerNorm weights (as BERT's optimizer)")
+    max_grad_norm: float | None = flag(1.0, "clip the global gradient norm to this before each optimizer step "
+                                            "(none: no clipping)", type=optional_float)
+    warmup_ratio: float | None = flag(0.1, "learning-rate schedule of every stage: linear warmup from 0 over this "
+                                           "fraction of its steps, then linear decay to 0 (BERT's; 0: decay only; "
+                                           "none: a constant learning rate)", type=optional_float)
+    decay_bias_norm: bool = flag(False, "weight decay on biases and LayerNorm weights too (default: on the other "
+                                        "weights only, as BERT's optimizer)")
     device: str = flag("auto", "where to train", choices=["auto", "cpu", "cuda"])
     pre_qqp: bool = flag(False, "before multi-task training, train encoder + paraphrase head on QQP alone")
     pre_qqp_epochs: int = flag(1, "QQP pre-training epochs (the CS224N study used 10)")
@@ -207,15 +218,25 @@ class RunConfig:
     output: OutputConfig
 
     @classmethod
+    def defaults(cls, **sections) -> "RunConfig":
+        """Every section at its defaults, except the ``sections`` given (name -> dataclass)."""
+        return cls(**{name: section() for name, section in SECTIONS.items()} | sections)
+
+    @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
         """Inverse of ``dataclasses.asdict``: the one reader of a saved run configuration. Tolerant of
-        other versions: sections or fields it lacks take their defaults, names it does not know are
-        ignored."""
+        other versions: names it does not know are ignored, and a field it lacks is one the saving
+        version did not have, so it takes the value that does what that version did
+        (``ABSENT_MEANS``), else its default; a field saved under an older name is read (``RENAMED``)."""
         sections = {}
         for name, section in SECTIONS.items():
-            saved = data.get(name) or {}
+            saved = dict(data.get(name) or {})
+            for old, (new, convert) in RENAMED.get(name, {}).items():
+                if old in saved and new not in saved:
+                    saved[new] = convert(saved.pop(old))
             known = {f.name for f in dataclasses.fields(section)}
-            sections[name] = section(**{key: value for key, value in saved.items() if key in known})
+            absent = {key: value for key, value in ABSENT_MEANS.get(name, {}).items() if key not in saved}
+            sections[name] = section(**absent | {key: value for key, value in saved.items() if key in known})
         return cls(**sections)
 
     def validate(self) -> None:
@@ -328,6 +349,16 @@ class RunConfig:
 
 
 
+# Fields whose default changed after they were first saved, with the value that does what a
+# version without the field did: a saved configuration that lacks one is from such a version.
+ABSENT_MEANS = {
+    "train": {"warmup_ratio": None, "decay_bias_norm": True, "max_grad_norm": None},
+    "speed": {"attention": "manual", "bucket": False, "dropout_masks": "bernoulli", "sparse_embeddings": False},
+}
+
+# Fields saved under an older name: old name -> (field, the old value as the field's value).
+RENAMED = {"train": {"no_decay_bias_norm": ("decay_bias_norm", lambda no_decay: not no_decay)}}
+
 # The sections of a RunConfig: field name -> dataclass (the flag groups of run_multitask.py).
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "smart": SmartConfig,
             "contrastive": ContrastiveConfig, "speed": SpeedConfig, "output": OutputConfig}
@@ -346,9 +377,8 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
         default = overrides.get(f.name, f.default)
         if f.type in (bool, "bool", "bool | None"):
             group.add_argument(f"--{f.name}", action="store_true", default=default, help=meta["help"])
-            if default is not False:  # on by default (or decided by the run): a flag to turn it off
-                group.add_argument(f"--no_{f.name}", action="store_false", dest=f.name, default=default,
-                                   help=argparse.SUPPRESS)
+            group.add_argument(f"--no_{f.name}", action="store_false", dest=f.name, default=default,
+                               help=argparse.SUPPRESS)  # every switch has its off form
             continue
         if default is not None or "default" not in meta["help"]:  # else the help says what None means
             meta["help"] += f" (default: {'none' if default is None else default})"

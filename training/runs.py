@@ -27,7 +27,7 @@ from minbert.errors import first_line
 from minbert.weights import resolve_model_dir
 
 from .checkpoint import RUN_CONFIG, load_checkpoint, saved_run_config
-from .config import RunConfig
+from .config import ModelConfig, RunConfig
 from .device import to_device
 from .evaluate import TaskPredictions, predict
 from .tasks import TASKS
@@ -163,7 +163,7 @@ def pretrained_run(model: str | Path | None = None, pooling: str = "mean") -> Lo
     model) as a run without heads, so tools treat it and a trained run alike."""
     directory = model_directory(model)
     bert = load_run(directory).model.bert if is_checkpoint(directory) else BertModel.from_pretrained(directory)
-    config = RunConfig.from_dict({"model": {"model": str(directory), "pooling": pooling}})
+    config = RunConfig.defaults(model=ModelConfig(model=str(directory), pooling=pooling))
     return LoadedRun(directory, config, with_heads(bert, config, []).eval(), tokenizer_for(directory, bert))
 
 

@@ -349,7 +349,7 @@ def _contrastive(run: Run, name: str, examples: list, epochs: int, max_steps: in
         raise DataError(f"{source}: only {len(examples)} {unit}{'' if len(examples) == 1 else 's'}; a {name} "
                         f"batch (--{name}_batch_size {batch_size}) needs at least 2, for in-batch negatives")
     encoder = [(name, p) for name, p in run.model.bert.named_parameters() if p.requires_grad]
-    encoder_params = (decay_groups(encoder, run.config.train.weight_decay) if run.config.train.no_decay_bias_norm
+    encoder_params = (decay_groups(encoder, run.config.train.weight_decay) if not run.config.train.decay_bias_norm
                       else [p for _, p in encoder])
     if not encoder_params:
         run.log(f"{name}: the encoder is frozen (--option pretrain); skipping this stage")

@@ -138,7 +138,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
     if t.joint_loss:
         weighting = make_loss_weighting(t.loss_weighting, config.task_names(), config.parsed_loss_weights()).to(device)
     encoder = [(name, p) for name, p in model.bert.named_parameters() if p.requires_grad]
-    if t.no_decay_bias_norm:
+    if not t.decay_bias_norm:
         groups = [*decay_groups(encoder, t.weight_decay),
                   *decay_groups(model.heads.named_parameters(), t.weight_decay, lr=t.head_lr)]
     else:

@@ -141,9 +141,8 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         raise ValueError(f"--max_steps must be at least 1, got {args.max_steps}")
     if args.loss == "lcl" and args.batch_size < 2:
         raise ValueError("--loss lcl needs --batch_size of at least 2 (it contrasts the sentences of a batch)")
-    config = dataclasses.replace(RunConfig.from_dict({}), model=section_from_args(ModelConfig, args),
-                                 data=section_from_args(DataConfig, args),
-                                 train=section_from_args(TrainConfig, args, tasks=args.task))
+    config = RunConfig.defaults(model=section_from_args(ModelConfig, args), data=section_from_args(DataConfig, args),
+                                train=section_from_args(TrainConfig, args, tasks=args.task))
     config.validate()
     return config
 
