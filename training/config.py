@@ -321,30 +321,27 @@ class RunConfig:
     def batch_sizes(self) -> dict[str, int]:
         """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
         or ``--batch_size`` each."""
-        names = self.task_names()
-        if self.data.task_batch_sizes is None:
-            return {name: self.data.batch_size for name in names}
-        try:
-            values = [int(p) for p in self.data.task_batch_sizes.split(",")]
-        except ValueError:
-            values = []
-        if len(values) != len(names) or any(v < 1 for v in values):
-            raise ValueError(f"--task_batch_sizes must be {len(names)} positive whole numbers, one per task of "
-                             f"--tasks ({','.join(names)}), got {self.data.task_batch_sizes!r}")
-        return dict(zip(names, values))
+        return self._per_task("task_batch_sizes", self.data.task_batch_sizes, self.data.batch_size, int,
+                              lambda v: v >= 1, "positive whole numbers")
 
     def parsed_loss_weights(self) -> dict[str, float]:
         """``--tasks sst,qqp,sts --loss_weights 1,2,1`` as ``{"sst": 1.0, "qqp": 2.0, "sts": 1.0}``."""
+        return self._per_task("loss_weights", self.train.loss_weights, 1.0, float, lambda v: v >= 0,
+                              "non-negative numbers")
+
+    def _per_task(self, flag: str, text: str | None, default, convert, ok, what: str) -> dict:
+        """A comma-separated flag value with one entry per task of ``--tasks`` (``default`` each when
+        not given), as task -> value; one error line naming the flag otherwise."""
         names = self.task_names()
-        if self.train.loss_weights is None:
-            return {name: 1.0 for name in names}
+        if text is None:
+            return {name: default for name in names}
         try:
-            values = [float(p) for p in self.train.loss_weights.split(",")]
+            values = [convert(p) for p in text.split(",")]
         except ValueError:
             values = []
-        if len(values) != len(names) or any(not v >= 0 for v in values):
-            raise ValueError(f"--loss_weights must be {len(names)} non-negative numbers, one per task of --tasks "
-                             f"({','.join(names)}), got {self.train.loss_weights!r}")
+        if len(values) != len(names) or not all(ok(v) for v in values):
+            raise ValueError(f"--{flag} must be {len(names)} {what}, one per task of --tasks "
+                             f"({','.join(names)}), got {text!r}")
         return dict(zip(names, values))
 
 
