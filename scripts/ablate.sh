@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The ablation grid: one run_multitask.py call per row, then the results table.
 #
-# Usage: bash scripts/ablate.sh [--epochs N] [--max_steps_per_epoch M] [--seeds N] [--out_dir DIR]
-#                               [--only NAME...] [--list] [--dry_run] [--help] [-- EXTRA FLAGS passed to every run]
+# Usage: bash scripts/ablate.sh [--epochs N] [--max_steps_per_epoch M] [--stage_steps S] [--seeds N]
+#                               [--out_dir DIR] [--only NAME...] [--list] [--dry_run] [--help]
+#                               [-- EXTRA FLAGS passed to every run]
 #
-#   --epochs N, --max_steps_per_epoch M   multi-task budget of every run (default: 1 epoch of 30 steps)
+#   --epochs N, --max_steps_per_epoch M   multi-task budget of every run (default: 1 epoch of 30 steps;
+#                        M = none: the whole round-robin epoch)
+#   --stage_steps S      batches of every extra stage (pre-QQP, U-CL, S-CL, LCL; default: 20)
 #   --seeds N            run every row with N seeds (default: 1, the default --seed). With N > 1 the
 #                        runs are ablate-<name>-s<seed> with --seed 11711, 11712, ...; the report pools
 #                        them into one row (mean ± std, bootstrap interval against FT)
@@ -16,8 +19,9 @@
 #   --dry_run            print each command instead of running it
 #   -- EXTRA...          flags appended to every run, e.g. -- --data_dir ../shared/data/multitask --device cpu
 #
-# Example (the table in the README; add --seeds 3 for error bars):
+# Examples: the 30-step grid, and one full --rr min epoch with stages of 2/3 of it, 3 seeds a row:
 #   bash scripts/ablate.sh -- --data_dir ../shared/data/multitask
+#   bash scripts/ablate.sh --max_steps_per_epoch none --stage_steps 126 --seeds 3 -- --data_dir ../shared/data/multitask
 #
 # A run whose folder already exists is skipped (remove the folder to run it again), so an
 # interrupted grid resumes where it stopped. A failing row is reported and the loop goes on; Ctrl-C
@@ -30,7 +34,7 @@ set -u
 # On 2 CPU cores with the embedded model, the 26 rows without LCL took 117.3 min in all, 2.8-6.5 min
 # a row on an idle machine, the all-on rows the slowest (docs/ablation.md); the 7 LCL rows come on
 # top. Other jobs on the same cores make every row slower.
-# --epochs / --max_steps_per_epoch given to this script replace the first two values.
+# --epochs / --max_steps_per_epoch / --stage_steps given to this script replace these values.
 BUDGET=(--epochs 1 --max_steps_per_epoch 30
         --pre_qqp_epochs 1 --pre_qqp_steps 20
         --ucl_epochs 1 --ucl_steps 20
@@ -71,6 +75,10 @@ while (($# > 0)); do
     --dry_run) DRY_RUN=1; shift ;;
     --epochs|--max_steps_per_epoch)
       (($# >= 2)) || die "$1 needs a value"; set_budget "$1" "$2"; shift 2 ;;
+    --stage_steps)
+      (($# >= 2)) || die "$1 needs a value"
+      for stage in pre_qqp ucl scl lcl; do set_budget "--${stage}_steps" "$2"; done
+      shift 2 ;;
     --seeds)
       (($# >= 2)) && [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "--seeds needs a whole number >= 1"
       SEEDS="$2"; shift 2 ;;

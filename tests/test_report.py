@@ -24,7 +24,7 @@ from training.config import TrainConfig
 from training.stages import EXTENSIONS
 from training.tasks import TASKS
 from training.tools.bootstrap import resample_counts, weighted_metric
-from training.tools.grid import grid_rows
+from training.tools.grid import VARIANTS, grid_rows
 from training.tools.report import (collect_runs, columns, compare_to_ft, csv_columns, find_flag, main,
                                    render_markdown, seed_group_key, write_csv)
 
@@ -508,7 +508,7 @@ def test_ablate_grid_rows_come_from_the_extension_table():
     assert rows == [[name, *flags] for name, flags in grid_rows()]
     names = [row[0] for row in rows]
     n = len(EXTENSIONS)
-    assert len(rows) == 3 + 2 * n + n * (n - 1) // 2 + 3 and len(set(names)) == len(rows)
+    assert len(rows) == 3 + 2 * n + n * (n - 1) // 2 + len(VARIANTS) + 1 + 3 and len(set(names)) == len(rows)
     assert names[:3] == ["pt", "ft", "cls"] and "--option" in rows[0] and "pretrain" in rows[0]
     assert "mean-preqqp" in names and "mean-ucl-preqqp" in names and "mean-all-but-smart" in names
     extensions = {f"--{e.flag}" for e in EXTENSIONS}
@@ -519,6 +519,22 @@ def test_ablate_grid_rows_come_from_the_extension_table():
         for pooling in ("cls", "mean"):
             assert any(set(r[1:]) - {"--pooling", pooling} == {ext} and pooling in r for r in rows), (ext, pooling)
     assert any(extensions <= set(r) for r in rows)   # everything on
+    published = rows[names.index("published")]
+    assert set(published[1:]) == {"--pooling", "mean", "--pre_qqp", "--joint_loss", "--smart", "--scl"}
+    for name, flags in VARIANTS:   # each variant parses, and differs from its extension's own row
+        config = run_multitask.parse_config(flags)
+        assert config.smart.smart_bregman or config.train.rr == "exhaust" or config.train.loss_weighting != "fixed", name
+
+
+def test_ablate_stage_steps_and_a_whole_epoch_budget(tmp_path):
+    result = ablate("--dry_run", "--only", "mean-all", "--max_steps_per_epoch", "none", "--stage_steps", "126",
+                    "--", "--data_dir", "somewhere", env={"PYTHON": sys.executable})
+    assert result.returncode == 0, result.stderr
+    (command,) = [shlex.split(line) for line in result.stdout.splitlines()]
+    config = run_multitask.parse_config(command[2:])
+    assert config.train.max_steps_per_epoch is None and config.train.epochs == 1
+    assert config.train.pre_qqp_steps == 126
+    assert config.contrastive.ucl_steps == config.contrastive.scl_steps == config.contrastive.lcl_steps == 126
 
 
 def test_ablate_dry_run_commands_parse_with_run_multitask(tmp_path):

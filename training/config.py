@@ -16,14 +16,19 @@ from heads import POOLING_MODES
 from .tasks import DEFAULT_TASKS, TASKS, parse_tasks
 
 
-def optional_float(text: str) -> float | None:
+def optional_float(text: str, convert=float, what: str = "number") -> float | None:
     """A flag value that is a number or ``none`` (the setting off)."""
     if text.lower() == "none":
         return None
     try:
-        return float(text)
+        return convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither a number nor 'none'") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a {what} nor 'none'") from None
+
+
+def optional_int(text: str) -> int | None:
+    """A count that is a whole number or ``none`` (no cap)."""
+    return optional_float(text, int, "whole number")
 
 
 def flag(default, help: str, choices=None, type=None):
@@ -79,7 +84,7 @@ class TrainConfig:
                           "'exhaust' = until the largest task is used up, cycling the others",
                    choices=["min", "exhaust"])
     max_steps_per_epoch: int | None = flag(None, "cap on round-robin steps per epoch (one step = one batch of each task)",
-                                           type=int)
+                                           type=optional_int)
     grad_accum: int = flag(1, "batches whose gradients make one optimizer step (gradient accumulation)")
     max_grad_norm: float | None = flag(1.0, "clip the global gradient norm to this before each optimizer step "
                                             "(none: no clipping)", type=optional_float)
@@ -92,7 +97,7 @@ class TrainConfig:
     pre_qqp: bool = flag(False, "before multi-task training, train encoder + paraphrase head on QQP alone")
     pre_qqp_epochs: int = flag(1, "QQP pre-training epochs (the CS224N study used 10)")
     pre_qqp_steps: int | None = flag(None, "QQP pre-training batches per epoch (default: all of quora-train; "
-                                           "the study used 1000)", type=int)
+                                           "the study used 1000)", type=optional_int)
     joint_loss: bool = flag(False, "one batch of every task, weighted sum of the losses, one optimizer step "
                                    "(instead of one step per task batch)")
     loss_weights: str | None = flag(None, "joint-loss weights, one per task of --tasks in its order, e.g. 1,2,1 "
@@ -121,7 +126,7 @@ class ContrastiveConfig:
     ucl: bool = flag(False, "unsupervised SimCSE stage (dropout positives, in-batch negatives)")
     ucl_data: str | None = flag(None, "one sentence per line (default: the training sets' sentences)", type=str)
     ucl_epochs: int = flag(1, "unsupervised SimCSE epochs")
-    ucl_steps: int | None = flag(None, "cap on unsupervised SimCSE batches per epoch", type=int)
+    ucl_steps: int | None = flag(None, "cap on unsupervised SimCSE batches per epoch", type=optional_int)
     ucl_batch_size: int = flag(64, "unsupervised SimCSE batch size")
     ucl_lr: float = flag(3e-5, "unsupervised SimCSE learning rate")
     ucl_max_length: int | None = flag(None, "truncate unsupervised SimCSE sentences to this many word pieces "
@@ -135,13 +140,13 @@ class ContrastiveConfig:
     scl_data: str | None = flag(None, "CSV of sent0,sent1,hard_neg triples (default: built from QQP and STS "
                                       "training pairs)", type=str)
     scl_epochs: int = flag(1, "supervised SimCSE epochs")
-    scl_steps: int | None = flag(None, "cap on supervised SimCSE batches per epoch", type=int)
+    scl_steps: int | None = flag(None, "cap on supervised SimCSE batches per epoch", type=optional_int)
     scl_batch_size: int = flag(16, "supervised SimCSE batch size")
     scl_lr: float = flag(3e-5, "supervised SimCSE learning rate")
     hard_negative_weight: float = flag(1.0, "alpha: weight of each anchor's own hard negative")
     lcl: bool = flag(False, "label-contrastive stage on the SST training sentences (same class = positive)")
     lcl_epochs: int = flag(1, "label-contrastive epochs")
-    lcl_steps: int | None = flag(None, "cap on label-contrastive batches per epoch", type=int)
+    lcl_steps: int | None = flag(None, "cap on label-contrastive batches per epoch", type=optional_int)
     lcl_batch_size: int = flag(32, "label-contrastive batch size")
     lcl_lr: float = flag(3e-5, "label-contrastive learning rate")
 

@@ -4,8 +4,9 @@
 
 ``scripts/ablate.sh`` runs these rows. Two baselines (PT: frozen encoder; FT: fine-tuning, mean
 pooling) and the CLS control, then each extension alone on CLS and on MEAN pooling, every pair of
-extensions on MEAN (the default pooling), everything but the costly extensions on MEAN, and
-everything on CLS and on MEAN. Pooling is always given so the table does not depend on the default.
+extensions on MEAN (the default pooling), the variants of one extension (``VARIANTS``), the
+published best combination, everything but the costly extensions on MEAN, and everything on CLS and
+on MEAN. Pooling is always given so the table does not depend on the default.
 """
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ import itertools
 import sys
 
 from ..stages import EXTENSIONS, Extension
+
+# Settings of one extension other than its default, each a row of its own on MEAN pooling.
+VARIANTS: tuple[tuple[str, list[str]], ...] = (
+    ("mean-joint-adaptive", ["--joint_loss", "--loss_weighting", "adaptive"]),
+    ("mean-joint-learned", ["--joint_loss", "--loss_weighting", "learned"]),
+    ("mean-smart-bregman", ["--smart", "--smart_bregman"]),
+    ("mean-rr-exhaust", ["--rr", "exhaust"]),
+)
+# The best combination of the CS224N default-project reports this grid follows.
+PUBLISHED = ("published", ["--pre_qqp", "--joint_loss", "--smart", "--scl"])
 
 
 def grid_rows() -> list[tuple[str, list[str]]]:
@@ -24,6 +35,7 @@ def grid_rows() -> list[tuple[str, list[str]]]:
     rows = [("pt", ["--option", "pretrain", "--pooling", "mean"]), row("mean", (), "ft"), row("cls", ())]
     rows += [row(pooling, (e,)) for pooling in ("cls", "mean") for e in EXTENSIONS]
     rows += [row("mean", pair) for pair in itertools.combinations(EXTENSIONS, 2)]
+    rows += [(name, ["--pooling", "mean", *flags]) for name, flags in (*VARIANTS, PUBLISHED)]
     cheap = tuple(e for e in EXTENSIONS if not e.costly)
     costly = "-".join(e.short for e in EXTENSIONS if e.costly)
     rows += [row("mean", cheap, f"mean-all-but-{costly}"), row("cls", EXTENSIONS, "cls-all"),
