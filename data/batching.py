@@ -40,20 +40,10 @@ def make_collate(tokenizer: BertTokenizer, max_length: int) -> Callable[[list[Ex
     return ExampleCollator(tokenizer, max_length)
 
 
-def make_loader(
-    examples: Sequence[Example],
-    tokenizer: BertTokenizer,
-    max_length: int,
-    batch_size: int,
-    shuffle: bool,
-    seed: int = 0,
-    bucket: bool = False,
-    shard: tuple[int, int] | None = None,
-) -> DataLoader:
-    """A DataLoader in the main process; shuffling draws from a generator seeded with ``seed``.
-
-    Two loaders built with the same seed yield the same batches in the same order, epoch after
-    epoch (the generator advances between epochs, so each epoch's order differs).
+def make_loader(examples: Sequence[Example], tokenizer: BertTokenizer, max_length: int, batch_size: int,
+                shuffle: bool, seed: int = 0, bucket: bool = False, shard: tuple[int, int] | None = None) -> DataLoader:
+    """A DataLoader in the main process; shuffling draws from a generator seeded with ``seed``, so
+    two loaders with one seed yield the same batches, epoch after epoch (each epoch's order differs).
 
     ``bucket=True`` batches examples of similar length together (``BucketBatchSampler``). Without
     shuffling that changes the order of the examples (shortest first), so predictions come back
@@ -65,7 +55,6 @@ def make_loader(
     """
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     dataset = ExampleDataset(examples)
-    collate = make_collate(tokenizer, max_length)
     if bucket:
         lengths = example_lengths(dataset.examples, tokenizer, max_length)
         sampler = BucketBatchSampler(lengths, batch_size, shuffle, generator)
@@ -76,7 +65,8 @@ def make_loader(
     if shard is not None:
         sampler = ShardedBatchSampler(sampler, *shard)
     # the generator is passed on too so iterating never draws from torch's global RNG
-    return DataLoader(dataset, batch_sampler=sampler, generator=generator, collate_fn=collate, num_workers=0)
+    return DataLoader(dataset, batch_sampler=sampler, generator=generator,
+                      collate_fn=make_collate(tokenizer, max_length), num_workers=0)
 
 
 class ShardedBatchSampler(Sampler[list[int]]):
@@ -91,8 +81,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
         return len(self.batches)
 
     def __iter__(self) -> Iterator[list[int]]:
-        for batch in self.batches:
-            yield batch[self.rank::self.world_size]
+        return (batch[self.rank::self.world_size] for batch in self.batches)
 
 
 def example_lengths(examples: Sequence[Example], tokenizer: BertTokenizer | None = None,
@@ -134,10 +123,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         if chunk_batches < 1:
             raise ValueError(f"chunk_batches must be at least 1, got {chunk_batches}")
         self.lengths = torch.as_tensor(list(lengths), dtype=torch.long)
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.generator = generator
-        self.chunk_batches = chunk_batches
+        self.batch_size, self.shuffle = batch_size, shuffle
+        self.generator, self.chunk_batches = generator, chunk_batches
 
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
@@ -175,10 +162,8 @@ class ExampleCollator:
         n_texts = len(batch[0].texts)
         if any(len(ex.texts) != n_texts for ex in batch):
             raise ValueError("all examples in a batch must have the same number of texts")
-        inputs = [
-            self.tokenizer.encode_batch([ex.texts[k] for ex in batch], max_length=self.max_length)
-            for k in range(n_texts)
-        ]
+        inputs = [self.tokenizer.encode_batch([ex.texts[k] for ex in batch], max_length=self.max_length)
+                  for k in range(n_texts)]
         return {"ids": [ex.id for ex in batch], "inputs": inputs, "labels": _labels_tensor(batch)}
 
 
@@ -189,6 +174,4 @@ def _labels_tensor(batch: list[Example]) -> torch.Tensor | None:
         return None
     if any(label is None for label in labels):
         raise ValueError("a batch mixes labelled and unlabelled examples")
-    if all(isinstance(label, int) for label in labels):
-        return torch.tensor(labels, dtype=torch.long)
-    return torch.tensor(labels, dtype=torch.float)
+    return torch.tensor(labels, dtype=torch.long if all(isinstance(label, int) for label in labels) else torch.float)

@@ -25,13 +25,11 @@ TRIPLE_COLUMNS = ("sent0", "sent1", "hard_neg")
 def read_sentences(path: str | Path, min_chars: int = 1) -> list[Example]:
     """One sentence per line (UTF-8): strip whitespace, skip blank lines and lines shorter than
     ``min_chars`` characters; each kept line becomes ``Example("L<line>", (sentence,), None, line)``.
-
     A missing file, non-UTF-8 bytes, or a file with no kept sentence raises a one-line ``DataError``.
     """
     path = Path(path)
-    text = read_utf8(path)
     examples = []
-    for line, raw in enumerate(text.split("\n"), start=1):  # "\r" goes with strip()
+    for line, raw in enumerate(read_utf8(path).split("\n"), start=1):  # "\r" goes with strip()
         sentence = raw.strip()
         if sentence and len(sentence) >= min_chars:
             examples.append(Example(id=f"L{line}", texts=(sentence,), label=None, line=line))
@@ -45,21 +43,19 @@ def read_triples(path: str | Path) -> tuple[list[Example], ReadReport]:
     """Read a SimCSE NLI-style CSV: comma-separated, standard ``"`` quoting, a header naming the
     columns ``sent0``, ``sent1``, ``hard_neg`` (found by name; other columns are ignored).
 
-    Returns the triples ``Example("L<line>", (sent0, sent1, hard_neg), None, line)`` and a
-    ``ReadReport`` of the skipped rows (an empty field, too few / too many fields, bad quoting),
-    as ``read_examples`` does, so the caller can print ``report.summary()``. A missing or empty
-    file, non-UTF-8 bytes, a missing column, or a header with no data rows raise ``DataError``.
+    Returns the triples ``Example("L<line>", (sent0, sent1, hard_neg), None, line)`` and, as
+    ``read_examples`` does, a ``ReadReport`` of the skipped rows (an empty field, too few / too many
+    fields, bad quoting). A missing or empty file, non-UTF-8 bytes, a missing column, or a header
+    with no data rows raise ``DataError``.
     """
     path = Path(path)
-    text = read_utf8(path)
-    rows = csv_records(path, text, delimiter=",")
+    rows = csv_records(path, read_utf8(path), delimiter=",")
     header_line, header = next(rows, (0, None))
     if not header:
         raise DataError(f"{path}: file is empty (expected a header row {','.join(TRIPLE_COLUMNS)})")
     if isinstance(header, BadRow):
         raise DataError(f"{path}, line {header_line}: header row: {header.reason}")
     index = column_indices(path, header, TRIPLE_COLUMNS)
-
     examples: list[Example] = []
     report = ReadReport(path=path, n_rows=0)
     for line, row in rows:
@@ -83,21 +79,12 @@ def sentences_from_examples(*example_lists: Iterable[Example]) -> list[Example]:
     Duplicates are exact string matches (the readers have already stripped whitespace).
     Returns ``Example("i<k>", (sentence,), None, 0)`` for k = 0, 1, ...
     """
-    seen: dict[str, None] = {}
-    for examples in example_lists:
-        for example in examples:
-            for text in example.texts:
-                seen.setdefault(text, None)
+    seen = dict.fromkeys(text for examples in example_lists for example in examples for text in example.texts)
     return [Example(id=f"i{k}", texts=(s,), label=None, line=0) for k, s in enumerate(seen)]
 
 
-def triples_from_pairs(
-    qqp: Sequence[Example],
-    sts: Sequence[Example],
-    sts_min_score: float = 4.0,
-    seed: int = 0,
-    log: Callable[[str], None] | None = None,
-) -> list[Example]:
+def triples_from_pairs(qqp: Sequence[Example], sts: Sequence[Example], sts_min_score: float = 4.0, seed: int = 0,
+                       log: Callable[[str], None] | None = None) -> list[Example]:
     """Supervised-SimCSE triples (anchor, positive, hard negative) built from the labelled pairs.
 
     The rule, exactly:
@@ -124,10 +111,8 @@ def triples_from_pairs(
     for name, examples in (("QQP", qqp), ("STS", sts)):
         for ex in examples:
             if len(ex.texts) != 2 or ex.label is None:
-                raise DataError(
-                    f"triples_from_pairs: {name} example {ex.id} (line {ex.line}) is not a "
-                    "labelled sentence pair"
-                )
+                raise DataError(f"triples_from_pairs: {name} example {ex.id} (line {ex.line}) is not a "
+                                "labelled sentence pair")
 
     related: dict[str, list[str]] = {}  # sentence -> other sides of its QQP label-0 pairs
     for ex in qqp:
@@ -136,7 +121,6 @@ def triples_from_pairs(
             related.setdefault(s1, []).append(s2)
             related.setdefault(s2, []).append(s1)
     pool = list(related)  # distinct label-0 sentences, in order of first appearance
-
     qqp_positives = [ex.texts for ex in qqp if ex.label == 1 and len(set(ex.texts)) == 2]
     sts_positives = [ex.texts for ex in sts if ex.label >= sts_min_score and len(set(ex.texts)) == 2]
 
@@ -150,18 +134,11 @@ def triples_from_pairs(
         else:
             n_related += 1
         triples.append(Example(id=f"i{len(triples)}", texts=(a, p, negative), label=None, line=0))
-
     if log is not None:
-        log(
-            f"supervised SimCSE triples: {len(triples)} ({len(qqp_positives)} QQP paraphrases, "
+        log(f"supervised SimCSE triples: {len(triples)} ({len(qqp_positives)} QQP paraphrases, "
             f"{len(sts_positives)} STS pairs with score >= {sts_min_score}); hard negatives: "
-            f"{n_related} related (QQP non-paraphrases), {len(triples) - n_related} random"
-        )
+            f"{n_related} related (QQP non-paraphrases), {len(triples) - n_related} random")
     return triples
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
 
 
 def _parse_triple(row: list[str], line: int, n_header: int, index: dict[str, int]) -> Example | BadRow:
@@ -182,23 +159,15 @@ def _parse_triple(row: list[str], line: int, n_header: int, index: dict[str, int
 
 def _related_negative(a: str, p: str, related: dict[str, list[str]]) -> str | None:
     """Rule 2 of ``triples_from_pairs``: a QQP non-paraphrase of the anchor, else of the positive."""
-    for sentence in (a, p):
-        for other in related.get(sentence, ()):
-            if other != a and other != p:
-                return other
-    return None
+    return next((other for sentence in (a, p) for other in related.get(sentence, ()) if other not in (a, p)), None)
 
 
-def _random_negative(
-    a: str, p: str, pool: list[str], in_pool: dict[str, list[str]], rng: random.Random
-) -> str:
+def _random_negative(a: str, p: str, pool: list[str], in_pool: dict[str, list[str]], rng: random.Random) -> str:
     """Rule 3 of ``triples_from_pairs``: a seeded uniform draw from ``pool`` (distinct sentences;
     ``in_pool`` has the same keys, for O(1) membership) that is neither ``a`` nor ``p``."""
     if len(pool) - (a in in_pool) - (p in in_pool) <= 0:  # a != p, so nothing else to draw
-        raise DataError(
-            "triples_from_pairs: no QQP pair labelled 0 offers a hard negative other than the "
-            "pair itself; give QQP pairs with label 0"
-        )
+        raise DataError("triples_from_pairs: no QQP pair labelled 0 offers a hard negative other than the "
+                        "pair itself; give QQP pairs with label 0")
     while True:
         candidate = pool[rng.randrange(len(pool))]
         if candidate != a and candidate != p:

@@ -2,11 +2,10 @@
 
 The release's files are pandas-written, tab-separated tables with a few quirks: a leading unnamed
 index column, a second unnamed one in the SST/CFIMDB test-student files, ``"`` doubled inside
-quoted fields, and a handful of bad rows (for example a QQP pair with an empty label). We parse
-them with the ``csv`` module, which follows the same quoting rules as pandas' default writer, because
-it tells us the physical line of every row: each bad row can then be skipped and reported by line
-and field (or, with ``strict=True``, refused), columns are found by name, and every failure reaches
-the user as a one-line ``DataError`` instead of a parser stack trace.
+quoted fields, and a handful of bad rows (e.g. a QQP pair with an empty label). The ``csv`` module
+follows pandas' quoting rules and tells the physical line of every row, so each bad row is skipped
+and reported by line and field (``strict=True``: refused), columns are found by name, and every
+failure is a one-line ``DataError`` instead of a parser stack trace.
 """
 from __future__ import annotations
 
@@ -18,10 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-HOW_TO_SUPPLY = (
-    "Put the CS224N CSVs there, or point --data_dir / MINBERT_DATA at a folder holding them "
-    "(for example ../shared/data/multitask)"
-)
+HOW_TO_SUPPLY = ("Put the CS224N CSVs there, or point --data_dir / MINBERT_DATA at a folder holding them "
+                 "(for example ../shared/data/multitask)")
 MAX_LISTED_BAD_ROWS = 5
 
 
@@ -71,16 +68,9 @@ class ReadReport:
         return f"{text} ({'; '.join(listed)})"
 
 
-def read_examples(
-    path: str | Path,
-    text_columns: Sequence[str],
-    label_column: str | None,
-    label_type: str = "class",
-    num_classes: int | None = None,
-    score_range: tuple[float, float] | None = None,
-    strict: bool = False,
-    id_column: str = "id",
-) -> tuple[list[Example], ReadReport]:
+def read_examples(path: str | Path, text_columns: Sequence[str], label_column: str | None, label_type: str = "class",
+                  num_classes: int | None = None, score_range: tuple[float, float] | None = None,
+                  strict: bool = False, id_column: str = "id") -> tuple[list[Example], ReadReport]:
     """Read one task file; return its valid rows and a report of the skipped ones.
 
     ``label_type="class"`` wants a whole number in ``[0, num_classes)`` (QQP's ``0.0``/``1.0`` are
@@ -94,9 +84,11 @@ def read_examples(
     if not text_columns:
         raise ValueError("text_columns must name at least one column")
     path = Path(path)
-    rows = _csv_rows(path)
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}. {HOW_TO_SUPPLY}")
+    rows = csv_records(path, read_utf8(path), delimiter="\t")
     header_line, header = next(rows, (0, None))
-    if header is None or header == []:
+    if not header:
         raise DataError(f"{path}: file is empty (expected a tab-separated header row)")
     if isinstance(header, BadRow):
         raise DataError(f"{path}, line {header_line}: header row: {header.reason}")
@@ -111,9 +103,7 @@ def read_examples(
             continue
         report.n_rows += 1
         parsed = row if isinstance(row, BadRow) else _parse_row(
-            row, line, header, index, text_columns, label_column, id_column,
-            label_type, num_classes, score_range,
-        )
+            row, line, header, index, text_columns, label_column, id_column, label_type, num_classes, score_range)
         if isinstance(parsed, Example) and parsed.id in first_line:
             # ids key the prediction files, so a second row with the same id is a bad row
             parsed = BadRow(line, id_column, f"duplicate id {parsed.id!r} (first on line {first_line[parsed.id]})")
@@ -135,10 +125,9 @@ def resolve_data_dir(cli_value: str | None, required_files: Sequence[str] = ()) 
     There is no fallback between them (a typo in --data_dir must not silently read other data);
     the chosen directory must exist and hold every file in ``required_files``.
     """
-    env_value = os.environ.get("MINBERT_DATA")
     if cli_value:
         directory, how = Path(cli_value).expanduser(), "from --data_dir"
-    elif env_value:
+    elif env_value := os.environ.get("MINBERT_DATA"):
         directory, how = Path(env_value).expanduser(), "from MINBERT_DATA"
     else:
         directory, how = Path("data"), "default ./data"
@@ -146,21 +135,8 @@ def resolve_data_dir(cli_value: str | None, required_files: Sequence[str] = ()) 
         raise DataError(f"data directory not found: {directory} ({how}). {HOW_TO_SUPPLY}")
     for name in required_files:
         if not (directory / name).is_file():
-            raise DataError(
-                f"data file {name} not found in data directory {directory} ({how}). {HOW_TO_SUPPLY}"
-            )
+            raise DataError(f"data file {name} not found in data directory {directory} ({how}). {HOW_TO_SUPPLY}")
     return directory
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
-def _csv_rows(path: Path):
-    """Yield ``(first_line, fields)`` per tab-separated record of a task file."""
-    if not path.is_file():
-        raise DataError(f"data file not found: {path}. {HOW_TO_SUPPLY}")
-    return csv_records(path, read_utf8(path), delimiter="\t")
 
 
 def read_header(path: Path) -> list[str]:
@@ -170,10 +146,8 @@ def read_header(path: Path) -> list[str]:
 
 
 def read_utf8(path: Path) -> str:
-    """The file's text (a UTF-8 BOM is dropped), or a one-line ``DataError`` naming file and line.
-
-    The whole file is decoded up front so a non-UTF-8 byte can be reported with its line number.
-    """
+    """The file's text (a UTF-8 BOM is dropped), decoded whole so that a non-UTF-8 byte is a
+    one-line ``DataError`` naming file and line."""
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
     raw = path.read_bytes()
@@ -181,16 +155,13 @@ def read_utf8(path: Path) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
-        raise DataError(
-            f"{path}, line {line}: not valid UTF-8 (byte 0x{raw[err.start]:02x}); "
-            "re-save the file as UTF-8"
-        ) from None
+        raise DataError(f"{path}, line {line}: not valid UTF-8 (byte 0x{raw[err.start]:02x}); "
+                        "re-save the file as UTF-8") from None
 
 
 def csv_records(path: Path, text: str, delimiter: str):
     """Yield ``(first_line, fields)`` per record; a malformed record yields ``(line, BadRow)``."""
-    # strict=True turns quoting damage (text after a closing quote) into csv.Error instead of
-    # guessing; the release's files all parse under it.
+    # strict=True: quoting damage (text after a closing quote) is a csv.Error, not guessed at; the release passes.
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quotechar='"',
                         doublequote=True, strict=True)
     last_line = 0
@@ -202,9 +173,8 @@ def csv_records(path: Path, text: str, delimiter: str):
             return
         except csv.Error as err:
             if "unexpected end of data" in str(err):
-                raise DataError(
-                    f"{path}, line {start}: quoted field is never closed (runs to the end of the file)"
-                ) from None
+                raise DataError(f"{path}, line {start}: quoted field is never closed "
+                                "(runs to the end of the file)") from None
             last_line = reader.line_num
             if "field larger than field limit" in str(err):
                 # csv's own guard against a runaway quote or a non-text file; the row is skipped
@@ -232,18 +202,9 @@ def column_indices(path: Path, header: list[str], wanted: Sequence[str]) -> dict
     return index
 
 
-def _parse_row(
-    row: list[str],
-    line: int,
-    header: list[str],
-    index: dict[str, int],
-    text_columns: Sequence[str],
-    label_column: str | None,
-    id_column: str,
-    label_type: str,
-    num_classes: int | None,
-    score_range: tuple[float, float] | None,
-) -> Example | BadRow:
+def _parse_row(row: list[str], line: int, header: list[str], index: dict[str, int], text_columns: Sequence[str],
+               label_column: str | None, id_column: str, label_type: str, num_classes: int | None,
+               score_range: tuple[float, float] | None) -> Example | BadRow:
     """Validate one row; the first problem found (in column order id, texts, label) is reported."""
     if len(row) > len(header):
         return BadRow(line, "row", f"{len(row)} fields, header has {len(header)}")
@@ -267,9 +228,8 @@ def _parse_row(
     return Example(id=example_id, texts=tuple(texts), label=label, line=line)
 
 
-def _parse_label(
-    raw: str, label_type: str, num_classes: int | None, score_range: tuple[float, float] | None
-) -> int | float | str:
+def _parse_label(raw: str, label_type: str, num_classes: int | None,
+                 score_range: tuple[float, float] | None) -> int | float | str:
     """The label as int (class) or float (score), or a string saying why it is invalid."""
     raw = raw.strip()
     if not raw:

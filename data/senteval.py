@@ -98,15 +98,14 @@ def load_dataset(path: Path) -> PairDataset:
         raise DataError(f"STS data not found: {path}")
     if path.is_dir():
         layout = _folder_layout(path)
-        if layout == "senteval-sts":
-            inputs = sorted((p for p in path.iterdir() if STS_INPUT.match(p.name)), key=lambda p: p.name.lower())
-            return PairDataset(path.name, path, layout, [read_senteval_sts(p) for p in inputs])
-        if layout == "sick":
-            files = sorted((p for p in path.iterdir() if SICK_FILE.match(p.name)), key=lambda p: p.name.lower())
-            return PairDataset(path.name, path, layout, [read_sick(p) for p in files])
+        if layout is None:
+            raise DataError(f"{path}: no STS files in this folder; {LAYOUTS_HELP}")
         if layout == "senteval-stsb":
-            return PairDataset(path.name, path, layout, [read_stsb(p) for p in _stsb_files(path)])
-        raise DataError(f"{path}: no STS files in this folder; {LAYOUTS_HELP}")
+            files = _stsb_files(path)
+        else:
+            pattern = STS_INPUT if layout == "senteval-sts" else SICK_FILE
+            files = sorted((p for p in path.iterdir() if pattern.match(p.name)), key=lambda p: p.name.lower())
+        return PairDataset(path.name, path, layout, [_READERS[layout](p) for p in files])
     gold = STS_GOLD.match(path.name)
     if gold:
         path = path.with_name(f"STS.input.{gold.group(1)}.txt")
@@ -114,12 +113,8 @@ def load_dataset(path: Path) -> PairDataset:
         subset = read_senteval_sts(path)
         return PairDataset(f"{path.parent.name}/{subset.name}", path, "senteval-sts", [subset])
     layout = file_layout(path)
-    if layout == "cs224n":
-        return PairDataset(path.stem, path, layout, [read_cs224n_sts(path)])
-    if layout == "sick":
-        return PairDataset(path.stem, path, layout, [read_sick(path)])
-    if layout == "senteval-stsb":
-        return PairDataset(path.stem, path, layout, [read_stsb(path)])
+    if layout is not None:
+        return PairDataset(path.stem, path, layout, [_READERS[layout](path)])
     header = read_header(path)
     if all(c in header for c in CS224N_COLUMNS[:2]):
         raise DataError(f"{path}: no '{CS224N_COLUMNS[2]}' column: an unlabelled (test) file "
@@ -153,7 +148,8 @@ def read_stsb(path: Path) -> PairSubset:
         pairs.report.n_rows += 1
         fields = row.split("\t")
         if len(fields) < STSB_COLUMNS:
-            pairs.report.bad_rows.append(BadRow(line, "row", f"{len(fields)} tab-separated fields, want {STSB_COLUMNS}"))
+            reason = f"{len(fields)} tab-separated fields, want {STSB_COLUMNS}"
+            pairs.report.bad_rows.append(BadRow(line, "row", reason))
             continue
         pairs.add(line, fields[5], fields[6], fields[4], ("sentence1", "sentence2", "score"))
     return pairs.subset(split.group(1) if split else path.stem)
@@ -254,6 +250,10 @@ class _ScoredPairs:
         if not self.gold:
             raise DataError(f"{self.path}: no usable rows ({self.report.summary()})")
         return PairSubset(name, self.first, self.second, np.array(self.gold, dtype=np.float64), self.report)
+
+
+# layout -> the reader of one of its files
+_READERS = {"cs224n": read_cs224n_sts, "senteval-sts": read_senteval_sts, "senteval-stsb": read_stsb, "sick": read_sick}
 
 
 def _folder_layout(path: Path) -> str | None:

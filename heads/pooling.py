@@ -1,18 +1,14 @@
 """Sentence vectors from BERT's hidden states: one function, ``pool``, and a table of modes.
 
-Layer-combining modes (``first_last``, ``last4_mean``, ``all_mean``, ``second_last``, ...) first
-combine layers token by token, then reduce over the real (unmasked) tokens, as in the SimCSE
-"first-last avg." baseline (Gao et al. 2021, §7 and Table 10; Su et al. 2021, BERT-whitening).
-The token reduction is ``reduction="mean"`` (the default, as in those papers) or ``"max"``; the
-seven-way pooling study (last, second-to-last, all layers, first-last, last two, last four
-averaged, last four concatenated; × mean/max) is therefore a loop over modes and reductions.
-``first_last`` averages the *embeddings output* with the last layer, as SimCSE's released code
-first did; its maintainers later switched to the first Transformer layer (princeton-nlp/SimCSE#133).
-``all_mean`` likewise counts the embeddings output as a layer.
-
-Modes that do not take ``reduction``: ``cls`` and ``pooler`` pick one vector (no token reduction),
-and ``mean``/``max`` are the last layer with the reduction their name says (so the last-layer rows
-of the study are ``mean`` and ``max``). ``applied_reduction`` tells which reduction a mode used.
+Layer-combining modes (``first_last``, ``last4_mean``, ``all_mean``, ``second_last``, ...) combine
+layers token by token, then reduce over the real tokens with ``reduction`` ("mean", the papers'
+default, or "max"), as the SimCSE "first-last avg." baseline (Gao et al. 2021, §7 and Table 10;
+Su et al. 2021, BERT-whitening). The seven-way pooling study (last, second-to-last, all layers,
+first-last, last two, last four averaged or concatenated; × mean/max) is a loop over both.
+``first_last`` and ``all_mean`` count the *embeddings output* as a layer, as SimCSE's released code
+first did (its maintainers later took the first Transformer layer, princeton-nlp/SimCSE#133).
+``cls`` and ``pooler`` pick one vector; ``mean``/``max`` are the last layer with the reduction
+their name says (the study's last-layer rows). ``applied_reduction`` tells which a mode used.
 """
 from __future__ import annotations
 
@@ -28,12 +24,9 @@ Reduce = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def pool(outputs: dict, attention_mask: torch.Tensor, mode: str, reduction: str = "mean") -> torch.Tensor:
-    """Pool a ``BertModel`` output dict into one vector per sequence using ``mode``.
-
-    ``reduction`` ("mean" or "max") is how the layer-combining modes reduce over real tokens;
-    ``last4_concat`` applies it to each of the four layers before concatenating. ``cls``,
-    ``pooler``, ``mean`` and ``max`` ignore it (see ``applied_reduction``).
-    """
+    """One vector per sequence of a ``BertModel`` output dict. ``reduction`` ("mean" or "max"): how
+    the layer-combining modes reduce over real tokens (``last4_concat``: each layer, then concatenated);
+    ``cls``, ``pooler``, ``mean`` and ``max`` ignore it (see ``applied_reduction``)."""
     entry = _mode(mode)
     if reduction not in _REDUCERS:
         raise ValueError(f"unknown reduction {reduction!r}; choose one of {list(TOKEN_REDUCTIONS)}")
@@ -78,11 +71,9 @@ def masked_max(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tens
 
 @dataclass(frozen=True)
 class PoolingMode:
-    """One row of the table: ``fn(hidden_states, pooler_output, mask, reduce) -> (B, D)``.
-
-    ``hidden_states`` is the tuple [embeddings output, layer 1, ..., layer N]. A mode with
-    ``fixed_reduction`` set ("mean"/"max") or ``picks_vector`` ignores ``reduce``. ``layers``: how
-    many of the top layers it reads (``layers_read``).
+    """One row of the table: ``fn(hidden_states, pooler_output, mask, reduce) -> (B, D)``, with
+    ``hidden_states`` = (embeddings output, layer 1, ..., layer N). A mode with ``fixed_reduction``
+    or ``picks_vector`` ignores ``reduce``; ``layers``: how many top layers it reads (``layers_read``).
     """
 
     fn: Callable[[tuple, torch.Tensor, torch.Tensor, Reduce], torch.Tensor]

@@ -63,9 +63,7 @@ class PairHead(nn.Module):
             z = self.classifier(self.dropout(features)).squeeze(-1)
             return z if self.output == "logit" else 5.0 * torch.sigmoid(z)
         cos = F.cosine_similarity(u, v, dim=-1)
-        if self.output == "logit":
-            return (cos - self.threshold) / self.temperature
-        return 5.0 * cos
+        return (cos - self.threshold) / self.temperature if self.output == "logit" else 5.0 * cos
 
     @staticmethod
     def clip_score(score: torch.Tensor) -> torch.Tensor:

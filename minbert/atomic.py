@@ -21,7 +21,9 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         raise IsADirectoryError(errno.EISDIR, "is a folder, a file name is expected here", str(target))
     make_folder(target.parent)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a written file gets the usual permissions
+    umask = os.umask(0)  # reading the umask means setting it; put it straight back
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a written file gets the usual permissions
     os.close(fd)
     tmp = Path(name)
     try:
@@ -40,8 +42,7 @@ def make_folder(path: str | Path) -> None:
 
 
 def check_folder(path: str | Path) -> None:
-    """Raise if ``path`` or one of its ancestors is a file (so the folder can never be made),
-    naming that file; creates nothing."""
+    """Raise, naming it, if ``path`` or an ancestor is a file (the folder can never be made); creates nothing."""
     path = Path(path)
     blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
@@ -52,9 +53,3 @@ def check_folder(path: str | Path) -> None:
 def write_text_atomic(target: str | Path, text: str) -> None:
     with atomic_path(target) as tmp:
         tmp.write_text(text, encoding="utf-8")
-
-
-def _umask() -> int:
-    mask = os.umask(0)  # reading the umask means setting it; put it straight back
-    os.umask(mask)
-    return mask

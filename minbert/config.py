@@ -114,16 +114,10 @@ HIDDEN_ACTS = ("gelu", "gelu_new", "relu")
 
 # BertConfig field -> (what it must be, test); ``validate`` wants a row for every field
 FIELD_RULES: dict[str, tuple[str, Callable[[object], bool]]] = {
-    "vocab_size": POSITIVE_INT,
-    "hidden_size": POSITIVE_INT,
-    "num_hidden_layers": POSITIVE_INT,
-    "num_attention_heads": POSITIVE_INT,
-    "intermediate_size": POSITIVE_INT,
+    **dict.fromkeys(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"), POSITIVE_INT),
+    **dict.fromkeys(("hidden_dropout_prob", "attention_probs_dropout_prob"), PROBABILITY),
     "hidden_act": (f"one of {', '.join(HIDDEN_ACTS)}", lambda v: isinstance(v, str) and v in HIDDEN_ACTS),
-    "hidden_dropout_prob": PROBABILITY,
-    "attention_probs_dropout_prob": PROBABILITY,
-    "max_position_embeddings": POSITIVE_INT,
-    "type_vocab_size": POSITIVE_INT,
     "layer_norm_eps": ("a positive finite number", lambda v: _is_number(v) and v > 0),
     "pad_token_id": ("a non-negative integer or null", lambda v: v is None or _is_int(v) and v >= 0),
     "model_type": ("a string", lambda v: isinstance(v, str)),

@@ -3,15 +3,13 @@ from __future__ import annotations
 
 
 def first_line(err: BaseException) -> str:
-    """The first line of ``err``'s message (its type name when the message is empty), for
-    embedding a library's multi-line error into one of ours."""
+    """``err``'s first message line (else its type name), to embed a library's multi-line error in ours."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 
 
 def describe(err: BaseException) -> str:
-    """One line for ``err``: an operating-system error as "<path>: <reason>" (no errno, no
-    quotes), anything else its first line."""
+    """One line for ``err``: an OS error as "<path>: <reason>" (no errno, no quotes), else its first line."""
     if isinstance(err, OSError) and err.strerror:
         paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
         return f"{' -> '.join(paths)}: {err.strerror}" if paths else err.strerror

@@ -1,26 +1,20 @@
 """A BERT encoder written out (Devlin et al. 2019; Vaswani et al. 2017 for the Transformer layer).
 
 Read top to bottom: ``BertModel`` (embeddings -> stack of ``BertLayer`` -> pooler), then the blocks.
-Parameter names follow HuggingFace's checkpoints closely; ``minbert.weights`` holds the small
-table that maps the few names that differ, and loads/saves HF-format directories.
+Parameter names follow HuggingFace's closely; ``minbert.weights`` maps the few that differ.
 
-Attention has two interchangeable implementations (``ATTENTION_IMPLS``): ``"manual"``, the
-softmax(QKᵀ/√d + mask)·V written out — the readable reference — and ``"sdpa"``, the same formula
-through ``torch.nn.functional.scaled_dot_product_attention`` (one fused kernel, fewer intermediate
-(B, heads, T, T) tensors). ``"auto"``, the default, takes sdpa where it is faster here and the
-written-out path where it is not: on the CPU, PyTorch's fused kernel does no attention dropout, so
-a training step with dropout falls back to an unfused path that measured ~5% slower than ours
-(B=32, L=48, MiniLM, 2 threads), while without dropout (eval) the fused kernel wins.
-``BertModel.set_attention(impl)`` switches every layer; ``tests/test_speed_paths.py`` checks that
-the paths give the same outputs and gradients.
-
-Dropout masks can be drawn two ways (``Dropout``, switched by ``BertModel.set_dropout``): one
-uniform draw per element compared with p (the default) — the same distribution as PyTorch's
-``F.dropout``, cheaper to draw on the CPU — or ``F.dropout`` itself ("bernoulli", the reference).
+Attention (``ATTENTION_IMPLS``, ``BertModel.set_attention``): ``"manual"``, softmax(QKᵀ/√d + mask)·V
+written out (the reference), or ``"sdpa"``, the same formula in PyTorch's fused
+``scaled_dot_product_attention``. ``"auto"`` (default) takes sdpa except on the CPU while attention
+dropout is active: there the fused kernel falls back to an unfused path measured ~5% slower than
+ours (B=32, L=48, MiniLM, 2 threads); in eval it wins. ``tests/test_speed_paths.py`` checks that
+the paths agree. Dropout masks (``Dropout``, ``BertModel.set_dropout``): one uniform draw per
+element (default, cheaper on the CPU) or ``F.dropout``'s Bernoulli draws ("bernoulli", the reference).
 """
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -53,8 +47,7 @@ class BertModel(nn.Module):
         return self._set_in_every(MultiHeadSelfAttention, "impl", impl, ATTENTION_IMPLS, "attention implementation")
 
     def set_dropout(self, masks: str) -> "BertModel":
-        """Draw every dropout mask of the encoder the ``masks`` way ("bernoulli" or "uniform", see
-        ``Dropout``); returns self."""
+        """Draw every dropout mask the ``masks`` way ("bernoulli" or "uniform", see ``Dropout``); returns self."""
         return self._set_in_every(Dropout, "masks", masks, DROPOUT_MASKS, "dropout masks")
 
     def _set_in_every(self, kind: type, attribute: str, value: str, choices: tuple, what: str) -> "BertModel":
@@ -85,27 +78,18 @@ class BertModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path_or_name: str | Path, **config_overrides) -> "BertModel":
-        """Build a model from a local HF-format BERT directory (or the embedded default model).
-
-        ``config_overrides`` replace config fields, e.g. ``hidden_dropout_prob=0.3``.
-        """
+        """A local HF-format BERT directory (or the embedded model); ``config_overrides`` replace
+        config fields, e.g. ``hidden_dropout_prob=0.3``."""
         from .weights import load_pretrained
-
         return load_pretrained(cls, path_or_name, **config_overrides)
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` with HuggingFace parameter names."""
         from .weights import save_pretrained
-
         save_pretrained(self, directory)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        embeddings_hook=None,
-    ) -> dict:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, embeddings_hook=None) -> dict:
         """``embeddings_hook``, if given, maps the embeddings output to a new tensor before the
         encoder (used by adversarial training to add a perturbation there)."""
         if attention_mask is None:
@@ -115,11 +99,7 @@ class BertModel(nn.Module):
             hidden = embeddings_hook(hidden)
         hidden_states = self.encoder(hidden, attention_mask)
         last = hidden_states[-1]
-        return {
-            "last_hidden_state": last,
-            "pooler_output": self.pooler(last),
-            "hidden_states": hidden_states,
-        }
+        return {"last_hidden_state": last, "pooler_output": self.pooler(last), "hidden_states": hidden_states}
 
 
 class BertEmbeddings(nn.Module):
@@ -128,8 +108,7 @@ class BertEmbeddings(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
-                                            padding_idx=config.pad_token_id)
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -157,8 +136,7 @@ class BertEncoder(nn.Module):
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        # Additive mask (B, 1, 1, T): 0 where a key is a real token, a very large negative number
-        # at padding, so softmax gives padding keys zero weight.
+        # Additive mask (B, 1, 1, T): 0 at real keys, a huge negative at padding (zero softmax weight).
         additive_mask = (1.0 - attention_mask[:, None, None, :].to(hidden.dtype)) * torch.finfo(hidden.dtype).min
         hidden_states = [hidden]
         for layer in self.layer:
@@ -197,11 +175,8 @@ class MultiHeadSelfAttention(nn.Module):
 
         Attention(Q, K, V) = softmax(Q Kᵀ / √d_k + mask) V,   d_k = hidden_size / heads,
 
-    computed for every head in parallel; the heads' outputs are concatenated back to ``hidden_size``.
-
-    ``impl`` picks how: "manual" (written out below), "sdpa" (PyTorch's fused
-    ``scaled_dot_product_attention``, same mask, same attention dropout while training) or "auto"
-    (sdpa, except on the CPU while attention dropout is active; see the module docstring).
+    for every head in parallel, the heads' outputs concatenated back to ``hidden_size``. ``impl``:
+    "manual" (written out below), "sdpa" (fused, same mask and dropout) or "auto" (module docstring).
     """
 
     def __init__(self, config: BertConfig, impl: str = "auto"):
@@ -241,10 +216,9 @@ class Dropout(nn.Dropout):
     """Dropout (Srivastava et al. 2014): in training, zero each element with probability p and
     scale the survivors by 1/(1-p). ``masks`` says how the mask is drawn:
 
-    * "uniform" (default): keep an element where u ≥ p, u ~ U[0, 1) from one ``torch.rand`` — P(keep) = 1 - p,
-      the same distribution from a different random stream. On the CPU the vectorised uniform draw
-      is cheaper than the Bernoulli one: forward + backward on a (32, 12, 48, 48) attention tensor
-      measured 4.3 ms instead of 8.1 ms (2 threads);
+    * "uniform" (default): keep where u ≥ p, u ~ U[0, 1) from one ``torch.rand``: the same distribution
+      from another random stream, cheaper on the CPU (forward + backward on a (32, 12, 48, 48)
+      attention tensor: 4.3 ms instead of 8.1 ms, 2 threads);
     * "bernoulli": ``F.dropout``, PyTorch's Bernoulli draws (the reference).
     """
 
@@ -270,11 +244,5 @@ class BertPooler(nn.Module):
 
 ATTENTION_IMPLS = ("manual", "sdpa", "auto")
 DROPOUT_MASKS = ("bernoulli", "uniform")
-
-
-def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    return F.gelu(x, approximate="tanh")
-
-
 # "gelu" is the exact erf form used by BERT's released checkpoints (Hendrycks & Gimpel 2016).
-ACTIVATIONS = {"gelu": F.gelu, "gelu_new": _gelu_tanh, "relu": F.relu}
+ACTIVATIONS = {"gelu": F.gelu, "gelu_new": partial(F.gelu, approximate="tanh"), "relu": F.relu}

@@ -21,44 +21,37 @@ References
   into the decay (the schedule multiplier η_t of the paper is α / α_0 here), and the decay
   is applied before the Adam update of the same step.
 
-Note on ε: the efficient form adds ε to sqrt(v_t) *before* the bias correction is applied,
-whereas ``torch.optim.AdamW`` adds it after (denominator sqrt(v_t) / sqrt(1 - β2^t) + ε).
-The two are identical for ε = 0 and differ only by the effective size of ε early in
-training. With ``correct_bias=False`` there is no correction at all: α_t = α.
+Note on ε: the efficient form adds ε to sqrt(v_t) *before* the bias correction, whereas
+``torch.optim.AdamW`` adds it after (sqrt(v_t) / sqrt(1 - β2^t) + ε): identical for ε = 0, they
+differ only in ε's effective size early in training. ``correct_bias=False``: α_t = α.
 
-Three ways to compute the same update; the first two agree bit for bit (the same element-wise
-kernels in the same order on every element):
+Three ways to compute the same update; the first two agree bit for bit (same element-wise kernels,
+same order):
 
 * ``_step_loop``, the readable reference: parameter after parameter, one line per equation
-  (``_update``). On the CPU a large tensor is updated in blocks of ``CPU_BLOCK`` elements, every
-  line on one block before the next block, so the four arrays (θ, g, m, v) stay in the core's
-  cache between lines instead of streaming from memory each time. Measured on the MiniLM's
-  parameters (one step, 2 threads): 72 -> 66 ms, of which the 30522 × 384 word-embedding matrix
-  51 -> 43 ms; single-threaded 136 -> 111 ms.
-* ``_step_foreach``: every line applied to a group's whole list of tensors at once with
-  ``torch._foreach_*`` ops, so Python and dispatch overhead is paid per group instead of per
-  parameter. On CUDA these are multi-tensor kernels; on the CPU PyTorch runs them tensor by
-  tensor, each line sweeping every tensor, which is slower than the blocked loop (77 ms above).
-* ``fused``: PyTorch's one-pass fused AdamW kernel, through the public functional
-  ``torch.optim.adamw.adamw(..., fused=True)`` (what ``torch.optim.AdamW(fused=True)`` calls), given
-  ε/sqrt(1 - β2^t) so that it computes our
-  ε placement. One pass over memory instead of seven: the optimizer part of a MiniLM training step
-  measured 18 ms instead of 70 ms (B=32, 2 threads). Not bit-identical to the loop (the kernel
+  (``_update``). On the CPU a large tensor goes in blocks of ``CPU_BLOCK`` elements, every line on
+  one block before the next, so θ, g, m, v stay in cache between lines. MiniLM, one step, 2
+  threads: 72 -> 66 ms (the 30522 × 384 word embeddings 51 -> 43 ms); 1 thread 136 -> 111 ms.
+* ``_step_foreach``: each line on a group's whole tensor list (``torch._foreach_*``), paying Python
+  and dispatch overhead per group. Multi-tensor kernels on CUDA; on the CPU PyTorch sweeps tensor
+  by tensor, slower than the blocked loop (77 ms above).
+* ``fused``: PyTorch's one-pass kernel, via the functional ``torch.optim.adamw.adamw(...,
+  fused=True)`` (what ``torch.optim.AdamW(fused=True)`` calls), given ε/sqrt(1 - β2^t) so that it
+  computes our ε placement. One pass over memory instead of seven: 18 ms instead of 70 ms for the
+  optimizer part of a MiniLM step (B=32, 2 threads). Not bit-identical to the loop (the kernel
   orders the arithmetic differently); ``correct_bias=False`` always takes the loop.
 
-The default (``fused=None``, ``foreach=None``) is the fast path: the fused kernel where PyTorch has
-one (parameters on the CPU or a CUDA device). ``fused=False`` takes the foreach path when a group's
-parameters all sit on one non-CPU device with one dtype, the blocked loop otherwise; ``foreach=True``
-/ ``False`` force one of these two (and so turn the default fused kernel off).
+The default (``fused=None``, ``foreach=None``) is the fused kernel where PyTorch has one (CPU or
+CUDA). ``fused=False`` takes foreach when a group's parameters share one non-CPU device and dtype,
+else the blocked loop; ``foreach=True`` / ``False`` force one of these two (so no fused kernel).
 
-Sparse gradients (an ``nn.Embedding(sparse=True)``, ``BertModel.set_sparse_word_embeddings``) take
-a fourth path, ``_step_rows``: the *lazy* Adam variant (as TensorFlow Addons' ``LazyAdam``), which
-applies ``_update`` to the rows that have a gradient this step (the word pieces of the batch) and
-leaves every other row — its parameters, moments and weight decay — untouched until its token
-appears again. Dense AdamW would still move those rows (their moments decay but are not zero), so
-this is a different optimizer, not a faster route to the same numbers; the step count t is the
-parameter's global one, so the bias correction is that of dense Adam. It pays on the 30522 × 384
-word-embedding matrix, where a batch of 32 sentences touches a few percent of the rows.
+Sparse gradients (``nn.Embedding(sparse=True)``, ``BertModel.set_sparse_word_embeddings``) take
+``_step_rows``: *lazy* Adam (as TensorFlow Addons' ``LazyAdam``) applies ``_update`` only to the rows
+with a gradient this step (the batch's word pieces); other rows (parameters, moments, weight decay)
+wait until their token appears again. Dense AdamW would still move them (their moments are not
+zero), so this is a different optimizer, not a faster route to the same numbers; t is the
+parameter's global step count, so the bias correction is dense Adam's. It pays on the 30522 × 384
+word embeddings, of which a batch of 32 sentences touches a few percent.
 """
 from __future__ import annotations
 
@@ -69,13 +62,10 @@ import torch
 from torch.optim import Optimizer
 from torch.optim.adamw import adamw as fused_adamw  # the functional API; called with fused=True
 
-# Elements per block of the CPU loop path: θ, g, m, v and the denominator at 64k float32 values
-# each take 1.25 MB, inside a 2 MB per-core L2 cache (among 16k..1M, 64k-256k were fastest here
-# with 1 and 2 threads).
+# Elements per block of the CPU loop: θ, g, m, v and the denominator, 64k float32 each, take 1.25 MB,
+# inside a 2 MB per-core L2 cache (of 16k..1M, 64k-256k were fastest here with 1 and 2 threads).
 CPU_BLOCK = 1 << 16
-
-# Where PyTorch has a fused AdamW kernel: the default update there.
-FUSED_DEVICES = ("cpu", "cuda")
+FUSED_DEVICES = ("cpu", "cuda")  # where PyTorch has a fused AdamW kernel: the default update there
 
 
 class AdamW(Optimizer):
@@ -88,13 +78,11 @@ class AdamW(Optimizer):
         eps: ε added to the denominator sqrt(v_t) for numerical stability.
         weight_decay: decoupled weight decay λ (multiplied by the learning rate).
         correct_bias: apply Adam's bias correction (Kingma & Ba 2015, §2 efficient form).
-        foreach: True = multi-tensor ``torch._foreach_*`` update, False = per-parameter loop
-            (cache-blocked on the CPU), None (default) = multi-tensor when all of a group's
-            parameters are on one non-CPU device with one dtype, else the loop; a value given
-            here turns the default fused kernel off.
-        fused: True = PyTorch's fused AdamW kernel (see the module docstring), False = ``foreach``
-            decides, None (default) = the fused kernel for parameters on the CPU or CUDA unless
-            ``foreach`` is given.
+        foreach: True = ``torch._foreach_*`` update, False = per-parameter loop (cache-blocked on the
+            CPU), None = foreach when a group's parameters share one non-CPU device and dtype, else
+            the loop; a value given here turns the default fused kernel off.
+        fused: True = PyTorch's fused kernel, False = ``foreach`` decides, None (default) = fused on
+            the CPU or CUDA unless ``foreach`` is given.
     """
 
     def __init__(
@@ -119,12 +107,9 @@ class AdamW(Optimizer):
             raise ValueError(f"Invalid epsilon value: {eps} (must be >= 0)")
         if not weight_decay >= 0.0:
             raise ValueError(f"Invalid weight_decay value: {weight_decay} (must be >= 0)")
-        defaults = dict(
-            lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, correct_bias=correct_bias
-        )
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, correct_bias=correct_bias)
         super().__init__(params, defaults)
-        self.foreach = foreach
-        self.fused = fused
+        self.foreach, self.fused = foreach, fused
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None):
@@ -166,8 +151,7 @@ class AdamW(Optimizer):
         return state
 
     def _step_size(self, group: dict, t: int) -> float:
-        """α_t: with bias correction, the efficient form of Kingma & Ba §2,
-        α_t = α · sqrt(1 - β2^t) / (1 - β1^t); without it, α."""
+        """α_t = α · sqrt(1 - β2^t) / (1 - β1^t) (Kingma & Ba §2) with bias correction, else α."""
         beta1, beta2 = group["betas"]
         if group["correct_bias"]:
             return group["lr"] * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
@@ -216,31 +200,26 @@ class AdamW(Optimizer):
     def _step_foreach(self, group: dict, params: list[torch.Tensor]) -> None:
         """The same update as ``_step_loop``, each line applied to a whole list of tensors at once
         (one list per device and dtype, as the ``_foreach`` ops require)."""
+        lr, weight_decay = group["lr"], group["weight_decay"]
+        beta1, beta2 = group["betas"]
         by_kind: dict[tuple, list[torch.Tensor]] = {}
         for p in params:
             by_kind.setdefault((p.device, p.dtype), []).append(p)
-        for same_kind in by_kind.values():
-            self._step_foreach_list(group, same_kind)
-
-    def _step_foreach_list(self, group: dict, params: list[torch.Tensor]) -> None:
-        lr = group["lr"]
-        beta1, beta2 = group["betas"]
-        weight_decay = group["weight_decay"]
-        grads = [p.grad for p in params]
-        states = [self._state(p) for p in params]
-        exp_avgs = [s["exp_avg"] for s in states]
-        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
-
-        if weight_decay != 0.0:                                   # θ ← θ - α·λ·θ
-            torch._foreach_mul_(params, 1.0 - lr * weight_decay)
-        torch._foreach_mul_(exp_avgs, beta1)                      # m ← β1·m + (1-β1)·g
-        torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)                   # v ← β2·v + (1-β2)·g²
-        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
-        denoms = torch._foreach_sqrt(exp_avg_sqs)                 # sqrt(v) + ε
-        torch._foreach_add_(denoms, group["eps"])
-        step_sizes = [-self._step_size(group, s["step"]) for s in states]   # θ ← θ - α_t·m/(sqrt(v)+ε)
-        torch._foreach_addcdiv_(params, exp_avgs, denoms, step_sizes)
+        for ps in by_kind.values():
+            grads = [p.grad for p in ps]
+            states = [self._state(p) for p in ps]
+            exp_avgs = [s["exp_avg"] for s in states]
+            exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+            if weight_decay != 0.0:                                   # θ ← θ - α·λ·θ
+                torch._foreach_mul_(ps, 1.0 - lr * weight_decay)
+            torch._foreach_mul_(exp_avgs, beta1)                      # m ← β1·m + (1-β1)·g
+            torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+            torch._foreach_mul_(exp_avg_sqs, beta2)                   # v ← β2·v + (1-β2)·g²
+            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+            denoms = torch._foreach_sqrt(exp_avg_sqs)                 # sqrt(v) + ε
+            torch._foreach_add_(denoms, group["eps"])
+            step_sizes = [-self._step_size(group, s["step"]) for s in states]  # θ ← θ - α_t·m/(sqrt(v)+ε)
+            torch._foreach_addcdiv_(ps, exp_avgs, denoms, step_sizes)
 
 
 def _update(p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
@@ -248,17 +227,12 @@ def _update(p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_
     """One AdamW step on one tensor (or one block of it), in place; one line per equation."""
     lr, weight_decay, eps = group["lr"], group["weight_decay"], group["eps"]
     beta1, beta2 = group["betas"]
-
-    # Decoupled weight decay (the λ·θ term of Loshchilov & Hutter 2019, Alg. 2),
-    # with the learning rate folded in: θ ← θ - α·λ·θ.
+    # Decoupled weight decay (Loshchilov & Hutter 2019, Alg. 2), learning rate folded in: θ ← θ - α·λ·θ.
     if weight_decay != 0.0:
         p.mul_(1.0 - lr * weight_decay)
-
-    # Biased moment estimates (Kingma & Ba 2015, Alg. 1):
-    # m_t = β1·m + (1-β1)·g ;  v_t = β2·v + (1-β2)·g².
+    # Biased moment estimates (Kingma & Ba 2015, Alg. 1): m_t = β1·m + (1-β1)·g ;  v_t = β2·v + (1-β2)·g².
     exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-
     # θ_t = θ - α_t · m_t / (sqrt(v_t) + ε), α_t the bias-corrected step size.
     denom = exp_avg_sq.sqrt().add_(eps)
     p.addcdiv_(exp_avg, denom, value=-step_size)

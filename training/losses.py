@@ -1,9 +1,7 @@
-"""Training objectives beyond the per-task losses of ``training.tasks``: SimCSE's contrastive
-InfoNCE loss, and the ways the joint multi-task loss weighs one task against another.
-
-The multi-task step sums one loss per task, so how the terms are weighed is a choice worth an
-ablation; every choice sits behind one small interface (``LossWeighting``), chosen by name with
-``make_loss_weighting``, so the trainer has a single code path for all of them.
+"""Training objectives beyond the per-task losses of ``training.tasks``: SimCSE's InfoNCE, the
+label-contrastive loss, and the ways the joint multi-task loss weighs one task against another. How
+the terms are weighed is a choice worth an ablation; every choice sits behind one interface
+(``LossWeighting``, chosen by name with ``make_loss_weighting``), so the trainer has one code path.
 """
 from __future__ import annotations
 
@@ -14,8 +12,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.tasks import TASKS
-
-WEIGHTING_KINDS = ("fixed", "adaptive", "learned")
 
 
 def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float = 0.05,
@@ -54,12 +50,11 @@ def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float 
 def label_contrastive_loss(embeddings: torch.Tensor, labels: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
     """Label-contrastive loss of a labelled single-sentence batch (SST, CFIMDB): (B, D) vectors, (B,) classes.
 
-    Contrastive fine-tuning with labels pulls together the sentences of one class and pushes apart
-    the others (supervised contrastive learning: Khosla et al. 2020, "Supervised Contrastive
-    Learning", §3.2; for fine-tuning a pretrained language model: Gunel et al. 2021, "Supervised
-    Contrastive Learning for Pre-trained Language Model Fine-tuning", §2). This is the
-    KL-to-label-similarity form of that idea: the target for each row is the batch's label
-    similarity, the prediction a softmax over the embeddings' cosine similarities,
+    Pulls together the sentences of one class and pushes apart the others (Khosla et al. 2020,
+    "Supervised Contrastive Learning", §3.2; for fine-tuning a pretrained language model: Gunel et al.
+    2021, "Supervised Contrastive Learning for Pre-trained Language Model Fine-tuning", §2), in a
+    KL-to-label-similarity form: each row's target is the batch's label similarity, the prediction a
+    softmax over the embeddings' cosine similarities,
 
         S_ij = cos(e_i, e_j) / τ                       for j ≠ i (the diagonal is left out of the softmax)
         T_ij = [y_i = y_j] / Σ_{k≠i} [y_i = y_k]       for j ≠ i, T_ii = 0   (rows of Y·Yᵀ, normalised)
@@ -69,11 +64,10 @@ def label_contrastive_loss(embeddings: torch.Tensor, labels: torch.Tensor, tempe
     target spreads evenly over its same-class neighbours (SupCon's L_out averages −log p over the
     positives instead; the two differ by the target's entropy, a constant, so their gradients agree).
 
-    R is the set of rows whose class appears at least twice in the batch: a row whose class appears
-    only once has no same-class neighbour, so its target row is all zeros and has no distribution to
-    match. Such rows are **skipped** (left out of the sum and of |R|); they still act as negatives in
-    the other rows. If every row is skipped (B = 1, or all labels distinct) the loss is 0, returned
-    as ``embeddings.sum() * 0`` so ``backward()`` still works (all gradients are zero).
+    R is the rows whose class appears at least twice in the batch: a row without a same-class
+    neighbour has no target distribution, so it is **skipped** (out of the sum and of |R|) but still
+    a negative in the other rows. If every row is skipped (B = 1, or all labels distinct) the loss is
+    ``embeddings.sum() * 0``, so ``backward()`` still works (all gradients zero).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -102,8 +96,9 @@ def label_contrastive_loss(embeddings: torch.Tensor, labels: torch.Tensor, tempe
 def make_loss_weighting(kind: str, task_names: list[str], weights: dict[str, float]) -> "LossWeighting":
     """The weighting named ``kind`` ("fixed", "adaptive" or "learned") over ``task_names``, starting
     from the base ``weights`` (one finite, non-negative number per task, no more, no fewer)."""
-    if kind not in WEIGHTING_KINDS:
-        raise ValueError(f"unknown loss weighting {kind!r}; choose one of {', '.join(WEIGHTING_KINDS)}")
+    weightings = {"fixed": FixedWeighting, "adaptive": AdaptiveWeighting, "learned": LearnedWeighting}
+    if kind not in weightings:
+        raise ValueError(f"unknown loss weighting {kind!r}; choose one of {', '.join(weightings)}")
     if not task_names or len(set(task_names)) != len(task_names):
         raise ValueError(f"task names must be non-empty and distinct, got {task_names}")
     missing, extra = set(task_names) - set(weights), set(weights) - set(task_names)
@@ -114,15 +109,13 @@ def make_loss_weighting(kind: str, task_names: list[str], weights: dict[str, flo
     if bad:
         raise ValueError(f"loss weights must be finite and non-negative, got {bad}")
     base = {name: float(weights[name]) for name in task_names}
-    return {"fixed": FixedWeighting, "adaptive": AdaptiveWeighting, "learned": LearnedWeighting}[kind](base)
+    return weightings[kind](base)
 
 
 class LossWeighting(nn.Module):
-    """Combines per-task losses into the one scalar the optimizer steps on.
-
-    ``forward`` takes the losses of any non-empty subset of the tasks (the joint step passes all of
-    them; a round-robin step may pass one); a task with base weight 0 contributes nothing.
-    """
+    """Combines per-task losses into the one scalar the optimizer steps on. ``forward`` takes the losses
+    of any non-empty subset of the tasks (the joint step passes all, a round-robin step may pass one);
+    a task with base weight 0 contributes nothing."""
 
     def __init__(self, base_weights: dict[str, float]):
         super().__init__()
@@ -162,10 +155,9 @@ class AdaptiveWeighting(LossWeighting):
 
         w_t = b_t (1 - s_t) · (Σ_k b_k) / (Σ_k b_k (1 - s_k))
 
-    so the weights keep the base weights' total Σ_k b_k (= n for unit base weights), and tasks that
-    score the same keep their base weights. When no weighted task has any shortfall (the denominator
-    is 0, e.g. every s_t = 1) the weights fall back to the base weights. Before the first update
-    the weights are the base weights.
+    so the weights keep the base weights' total Σ_k b_k, and tasks that score the same keep their base
+    weights. Before the first update, and when no weighted task has any shortfall (the denominator is
+    0, e.g. every s_t = 1), the weights are the base weights.
     """
 
     def __init__(self, base_weights: dict[str, float]):

@@ -1,15 +1,12 @@
 """Keep freed memory in the process for reuse instead of handing it back to the system (glibc).
 
-Why: every training step allocates and frees the same large activation and gradient buffers.
-glibc's malloc serves big blocks with fresh ``mmap`` pages and unmaps them on ``free`` (and trims
-the heap top back to the system), so each step pays a page fault per 4 KiB page when the new
-buffer is first written — in a profile of a MiniLM step (B=32, L=48) this showed up as 45 ms of
-``aten::copy_`` inside ``addmm`` (writing the bias into a fresh 1536 × 1536 output). Raising the
-mmap and trim thresholds with ``mallopt(3)`` keeps those pages in the heap, where the next step
-reuses them. The numbers computed are unchanged; resident memory stays near its peak instead.
-
-Nothing happens when the C library has no ``mallopt`` (not glibc) or when the user already tuned
-malloc through the ``MALLOC_*_`` environment variables.
+Every training step allocates and frees the same large buffers. glibc's malloc serves big blocks
+with fresh ``mmap`` pages and unmaps them on ``free`` (and trims the heap top), so each step pays a
+page fault per 4 KiB page first written: in a profile of a MiniLM step (B=32, L=48), 45 ms of
+``aten::copy_`` inside ``addmm`` (the bias written into a fresh 1536 × 1536 output). Raising the mmap
+and trim thresholds with ``mallopt(3)`` keeps those pages in the heap for the next step. The numbers
+computed are unchanged; resident memory stays near its peak. Nothing happens without ``mallopt``
+(not glibc) or when the user tuned malloc through the ``MALLOC_*_`` environment variables.
 """
 from __future__ import annotations
 

@@ -53,8 +53,7 @@ def claim_run_dir(config: RunConfig, claim: bool = True) -> Path:
 
 
 def release_run_dir(run_dir: Path) -> None:
-    """Undo ``claim_run_dir`` for a run that failed before it started: a run that cannot start
-    leaves nothing behind."""
+    """Undo ``claim_run_dir`` for a run that failed before it started: it leaves nothing behind."""
     (run_dir / "metrics.json").unlink(missing_ok=True)
     try:
         run_dir.rmdir()
@@ -74,8 +73,7 @@ class RunFiles:
     """The run folder's writer; a no-op in data-parallel processes other than 0."""
 
     def __init__(self, run_dir: Path, enabled: bool):
-        self.run_dir, self.enabled = run_dir, enabled
-        self.warned = False
+        self.run_dir, self.enabled, self.warned = run_dir, enabled, False
 
     def json(self, metrics: dict) -> None:
         if self.enabled:
@@ -122,10 +120,8 @@ def prediction_path(run_dir: Path, task: Task, split: str) -> Path:
 
 
 def write_predictions(path: Path, task: Task, result: TaskPredictions) -> None:
-    """CS224N layout: an ``id`` column and the task's prediction column, one row per example.
-
-    Class predictions are written as integers; STS scores with 4 decimals.
-    """
+    """CS224N layout: an ``id`` column and the task's prediction column, one row per example
+    (classes as integers, STS scores with 4 decimals)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["id", task.prediction_column])

@@ -1,4 +1,5 @@
-"""Mixed precision (``--amp``): autocast for forward passes, a gradient scaler for fp16.
+"""Mixed precision (``--amp``): autocast for forward passes, a gradient scaler for fp16; parameters and
+optimizer states stay fp32 in every mode.
 
 - ``off``: fp32 everywhere (the default; what the reference-output tests check).
 - ``bf16``: ``torch.autocast`` with bfloat16 — matmuls and attention in bf16, reductions, softmax
@@ -8,8 +9,6 @@
   ``backward`` and the gradients divided by it before the optimizer step; a step whose gradients
   overflowed is skipped and the scale lowered (``torch.amp.GradScaler``, Micikevicius et al. 2018,
   "Mixed Precision Training", §3.2). The scaler's state is saved with training checkpoints.
-
-Parameters and optimizer states stay fp32 in every mode.
 """
 from __future__ import annotations
 

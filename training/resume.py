@@ -1,29 +1,24 @@
 """Resumable training: checkpoints of the whole training state, and exact resumption after a crash.
 
-A training checkpoint is a folder ``<run>/checkpoints/step-<N>/`` holding everything the next step
-depends on after optimizer step N (counted across all stages):
+A training checkpoint ``<run>/checkpoints/step-<N>/`` holds everything the next step depends on
+after optimizer step N (counted across all stages):
 
     model.safetensors   every parameter and buffer of the model (encoder and heads)
-    best*.safetensors   the best epoch's weights so far (hard links to the encoder and heads files
-                        of <run>/checkpoint/, if any)
-    state.pt            optimizer states, loss-weighting and SMART EMA modules, gradient scaler, RNG states
-                        (Python, NumPy, torch): plain tensors, lists and numbers, loaded with
-                        ``torch.load(weights_only=True)``
-    state.json          the step, the run configuration, finished stages' logs and the current
-                        stage's progress (loss curve, epoch history, best-so-far metrics and dev
-                        predictions)
+    best*.safetensors   the best epoch's weights so far (hard links into <run>/checkpoint/, if any)
+    state.pt            optimizer states, loss-weighting and SMART EMA modules, gradient scaler, RNG
+                        states: plain tensors, lists and numbers (``torch.load(weights_only=True)``)
+    state.json          the step, the run configuration, finished stages' logs and the current stage's
+                        progress (loss curve, epoch history, best-so-far metrics and dev predictions)
 
-It is written into a hidden temporary folder, every file flushed to disk, then renamed into place:
-a folder named ``step-<N>`` is always complete, and a crash while saving leaves only a temporary
-folder that is ignored. The newest ``keep`` checkpoints are kept.
+It is written into a hidden temporary folder, flushed, then renamed: a ``step-<N>`` folder is always
+complete, and a crash while saving leaves only an ignored temporary folder. The newest ``keep`` stay.
 
-Resuming does not jump into the middle of a loop. The run starts over from the top with the saved
-configuration and *replays*: each stage iterates its data exactly as before (the loaders' shuffling
-comes from their own seeded generators), but the first N optimizer steps are skipped without
-computing anything. Just before the first step that really runs, the model, optimizers and RNG
-states are restored from the checkpoint, so the run continues bit for bit as if never stopped
-(on CPU, with the same number of threads). ``TrainingClock`` is the one object that knows this:
-stages ask it ``skip_step()`` before every optimizer step and tell it ``step_done()`` after.
+Resuming replays rather than jumping into a loop: the run starts over with the saved configuration,
+each stage iterates its data as before (the loaders shuffle with their own seeded generators), but
+the first N optimizer steps are skipped without computing. Just before the first real step the model,
+optimizers and RNG states are restored, so the run continues bit for bit (on CPU, with the same
+number of threads). ``TrainingClock`` alone knows this: stages ask it ``skip_step()`` before every
+optimizer step and tell it ``step_done()`` after.
 """
 from __future__ import annotations
 
@@ -60,13 +55,11 @@ class TrainingDiverged(Exception):
 
 
 class TrainingClock:
-    """Counts optimizer steps across all stages, saves training checkpoints, and replays on resume.
-
-    Besides the model, a checkpoint holds the state of every object reachable from ``components``
-    that has one (``resumable_state``): optimizers, loss weightings, SMART's EMA model, the gradient
-    scaler, a learning-rate schedule. Nothing is registered by hand, so nothing can be forgotten.
-    ``resume`` is a ``Checkpoint`` to continue from, or None for a fresh run.
-    """
+    """Counts optimizer steps across all stages, saves training checkpoints, and replays on resume
+    (``resume``: a ``Checkpoint`` to continue from, or None). Besides the model, a checkpoint holds the
+    state of every object reachable from ``components`` that has one (``resumable_state``: optimizers,
+    loss weightings, SMART's EMA model, the gradient scaler, a learning-rate schedule): nothing is
+    registered by hand, so nothing can be forgotten."""
 
     def __init__(self, model: torch.nn.Module | None, run_dir: Path | None, config: dict, save_every: int = 0,
                  keep: int = 2, resume: "Checkpoint | None" = None, best_dir: Path | None = None,
@@ -75,23 +68,16 @@ class TrainingClock:
         self.save_every, self.keep, self.enabled, self.log = save_every, keep, enabled, log
         self.best_dir = best_dir    # the run's checkpoint/ folder, whose weights files are linked
         self.components: dict[str, object] = {}   # roots of the resumable state, e.g. {"run": run}
-        self.step = 0
-        self.stage: str | None = None
-        self.progress: dict = {}
-        self.finished_stages: dict[str, dict] = {}
+        self.step, self.stage, self.progress = 0, None, {}
+        self.finished_stages: dict[str, dict] = resume.state["finished_stages"] if resume else {}
         self.resume = resume          # set to None once the replay has caught up with it
         self.checkpoint = resume      # kept (the best epoch's weights are read from it)
         self.resume_step = resume.step if resume else 0
-        if resume:
-            self.finished_stages = resume.state["finished_stages"]
 
     @classmethod
     def off(cls) -> "TrainingClock":
         """A clock that only counts: no checkpoints, no resume (a tool's training)."""
         return cls(None, None, {}, enabled=False)
-
-    def state(self) -> dict[str, object]:
-        return resumable_state(self.components, self.model)
 
     # ---- stages ------------------------------------------------------------------------------
     def finished_stage(self, name: str) -> dict | None:
@@ -103,11 +89,8 @@ class TrainingClock:
         return record["log"]
 
     def begin_stage(self, name: str, progress: dict) -> dict:
-        """Start a stage; returns its progress dict (the saved one when resuming into this stage).
-
-        ``progress`` must be JSON-serialisable and is saved with every checkpoint in this stage;
-        the stage keeps mutating the returned dict.
-        """
+        """Start a stage; returns its progress dict (the saved one when resuming into this stage), which
+        the stage keeps mutating and every checkpoint in it saves (so JSON-serialisable)."""
         self.stage = name
         if self.resume and self.resume.state["stage"] == name:
             progress = self.resume.state["progress"]
@@ -132,13 +115,9 @@ class TrainingClock:
         """Restore the checkpoint's state now if the replay has just reached it (call before any
         computation that is not a step, e.g. an evaluation)."""
         if self.resume is not None and self.step >= self.resume_step:
-            self.resume.restore(self.model, self.state())
+            self.resume.restore(self.model, resumable_state(self.components, self.model))
             self.log(f"resumed at step {self.step} from {self.resume.path}")
             self.resume = None
-
-    @property
-    def replaying(self) -> bool:
-        return self.resume is not None
 
     def step_done(self) -> None:
         """Count a step that ran; save a checkpoint every ``save_every`` steps."""
@@ -149,7 +128,7 @@ class TrainingClock:
     # ---- saving ------------------------------------------------------------------------------
     def save(self) -> Path | None:
         """Write ``checkpoints/step-<N>`` atomically and prune old ones; returns its path."""
-        if not self.enabled or self.replaying:
+        if not self.enabled or self.resume is not None:  # nothing new to save while replaying
             return None
         bad = next((name for name, p in self.model.state_dict().items()
                     if p.is_floating_point() and not torch.isfinite(p).all()), None)
@@ -167,9 +146,11 @@ class TrainingClock:
             for source, link in ((ENCODER, BEST_ENCODER), (HEADS, BEST_HEADS)):
                 if self.best_dir is not None and (self.best_dir / source).is_file():
                     _link_or_copy(self.best_dir / source, tmp / link)
-            objects = self.state()
-            torch.save({kind: {k: o.state_dict() for k, o in objects.items() if _kind(o) == kind}
-                        for kind in ("optimizers", "modules")} | {"rng": rng_state()}, tmp / "state.pt")
+            objects = resumable_state(self.components, self.model)
+            optimizers = {k for k, o in objects.items() if isinstance(o, torch.optim.Optimizer)}
+            torch.save({"optimizers": {k: o.state_dict() for k, o in objects.items() if k in optimizers},
+                        "modules": {k: o.state_dict() for k, o in objects.items() if k not in optimizers},
+                        "rng": rng_state()}, tmp / "state.pt")
             state = {"step": self.step, "stage": self.stage, "progress": self.progress,
                      "finished_stages": self.finished_stages, "config": self.config,
                      "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -185,7 +166,6 @@ class TrainingClock:
         for old in list_checkpoints(self.run_dir)[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)
         return final
-
 
     def last_good(self) -> str:
         """Where the last good state is, for a message that stops the run."""
@@ -213,7 +193,10 @@ class Checkpoint:
         self.weights(), self.extra(), self.best_state()
 
     def weights(self) -> dict[str, torch.Tensor]:
-        return _load_safetensors(self.path / "model.safetensors")
+        try:
+            return load_file(str(self.path / "model.safetensors"))
+        except (SafetensorError, OSError, ValueError) as err:
+            raise ResumeError(f"{self.path / 'model.safetensors'}: unreadable ({first_line(err)})") from None
 
     def extra(self) -> dict:
         """state.pt: optimizer and module states, RNG states."""
@@ -333,19 +316,13 @@ def resumable_state(roots: dict[str, object], model: torch.nn.Module | None) -> 
 OWN_PACKAGES = ("training", "heads", "minbert", "data")
 
 
-def _kind(obj) -> str:
-    """Where ``state.pt`` keeps an object's state: under "optimizers" or under "modules"."""
-    return "optimizers" if isinstance(obj, torch.optim.Optimizer) else "modules"
-
-
 # ---- RNG states ----------------------------------------------------------------------------------
 def rng_state() -> dict:
     """Python, NumPy and torch (CPU and CUDA) generator states as plain tensors and lists."""
     version, mt, gauss = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"python": [version, list(mt), gauss], "numpy": [torch.from_numpy(keys.astype(np.int64)), pos,
-                                                               has_gauss, cached],
-             "torch": torch.get_rng_state()}
+    numpy = [torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]
+    state = {"python": [version, list(mt), gauss], "numpy": numpy, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -362,13 +339,6 @@ def set_rng_state(state: dict) -> None:
 
 
 # ---- helpers -------------------------------------------------------------------------------------
-def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ResumeError(f"{path}: unreadable ({first_line(err)})") from None
-
-
 def _link_or_copy(source: Path, target: Path) -> None:
     """A hard link costs no space; the source is only ever replaced (never changed in place)."""
     try:

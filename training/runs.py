@@ -89,8 +89,7 @@ class LoadedRun:
                       batch_size, max_length or self.config.data.max_length, progress)
 
     def predict(self, task: str, inputs: Sequence, batch_size: int | None = None) -> np.ndarray:
-        """The task head's predictions (a class, or a 0..5 score) for sentences (single-sentence
-        tasks) or ``(sentence1, sentence2)`` pairs, in input order."""
+        """The task head's predictions (a class, or a 0..5 score) for sentences or ``(sentence1, sentence2)`` pairs."""
         self.check_head(task)
         width = len(TASKS[task].text_columns)
         examples = [Example(str(i), (item,) if isinstance(item, str) else tuple(item), None, 0)
@@ -120,16 +119,10 @@ class LoadedRun:
 
 
 def load_run(path: str | Path) -> LoadedRun:
-    """The model a run saved in ``path/checkpoint/`` (or in ``path`` itself, a checkpoint folder).
-
-    The folder holds what ``training/checkpoint.py`` writes: ``model.safetensors`` (``bert.*`` and
-    ``heads.*``) and ``config.json`` = ``{"bert": BertConfig, "run": RunConfig}``. The encoder is
-    built from the saved BertConfig (the original model's weights are not read), the heads from
-    the run's ``Task`` rows, then every weight is loaded strictly; a checkpoint without any
-    ``heads.*`` is an encoder alone and gets no heads. The vocabulary is the folder's
-    ``vocab.txt`` if it has one, else that of the model the run started from. Anything unusable is
-    a one-line ``WeightsError`` naming the file.
-    """
+    """The model a run saved in ``path/checkpoint/`` (or in ``path``, a checkpoint folder; either layout
+    of ``training/checkpoint.py``): the encoder built from the saved BertConfig (the original model's
+    weights are not read), the heads from the run's ``Task`` rows (none for an encoder alone), every
+    weight loaded strictly. Anything unusable is a one-line ``WeightsError`` naming the file."""
     directory = checkpoint_dir(Path(path))
     config_file, weights = directory / "config.json", directory / "model.safetensors"
     try:
@@ -229,13 +222,10 @@ def model_max_length(max_length: int, bert: BertModel) -> int:
 def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], pooling: str = "mean",
            reduction: str = "mean", batch_size: int = 64, max_length: int = 128,
            progress: bool | str | None = None) -> np.ndarray:
-    """Pooled vectors, float32 ``(len(sentences), width)``, in the order of ``sentences``.
-
-    The encoder runs in eval mode (put back in its previous mode after) on its own device.
-    Batches are length-bucketed (``data.batching``, sorted by word pieces), so each pads little.
-    ``progress``: a tqdm bar, with this description if a string; None shows one from
-    ``PROGRESS_FROM`` sentences.
-    """
+    """Pooled vectors, float32 ``(len(sentences), width)``, in the order of ``sentences``, from the
+    encoder in eval mode (its mode restored after) on its own device, in length-bucketed batches (little
+    padding). ``progress``: a tqdm bar, with this description if a string; None: one from
+    ``PROGRESS_FROM`` sentences."""
     if reduction not in TOKEN_REDUCTIONS:
         raise ValueError(f"unknown reduction {reduction!r}; choose one of {list(TOKEN_REDUCTIONS)}")
     applied_reduction(pooling, reduction)  # an unknown mode fails here, even for an empty list

@@ -7,15 +7,12 @@ from torch.utils.data import DataLoader
 
 
 class RoundRobinScheduler:
-    """Yield ``(task_name, batch)`` taking one batch from each task in turn.
-
-    An epoch has ``steps`` rounds; each round visits every task once, in the loaders' order.
-      - ``strategy="min"``: as many rounds as the smallest loader has batches — every task is
-        seen equally often and no task repeats within the epoch;
-      - ``strategy="exhaust"``: as many rounds as the largest loader has batches; a smaller
-        loader that runs out starts over (re-shuffled) so the larger data is fully used.
-    ``max_steps`` caps the rounds (quick runs).
-    """
+    """Yield ``(task_name, batch)`` taking one batch from each task in turn. An epoch has ``steps``
+    rounds, each visiting every task once, in the loaders' order; as many rounds as
+      - ``strategy="min"``: the smallest loader has batches (every task seen equally often, none repeats);
+      - ``strategy="exhaust"``: the largest loader has batches; a smaller loader that runs out starts
+        over (re-shuffled) so the larger data is fully used;
+    at most ``max_steps`` (quick runs)."""
 
     def __init__(self, loaders: dict[str, DataLoader], strategy: str = "min", max_steps: int | None = None):
         if strategy not in ("min", "exhaust"):

@@ -18,7 +18,6 @@ from .tasks import pearson
 DEFAULT_BATCH_SIZE = 64  # sentences per encoder batch when scoring
 
 
-
 def score_dataset(embed: Callable[[list[str]], np.ndarray],
                   dataset: PairDataset) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``{subset: (cosine similarities, golds)}``; ``embed`` turns sentences into vectors (``runs.encode``

@@ -33,11 +33,9 @@ def divergence(perturbed: torch.Tensor, clean: torch.Tensor, kind: str) -> torch
     ``multiclass``: symmetric KL between softmax distributions, KL(p‖q) + KL(q‖p);
     ``binary``: the same between Bernoulli(sigmoid) distributions of one logit per example;
     ``regression``: squared error (§3.1: "ℓ_s is the squared loss for regression").
-
-    The symmetric KL is computed as Σ_k (p_k − q_k)(log p_k − log q_k), which equals
-    KL(p‖q) + KL(q‖p) but multiplies two small differences instead of subtracting two nearly
-    equal cross-entropies, so it stays accurate for the tiny perturbations SMART makes; it is
-    also exactly symmetric in its arguments. Gradients flow through both arguments.
+    The symmetric KL is Σ_k (p_k − q_k)(log p_k − log q_k): a product of two small differences, not a
+    difference of two nearly equal cross-entropies, so it stays accurate for SMART's tiny
+    perturbations (and exactly symmetric). Gradients flow through both arguments.
     """
     _check_kind(kind)
     if kind == "regression":
@@ -49,25 +47,21 @@ def divergence(perturbed: torch.Tensor, clean: torch.Tensor, kind: str) -> torch
 def smart_loss(model: nn.Module, head_name: str, inputs: list[dict], clean_output: torch.Tensor,
                kind: str, weight: float = 0.5, eps: float = 1e-5, step: float = 1e-3,
                steps: int = 1, eps_norm: float = 1e-6) -> torch.Tensor:
-    """λ_s · R_s(θ), the smoothness-inducing adversarial regulariser (SMART §3.1, Eq. 3;
-    Algorithm 1 lines 4–8, with λ_s = ``weight``, σ = ``eps``, η = ``step``, T_x̃ = ``steps``).
+    """λ_s · R_s(θ), the smoothness-inducing adversarial regulariser (SMART §3.1, Eq. 3; Algorithm 1
+    lines 4–8, with λ_s = ``weight``, σ = ``eps``, η = ``step``, T_x̃ = ``steps``).
 
-    The embeddings output of every sentence of the task gets its own Gaussian noise δ ~ N(0, σ²I)
-    (a pair task perturbs both sentences). Each ascent step maximises
-    ``divergence(f(x + δ), f(x).detach())`` over δ only:
+    The embeddings output of every sentence of the task (both of a pair) gets its own Gaussian noise
+    δ ~ N(0, σ²I). Each ascent step maximises ``divergence(f(x + δ), f(x).detach())`` over δ only,
 
         δ ← δ + η · g / (‖g‖_∞ + eps_norm),   g = ∇_δ ℓ_s,   ‖·‖_∞ per token over the hidden size,
 
-    with the gradient taken by ``torch.autograd.grad`` so nothing accumulates in the model's
-    ``.grad``. The returned term is computed at the final δ (held constant) as in the authors'
-    code: KL(p_clean.detach() ‖ p_adv) + KL(p_adv.detach() ‖ p_clean) for the KL kinds, so the
-    value is the symmetric KL and gradients reach the model through both outputs; for
-    regression the plain squared error, whose gradient already reaches both outputs.
+    by ``torch.autograd.grad``, so nothing accumulates in the model's ``.grad``. The returned term is
+    taken at the final δ (held constant) with the authors' stop-gradients (``_two_sided``): its value
+    is ``divergence``'s and gradients reach the model through both outputs.
 
-    ``clean_output`` must be ``model(head_name, inputs)`` from the same step (not detached, so
-    the clean side gets its gradient). With dropout on, the adversarial passes draw their own
-    dropout masks, as in the authors' code; the noise is added at padding positions too, which
-    is harmless: padding keys are masked in attention and the gradient there is zero.
+    ``clean_output`` must be ``model(head_name, inputs)`` from the same step, not detached (the clean
+    side gets its gradient). With dropout on, the adversarial passes draw their own masks, as in the
+    authors' code; noise at padding positions is harmless (padding keys are masked in attention).
     """
     _check_kind(kind)
     noise = EmbeddingNoise(eps)
@@ -125,14 +119,11 @@ class EmbeddingNoise:
     """
 
     def __init__(self, eps: float):
-        self.eps = eps
+        self.eps, self.calls, self._track = eps, 0, False
         self.tensors: list[torch.Tensor] = []
-        self.calls = 0
-        self._track = False
 
     def run(self, model: nn.Module, head_name: str, inputs: list[dict], track: bool) -> torch.Tensor:
-        """``model(head_name, inputs)`` with the noise added; ``track``: whether autograd
-        follows the noise (for an ascent step) or holds it constant (for the final pass)."""
+        """``model(head_name, inputs)`` plus noise; ``track``: autograd follows it (ascent) or not (final pass)."""
         self.calls, self._track = 0, track
         for noise in self.tensors:
             noise.requires_grad_(track)
@@ -177,8 +168,7 @@ def _kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
 
 
 def _log_probs(output: torch.Tensor, kind: str) -> torch.Tensor:
-    """Log-probabilities over the last dimension: log-softmax of class logits, or
-    (log σ(z), log σ(−z)) stacked for one Bernoulli logit z per example."""
+    """Log-probabilities over the last dimension: log-softmax of class logits, or (log σ(z), log σ(−z))."""
     if kind == "multiclass":
         return F.log_softmax(output, dim=-1)
     return torch.stack([F.logsigmoid(output), F.logsigmoid(-output)], dim=-1)

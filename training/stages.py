@@ -65,8 +65,7 @@ def ucl_stage(run: Run) -> dict:
     if c.ucl_data:
         corpus, source = read_sentences(c.ucl_data), f"--ucl_data {c.ucl_data}"
     else:
-        corpus = sentences_from_examples(*(split["train"] for split in run.splits.values()))
-        source = "the training sets"
+        corpus, source = sentences_from_examples(*(s["train"] for s in run.splits.values())), "the training sets"
     run.log(f"ucl: {len(corpus)} sentences from {source}")
 
     def loss_fn(inputs, batch):
@@ -108,11 +107,9 @@ def scl_stage(run: Run) -> dict:
 
 
 def lcl_stage(run: Run) -> dict:
-    """Label-contrastive fine-tuning of the encoder on the training sentences of the first
-    single-sentence classification task (SST by default): in each batch, sentences of the same
-    class are pulled together and others pushed apart (``losses.label_contrastive_loss``: KL
-    between the row-normalised same-class matrix Y·Yᵀ and the softmax of the cosine similarities
-    over τ; Khosla et al. 2020, Gunel et al. 2021)."""
+    """Label-contrastive fine-tuning of the encoder on the first single-sentence classification task's
+    training sentences (SST by default): same-class sentences of a batch are pulled together, others
+    pushed apart (``losses.label_contrastive_loss``; Khosla et al. 2020, Gunel et al. 2021)."""
     c = run.config.contrastive
     task = run.config.lcl_task()
     examples = run.splits[task]["train"]
@@ -136,8 +133,7 @@ def pre_qqp_stage(run: Run) -> dict:
 
 
 def multitask_stage(run: Run) -> dict:
-    """Round-robin (or joint-loss) training on every task of ``--tasks``; after each epoch evaluate
-    on dev and keep the best epoch by the overall score."""
+    """Round-robin (or joint-loss) training on every task of ``--tasks``, keeping the best epoch on dev."""
     t = run.config.train
     sizes = run.config.batch_sizes()
     loaders = {name: run.loader(split["train"], sizes[name], True, t.seed + i)
@@ -210,11 +206,10 @@ class ContrastiveObjective(Objective):
     def __init__(self, run: Run, name: str, loader, epochs: int, max_steps: int | None, lr: float, loss_fn,
                  encoder_params: list, sts_dev: StsDevCurve | None = None):
         self.run, self.name, self.log_prefix, self.epochs = run, name, f"{name} ", epochs
-        self.loader, self.loss_fn = loader, loss_fn
+        self.loader, self.loss_fn, self.sts_dev = loader, loss_fn, sts_dev
         self.per_epoch = len(loader) if max_steps is None else min(len(loader), max_steps)
         self.optimizer = AdamW(encoder_params, lr=lr, weight_decay=run.config.train.weight_decay,
                                **run.config.speed.adamw_options())
-        self.sts_dev = sts_dev
 
     def batches(self):
         # Starting an iterator draws the loader's worker seed from its generator. Earlier versions
@@ -254,16 +249,12 @@ class ContrastiveObjective(Objective):
 
 class StsDevCurve:
     """SimCSE's model selection (Gao et al. 2021, Appendix A; ``--eval_steps 125`` and
-    ``--load_best_model_at_end`` in their example script): every ``every`` steps the encoder is scored
-    on STS dev (Spearman of the cosines of its sentence vectors, the run's ``--pooling``, scored as
-    ``training.tools.evaluate_embeddings`` scores), also before the first step and after the last, and
-    the stage ends with the best step's encoder.
-
-    The ``[step, spearman]`` points live in ``data`` (the stage's checkpointed progress, as
-    ``LossCurve`` keeps its state), the best weights in ``best`` (saved with the optimizer states), so
-    a resumed stage continues both. Scoring leaves every RNG as it found it: the stage trains exactly
-    as it would without the curve.
-    """
+    ``--load_best_model_at_end`` in their script): the encoder is scored on STS dev (Spearman of cosines,
+    the run's ``--pooling``, as ``training.tools.evaluate_embeddings``) every ``every`` steps, before the
+    first and after the last, and the stage ends with the best step's encoder. The ``[step, spearman]``
+    points live in ``data`` (the stage's checkpointed progress), the best weights in ``best`` (saved with
+    the optimizer states), so a resumed stage continues both. Scoring restores every RNG: the stage
+    trains exactly as without the curve."""
 
     def __init__(self, run: Run, dataset: PairDataset, every: int):
         self.run, self.dataset, self.every = run, dataset, every
@@ -274,9 +265,8 @@ class StsDevCurve:
     def start(self, data: dict) -> None:
         """Take the curve's state (the saved one when resuming); a fresh curve scores step 0."""
         self.data = data
-        data.setdefault("data", str(self.dataset.path))
-        data.setdefault("every", self.every)
-        for key, empty in (("step", 0), ("curve", []), ("best", None)):
+        for key, empty in (("data", str(self.dataset.path)), ("every", self.every), ("step", 0), ("curve", []),
+                           ("best", None)):
             data.setdefault(key, empty)
         if not data["curve"]:
             self.score()
@@ -341,10 +331,8 @@ def _contrastive(run: Run, name: str, examples: list, epochs: int, max_steps: in
                  lr: float, loss_fn, *, source: str, unit: str, max_length: int | None = None,
                  sts_dev: StsDevCurve | None = None) -> dict:
     """Train the encoder on ``examples`` (``unit``s read from ``source``, for the error message),
-    truncated to ``max_length`` word pieces (None: ``--max_length``).
-
-    The loader keeps a short last batch, but ``ContrastiveObjective`` leaves out a batch of one:
-    fewer than 2 examples would make a stage of no step at all, so that is an error."""
+    truncated to ``max_length`` word pieces (None: ``--max_length``). ``ContrastiveObjective`` leaves
+    out a batch of one, so fewer than 2 examples would make a stage of no step: an error."""
     if len(examples) < 2:
         raise DataError(f"{source}: only {len(examples)} {unit}{'' if len(examples) == 1 else 's'}; a {name} "
                         f"batch (--{name}_batch_size {batch_size}) needs at least 2, for in-batch negatives")
@@ -397,10 +385,9 @@ class MultitaskObjective(TaskObjective):
     best epoch so far (its weights kept, and saved by ``run.on_epoch_end``)."""
 
     def start(self, progress: dict) -> None:
-        progress.setdefault("best", None)
+        saved = progress.setdefault("best", None)
         self.best = {"score": -float("inf"), "epoch": None, "state": None, "dev": None}
-        if progress["best"] is not None:  # resuming: the best epoch before the crash
-            saved = progress["best"]
+        if saved is not None:  # resuming: the best epoch before the crash
             self.best = {**saved, "dev": {k: TaskPredictions.from_dict(v) for k, v in saved["dev"].items()},
                          "state": self.run.loop.clock.checkpoint.best_state()}
 

@@ -46,10 +46,8 @@ class TaskLoss:
         """The task's loss on one batch, plus the SMART terms when ``--smart`` is on. ``output`` and
         ``inputs``: the model's output on the batch and the batch on the device, when already computed."""
         task = TASKS[name]
-        if inputs is None:
-            inputs = self.inputs(batch)
-        if output is None:
-            output = self.forward_model(name, inputs)
+        inputs = self.inputs(batch) if inputs is None else inputs
+        output = self.forward_model(name, inputs) if output is None else output
         loss = task.loss(output, batch["labels"].to(self.device))
         if self.smart.smart:
             loss = loss + smart_loss(self.model, name, inputs, output, task.divergence,

@@ -40,7 +40,7 @@ class Task:
         return len(self.text_columns) == 2
 
     def metric(self, pred: np.ndarray, gold: np.ndarray) -> float:
-        return METRICS[self.metric_name](pred, gold)
+        return {"accuracy": accuracy, "pearson": pearson}[self.metric_name](pred, gold)
 
     def unit_score(self, value: float) -> float:
         """The metric on a 0..1 scale, for averaging across tasks: Pearson r becomes (r + 1) / 2."""
@@ -58,9 +58,6 @@ def pearson(pred: np.ndarray, gold: np.ndarray) -> float:
     return float(pearsonr(pred, gold)[0])
 
 
-METRICS = {"accuracy": accuracy, "pearson": pearson}
-
-
 def overall_score(metrics: dict[str, float]) -> float:
     """Mean of the tasks' ``unit_score``s. For SST, QQP and STS this is the CS224N leaderboard
     score, (SST acc + QQP acc + (STS Pearson + 1) / 2) / 3."""
@@ -74,10 +71,6 @@ def format_metrics(metrics: dict[str, float], digits: int = 3, sep: str = " ") -
                     for name, value in metrics.items())
 
 
-def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits, labels)
-
-
 def _argmax(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
@@ -87,7 +80,7 @@ SST = Task(
     files={"train": "ids-sst-train.csv", "dev": "ids-sst-dev.csv", "test": "ids-sst-test-student.csv"},
     text_columns=("sentence",), label_column="sentiment", label_type="class", num_classes=5, score_range=None,
     head=lambda width, m: SentimentHead(width, 5, m.hidden_dropout_prob),
-    loss=_cross_entropy, predict=_argmax, metric_name="accuracy", divergence="multiclass",
+    loss=F.cross_entropy, predict=_argmax, metric_name="accuracy", divergence="multiclass",
     output_prefix="sst", prediction_column="Predicted_Sentiment",
 )
 
@@ -121,7 +114,7 @@ CFIMDB = Task(
     files={"train": "ids-cfimdb-train.csv", "dev": "ids-cfimdb-dev.csv", "test": "ids-cfimdb-test-student.csv"},
     text_columns=("sentence",), label_column="sentiment", label_type="class", num_classes=2, score_range=None,
     head=lambda width, m: SentimentHead(width, 2, m.hidden_dropout_prob),
-    loss=_cross_entropy, predict=_argmax, metric_name="accuracy", divergence="multiclass",
+    loss=F.cross_entropy, predict=_argmax, metric_name="accuracy", divergence="multiclass",
     output_prefix="cfimdb", prediction_column="Predicted_Sentiment",
 )
 

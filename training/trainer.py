@@ -1,10 +1,8 @@
-"""The multi-task run: read data, build the model, run the stages (SimCSE, pre-QQP, multi-task),
-keep the best epoch on dev, write predictions, metrics and the checkpoint. With ``--epochs 0`` the
-run is its stages alone and keeps the encoder they leave (``finish_stages_only``).
-
-``run(config)`` is the whole job; ``run_multitask.py`` only turns flags into a ``RunConfig``.
-With ``--resume RUN_DIR`` the run's saved configuration is used and training continues from the
-newest checkpoint in ``RUN_DIR/checkpoints/`` (``training/resume.py``).
+"""The multi-task run, ``run(config)``: read data, build the model, run the stages (SimCSE, pre-QQP,
+multi-task), keep the best epoch on dev, write predictions, metrics and the checkpoint. With
+``--epochs 0`` the run is its stages alone and keeps the encoder they leave (``finish_stages_only``);
+with ``--resume RUN_DIR`` it takes the saved configuration and continues from the newest checkpoint
+in ``RUN_DIR/checkpoints/`` (``training/resume.py``).
 """
 from __future__ import annotations
 
@@ -42,12 +40,9 @@ from .tasks import TASKS, format_metrics, overall_score
 
 
 def run(config: RunConfig, log: RunLog | None = None) -> dict:
-    """Train and evaluate one configuration; return the metrics written to ``metrics.json``.
-
-    ``metrics.json`` is written at the start (status "running"), after every epoch, and at the end
-    ("finished"); a run that raises is marked "failed" with the error (or "interrupted" on Ctrl-C
-    and SIGTERM), then the error propagates.
-    """
+    """Train and evaluate one configuration; return the metrics of ``metrics.json``, written at the start
+    (status "running"), after every epoch and at the end ("finished"); a run that raises is marked
+    "failed" with the error ("interrupted" on Ctrl-C and SIGTERM), then the error propagates."""
     config.validate()
     keep_freed_memory()  # fewer page faults per step; changes no number (training/memory.py)
     started = time.time()
@@ -134,9 +129,8 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
     run_dir = write.run_dir
     log(f"data: {metrics['data_dir'] or 'no task file'}   model: {metrics['model_dir']}   device: {device}")
     t = config.train
-    weighting = None
-    if t.joint_loss:
-        weighting = make_loss_weighting(t.loss_weighting, config.task_names(), config.parsed_loss_weights()).to(device)
+    weighting = (make_loss_weighting(t.loss_weighting, config.task_names(), config.parsed_loss_weights()).to(device)
+                 if t.joint_loss else None)
     encoder = [(name, p) for name, p in model.bert.named_parameters() if p.requires_grad]
     if not t.decay_bias_norm:
         groups = [*decay_groups(encoder, t.weight_decay),
@@ -159,9 +153,8 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
 
     def on_epoch_end(progress: dict) -> None:
         if progress["improved"] and write.enabled:
-            best = progress["best"]
-            save_checkpoint(run_dir / "checkpoint", best["state"], model.bert.config, config_dict(config),
-                            tokenizer)
+            save_checkpoint(run_dir / "checkpoint", progress["best"]["state"], model.bert.config,
+                            config_dict(config), tokenizer)
         metrics.update(epochs=progress["epochs"], loss_curves=progress["loss_curves"],
                        wall_seconds=round(time.time() - started, 1))
         write.json(metrics)
@@ -176,8 +169,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
     if place.rank > 0:  # same initial weights (DDP copies process 0's), own dropout masks
         torch.manual_seed(config.train.seed + place.rank)
     clock = TrainingClock(model, run_dir, config_dict(config), config.output.save_every, config.output.keep_checkpoints,
-                          resume=resume, best_dir=run_dir / "checkpoint",
-                          enabled=write.enabled, log=log)
+                          resume=resume, best_dir=run_dir / "checkpoint", enabled=write.enabled, log=log)
     task_loss = TaskLoss(model, device, config.smart, weighting, forward_model, place)
     run = Run(config, model, forward_model, splits, loader, device, log, optimizer, task_loss,
               TrainingLoop(precision, log, clock, t.max_grad_norm, grad_accum=t.grad_accum,
@@ -210,27 +202,11 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
     final_dev = {name: best["dev"][name].score(TASKS[name]) for name in config.task_names()}
     train_seconds = sum(e["train_seconds"] for e in history)
     train_examples = sum(e["train_examples"] for e in history)
-    metrics.update(
-        status="finished",
-        epochs=history,
-        best_epoch=best["epoch"],
-        dev=final_dev,
-        dev_overall=overall_score(final_dev),
-        **({"test": test, "test_overall": overall_score(test)} if test else {}),
-        prediction_files=written,
-        skipped_prediction_files=skipped,
-        train_seconds=round(train_seconds, 1),
-        train_examples=train_examples,
-        train_examples_per_second=per_second(train_examples, train_seconds),
-        wall_seconds=round(time.time() - started, 1),
-        torch_threads=torch.get_num_threads(),
-        finished=datetime.now().isoformat(timespec="seconds"),
-        processes=place.world_size,
-    )
-    write.json(metrics)
-    write.curves(metrics, log)
-    if not config.output.keep_training_state:
-        remove_training_state(run_dir)
+    finish(config, write, place, metrics, started, log, epochs=history, best_epoch=best["epoch"], dev=final_dev,
+           dev_overall=overall_score(final_dev),
+           **({"test": test, "test_overall": overall_score(test)} if test else {}),
+           prediction_files=written, skipped_prediction_files=skipped, train_seconds=round(train_seconds, 1),
+           train_examples=train_examples, train_examples_per_second=per_second(train_examples, train_seconds))
     speed = metrics["train_examples_per_second"]
     log.result(f"dev: {format_metrics(final_dev, 4, '  ')}  overall {metrics['dev_overall']:.4f}  "
                f"({metrics['wall_seconds']:.0f} s, {'-' if speed is None else f'{speed:.1f}'} train examples/s) "
@@ -249,15 +225,21 @@ def finish_stages_only(config: RunConfig, model: MultitaskBert, tokenizer: BertT
     run_dir = write.run_dir
     encoder = {k: v for k, v in model.state_dict().items() if k.startswith("bert.")}
     save_checkpoint(run_dir / "checkpoint", encoder, model.bert.config, config_dict(config), tokenizer)
-    metrics.update(status="finished", wall_seconds=round(time.time() - started, 1),
+    finish(config, write, place, metrics, started, log)
+    log.result(f"stages {', '.join(metrics['stages'])} done, no multi-task epochs (--epochs 0): encoder saved in "
+               f"{run_dir / 'checkpoint'} ({metrics['wall_seconds']:.0f} s) -> {run_dir}")
+
+
+def finish(config: RunConfig, write: RunFiles, place: Distributed, metrics: dict, started: float, log: RunLog,
+           **results) -> None:
+    """Mark the run finished in metrics.json (``results`` first), draw its curves, drop its training state."""
+    metrics.update(status="finished", **results, wall_seconds=round(time.time() - started, 1),
                    torch_threads=torch.get_num_threads(), finished=datetime.now().isoformat(timespec="seconds"),
                    processes=place.world_size)
     write.json(metrics)
     write.curves(metrics, log)
     if not config.output.keep_training_state:
-        remove_training_state(run_dir)
-    log.result(f"stages {', '.join(metrics['stages'])} done, no multi-task epochs (--epochs 0): encoder saved in "
-               f"{run_dir / 'checkpoint'} ({metrics['wall_seconds']:.0f} s) -> {run_dir}")
+        remove_training_state(write.run_dir)
 
 
 def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], strict: bool,
@@ -290,8 +272,7 @@ def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], s
 
 
 def check_corpus_files(config: RunConfig) -> None:
-    """The SimCSE corpus files (and the STS file of ``--ucl_eval_every``) given by flag exist (one line
-    naming the flag)."""
+    """The SimCSE corpus files (and ``--ucl_eval_every``'s STS file) given by flag exist (one line naming the flag)."""
     c = config.contrastive
     for on, flag, path in ((c.ucl, "--ucl_data", c.ucl_data), (c.scl, "--scl_data", c.scl_data)):
         if on and path and not Path(path).is_file():
@@ -312,9 +293,8 @@ def resumed_config(flags: RunConfig, checkpoint: Checkpoint) -> RunConfig:
     except (TypeError, KeyError, ValueError) as err:
         raise ValueError(f"{checkpoint.path / 'state.json'}: saved configuration does not fit this version "
                          f"({err})") from None
-    config.output.resume = flags.output.resume
-    config.output.quiet = flags.output.quiet
-    config.output.log_file = flags.output.log_file
+    for name in ("resume", "quiet", "log_file"):
+        setattr(config.output, name, getattr(flags.output, name))
     config.validate()
     return config
 

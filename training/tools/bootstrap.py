@@ -131,7 +131,7 @@ def weighted_metric(metric: str, predictions: np.ndarray, gold: np.ndarray, coun
     return np.where(constant, 0.0, cov / denominator)
 
 
-def plot_forest(lines: list[tuple[str, Difference]], path: Path) -> Path:
+def plot_forest(lines: list[tuple[str, Difference]], path: Path) -> None:
     """One line per row: the difference to FT as a dot, its interval as a bar, a vertical line at 0."""
     try:
         import matplotlib
@@ -149,7 +149,6 @@ def plot_forest(lines: list[tuple[str, Difference]], path: Path) -> Path:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
-    return path
 
 
 def _resampled_metric(task: Task, runs: list[TaskDev], resamples: int, seed: int) -> np.ndarray:

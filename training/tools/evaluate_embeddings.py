@@ -8,17 +8,13 @@ The encoder alone embeds each sentence of a pair (no task head; ``heads.pooling`
 and the cosine of the two vectors is the predicted similarity. Unsupervised, as in SentEval's STS
 tasks and SimCSE's evaluation (Gao et al. 2021, §B "Different evaluation settings").
 
-Inputs (``--data``, files or folders) are CS224N ``sts-*.csv`` files, SentEval STS12–16 folders, SentEval
-STS-B (``sts-{train,dev,test}.csv``, a file or their folder) and SICK-R files, read by ``data.senteval``;
-each names one *dataset*, split into *subsets*.
-
-Per dataset it reports, side by side, the **all** correlation (every subset's predictions and golds
-concatenated, one correlation: SimCSE's "all" setting, the number its papers report for STS12–16)
-and the **mean** of the per-subset correlations (SentEval's default), plus the size-weighted mean
-and every subset's own value. For STS-B and SICK-R, SimCSE reports the ``test`` subset alone. With
-several datasets, an **average** row gives the plain mean of the datasets' values, column by column
-(SimCSE's "Avg." column is this mean over its seven datasets).
-Pearson is ``training.tasks.pearson``, the project's one rule: 0.0 where it is undefined (fewer
+Each input (``--data``: CS224N ``sts-*.csv``, SentEval STS12–16 folders, SentEval STS-B ``sts-*.csv``
+or their folder, SICK-R files; read by ``data.senteval``) is one *dataset*, split into *subsets*. Per
+dataset it reports the **all** correlation (the subsets concatenated: SimCSE's "all" setting, the
+number its papers report for STS12–16) beside the **mean** of the per-subset ones (SentEval's
+default), plus the size-weighted mean and each subset's own; for STS-B and SICK-R SimCSE reports the
+``test`` subset alone. With several datasets an **average** row is the plain mean of the datasets'
+values (SimCSE's "Avg." column). Pearson is ``training.tasks.pearson`` (0.0 where undefined: fewer
 than two pairs, or a constant side); Spearman is that Pearson of the ranks.
 """
 from __future__ import annotations
@@ -40,7 +36,6 @@ from ..runs import LoadedRun, load_run, pretrained_run
 from ..similarity import DEFAULT_BATCH_SIZE, average_over_datasets, correlations, score_dataset
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return run_command(lambda: execute(args))
@@ -59,8 +54,7 @@ def execute(args: argparse.Namespace) -> int:
         scored = score_dataset(lambda sentences: run.encode(sentences, args.batch_size, pooling=args.pooling,
                                                             reduction=args.reduction, max_length=args.max_length),
                                dataset)
-        results[dataset.name] = {"path": str(dataset.path), "layout": dataset.layout,
-                                 **correlations(scored)}
+        results[dataset.name] = {"path": str(dataset.path), "layout": dataset.layout, **correlations(scored)}
         print(f"{dataset.name}: done", file=sys.stderr)
     average = average_over_datasets(results)
     print(render_table(results, average))
@@ -77,9 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training.tools.evaluate_embeddings",
                                      description=__doc__.split("\n\n")[0])
     add_encoder_flags(parser)
-    parser.add_argument("--data", nargs="+", type=Path, required=True,
-                        help="STS files or folders (CS224N sts-*.csv, SentEval STS12-16 folders, SentEval STS-B "
-                             "sts-*.csv or their folder, SICK-R files)")
+    parser.add_argument("--data", nargs="+", type=Path, required=True, help="STS files or folders (CS224N sts-*.csv, "
+                        "SentEval STS12-16 folders, SentEval STS-B sts-*.csv or their folder, SICK-R files)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON to this file")
     return parser
 
@@ -110,10 +103,6 @@ def open_encoder(args) -> tuple[LoadedRun, str | None]:
     print(f"encoder: {run.source}   pooling: {args.pooling} (reduction: {reduction or 'none'})   device: {device}",
           file=sys.stderr)
     return run, reduction
-
-
-# ---------------------------------------------------------------------------------------------
-# output
 
 
 def render_table(results: dict[str, dict], average: dict | None = None) -> str:

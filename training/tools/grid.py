@@ -2,11 +2,10 @@
 
     python -m training.tools.grid          # one row a line: "<name> <run_multitask.py flags...>"
 
-``scripts/ablate.sh`` runs these rows. Two baselines (PT: frozen encoder; FT: fine-tuning, mean
-pooling) and the CLS control, then each extension alone on CLS and on MEAN pooling, every pair of
-extensions on MEAN (the default pooling), the variants of one extension (``VARIANTS``), the
-published best combination, everything but the costly extensions on MEAN, and everything on CLS and
-on MEAN. Pooling is always given so the table does not depend on the default.
+``scripts/ablate.sh`` runs these rows: the PT (frozen encoder) and FT (fine-tuning, MEAN) baselines,
+the CLS control, each extension alone on CLS and on MEAN, every pair on MEAN, the ``VARIANTS``, the
+published best, all but the costly extensions on MEAN, and all on CLS and on MEAN. Pooling is always
+given so the table does not depend on the default.
 """
 from __future__ import annotations
 

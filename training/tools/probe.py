@@ -4,23 +4,20 @@
     python -m training.tools.probe --checkpoint predictions/<run>/checkpoint --task sst \\
         --data_dir ../shared/data/cs224n --pooling mean --out probe-sst.json
 
-The encoder alone (no task head; ``heads.pooling`` gives the vector, ``training.runs`` loads the
-model and encodes) embeds the train and dev sentences, frozen. Two judgements of how well
-the embeddings separate the classes, as in contrastive fine-tuning studies that compare
-cross-entropy with label-contrastive training by their embeddings rather than by a head:
+The encoder alone (no task head; ``heads.pooling`` gives the vector) embeds the train and dev
+sentences, frozen. Two judgements of how well the embeddings separate the classes, as contrastive
+fine-tuning studies compare cross-entropy with label-contrastive training by their embeddings
+rather than by a head:
 
-- **clustering**: k-means with k = the number of classes (scikit-learn, ``n_init=10``, fixed seed),
-  on dev and on train separately, scored against the gold classes by the adjusted Rand index (ARI)
-  and adjusted mutual information (AMI). Both are 1 for a clustering equal to the classes up to
-  renaming and about 0 for one unrelated to them (they can go slightly negative).
-- **linear probe**: a multinomial logistic regression (scikit-learn, L2, C = 1, lbfgs,
-  ``max_iter=1000``, fixed seed) trained on the train embeddings; its train and dev accuracy.
+- **clustering**: k-means with k = the number of classes, on dev and on train separately, scored
+  against the gold classes by the adjusted Rand index (ARI) and adjusted mutual information (AMI):
+  1 for the classes up to renaming, about 0 for an unrelated clustering (possibly slightly negative).
+- **linear probe**: a multinomial logistic regression trained on the train embeddings; its train and
+  dev accuracy.
 
-The tasks are the single-sentence classification rows of ``training.tasks.TASKS`` (files, columns,
-number of classes). ``--normalize`` L2-normalises the vectors first (the geometry a cosine-based
-contrastive loss shapes); by default the raw pooled vectors are used. ``--max_train N`` keeps a
-seeded random N of the training sentences (for speed: the probe is trained and train k-means run
-on those only).
+The tasks are the single-sentence classification rows of ``training.tasks.TASKS``. ``--normalize``
+L2-normalises the vectors first (the geometry a cosine-based contrastive loss shapes). ``--max_train N``
+keeps a seeded random N of the training sentences (for speed: probe and train k-means use only those).
 """
 from __future__ import annotations
 
@@ -113,10 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ---------------------------------------------------------------------------------------------
-# the two evaluations
-
-
 def cluster_scores(embeddings, labels, k: int, seed: int = DEFAULT_SEED) -> dict:
     """k-means (k clusters, ``n_init=10``, ``random_state=seed``) on (N, D) ``embeddings``, scored
     against the gold ``labels``: ``{"ari", "ami", "k", "n"}``."""
@@ -146,18 +139,12 @@ def probe_scores(train_x, train_y, dev_x, dev_y, seed: int = DEFAULT_SEED) -> di
         raise ValueError(f"the probe needs at least two classes in the training set, got {np.unique(train_y).tolist()}")
     probe = LogisticRegression(max_iter=1000, random_state=seed).fit(train_x, train_y)
     return {"train_accuracy": float((probe.predict(train_x) == train_y).mean()),
-            "dev_accuracy": float((probe.predict(dev_x) == dev_y).mean()),
-            "n_train": int(len(train_x)), "n_dev": int(len(dev_x)),
-            "converged": bool(np.all(probe.n_iter_ < probe.max_iter))}
-
-
-# ---------------------------------------------------------------------------------------------
-# data
+            "dev_accuracy": float((probe.predict(dev_x) == dev_y).mean()), "n_train": int(len(train_x)),
+            "n_dev": int(len(dev_x)), "converged": bool(np.all(probe.n_iter_ < probe.max_iter))}
 
 
 def read_split(path: Path, task: Task):
-    """``(examples, ReadReport)`` of one labelled file of a single-sentence ``Task`` row; rows with a
-    bad field are skipped and reported."""
+    """``(examples, ReadReport)`` of a single-sentence task's labelled file; bad rows skipped and reported."""
     examples, report = read_examples(path, task.text_columns, task.label_column, label_type=task.label_type,
                                      num_classes=task.num_classes)
     if report.bad_rows:
@@ -188,10 +175,6 @@ def _as_labels(y) -> np.ndarray:
     if y.ndim != 1:
         raise ValueError(f"labels must be (N,), got shape {y.shape}")
     return y
-
-
-# ---------------------------------------------------------------------------------------------
-# output
 
 
 def render_table(report: dict) -> str:

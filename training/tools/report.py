@@ -4,46 +4,27 @@ and dev predictions.
     python -m training.tools.report predictions/ablate   # predictions/ablate/ablation.{md,csv}, ablation-forest.png
     python -m training.tools.report predictions/ --out results/table --sort name --bootstrap 0
 
-Columns: the run, its pooling, one on/off column per extension (``training.stages.EXTENSIONS``, in
-stage order: U-CL, S-CL, LCL, pre-QQP, joint-loss, SMART), the number of seeds, one dev metric column
-per task the runs trained (``training.tasks.TASKS``: SST acc, QQP acc, STS Pearson, ...), the
-average, the difference to the FT baseline with its 95 % interval, the wall time and the status.
+Columns: run, pooling, one on/off column per extension (``training.stages.EXTENSIONS``), seeds, one dev
+metric per task trained, the average (``training.tasks.overall_score``), Δ vs FT with its 95 % interval,
+wall time and status. The rules (docs/ablation.md, "Reading the table", says why):
 
-Rules, so the table can be read without this file:
-
-- A *run* is an immediate subfolder holding ``metrics.json``, a ``*-output.csv`` or ``checkpoint/``;
-  anything else (README.md, a logs folder) is ignored.
-- Finished runs whose saved configs are equal but for the seed (``train.seed``) and where or how a
-  run reports or is stored (the ``output`` section, ``train.device``) are one row, their *seeds*. It
-  is named after them without the ``-s<seed>`` suffix that ``scripts/ablate.sh --seeds`` gives (else
-  after the first); each metric is their mean, ``± `` the sample std (ddof 1) from two seeds on, and
-  the wall time their mean. A finished run without a saved config is a row of its own.
-- Flags are looked up by name in any section of the saved config (``pooling`` may live in ``model``
-  today and elsewhere tomorrow); a flag absent from the config counts as off. A run without a readable
-  config (no or corrupt ``metrics.json``) shows blank flag cells.
-- Baselines are marked in the run column: ``(PT)`` for ``--option pretrain`` (frozen BERT, heads
-  only); ``(FT)`` for ``--option finetune`` with every extension off (any pooling).
-- average = ``training.tasks.overall_score`` of the run's dev metrics: for SST, QQP and STS the
-  CS224N score (SST + QQP + (STS + 1) / 2) / 3.
-- Δ vs FT = the row's average minus its baseline's: the FT row of the same pooling, else the first FT
-  row by name (the footer names them). Both are recomputed from the dev prediction files
-  (``<task prefix>-dev-output.csv``), matched by id to the gold labels of the run's data folder
-  (``metrics.json`` ``data_dir``, or ``--data_dir``). 95% CI = paired bootstrap
-  (``training.tools.bootstrap``): each task's dev examples are resampled with replacement
-  (``--bootstrap`` resamples, default 1000, seed ``--bootstrap_seed``, default 0), row and baseline
-  are scored on the same resamples (a row of several seeds: the mean of its seeds' scores), and the
-  interval is the 2.5th to 97.5th percentile of the differences; ``*`` marks one that excludes 0.
-  These cells are blank for the baselines themselves, with ``--bootstrap 0``, and where predictions
-  or gold labels cannot be read (a note on stderr says why).
-- Finished runs come first, by average (highest first) or by name; every other run follows, by
-  name, with its status and blank metrics: ``incomplete (running)`` (still running, or killed),
-  ``incomplete (no metrics.json)``, ``failed: <error>``, ``corrupt metrics.json``. These are never
-  pooled.
-- Markdown shows metrics as mean ± std with 3 decimals, Δ and the interval signed, wall time in
-  minutes with 1 decimal; the CSV has the same rows at full precision, each metric's std and the
-  interval's ends in columns of their own.
-- ``<prefix>-forest.png`` (when matplotlib is installed) draws each row's Δ vs FT and interval, with
-  a line at 0.
+- A *run* is an immediate subfolder holding ``metrics.json``, a ``*-output.csv`` or ``checkpoint/``.
+- Finished runs whose saved configs differ only in ``train.seed``, ``train.device`` and the ``output``
+  section are one row, their *seeds*, named without the ``-s<seed>`` suffix of ``scripts/ablate.sh
+  --seeds``: metrics are their mean ± the sample std (ddof 1), the wall time their mean.
+- Flags are looked up by name in any section of the saved config; an absent flag is off, and a run
+  without a readable config shows blank flag cells. ``(PT)`` marks ``--option pretrain``, ``(FT)``
+  ``--option finetune`` with every extension off (any pooling).
+- Δ vs FT = the row's average minus its baseline's (the FT row of the same pooling, else the first FT
+  row by name), both recomputed from the dev prediction files matched by id to the gold labels of the
+  run's data folder (or ``--data_dir``). 95% CI = paired bootstrap (``training.tools.bootstrap``), the
+  2.5th to 97.5th percentile of the resampled differences; ``*`` when it excludes 0. Both are blank
+  for the baselines, with ``--bootstrap 0``, and where files cannot be read (a note on stderr says why).
+- Finished runs come first, by average (highest first) or by name; every other run follows by name,
+  never pooled, with its status and blank metrics.
+- Markdown shows mean ± std to 3 decimals and wall time in minutes; the CSV has full precision, each
+  std and the interval's ends in columns of their own. ``<prefix>-forest.png`` (with matplotlib)
+  draws each row's Δ vs FT and interval.
 """
 from __future__ import annotations
 
@@ -129,9 +110,8 @@ class RunRow:
         d = self.vs_ft
         comparison = ["", ""] if d is None else \
             [f"{d.observed:+.3f}", f"[{d.low:+.3f}, {d.high:+.3f}]" + (" *" if d.excludes_zero else "")]
-        wall = "" if self.wall_minutes is None else f"{self.wall_minutes:.1f}"
-        return [*self._label_cells(), *metrics, _mean_std(self.average, self.average_std), *comparison, wall,
-                self.status]
+        return [*self._label_cells(), *metrics, _mean_std(self.average, self.average_std), *comparison,
+                "" if self.wall_minutes is None else f"{self.wall_minutes:.1f}", self.status]
 
     def csv_cells(self, tasks=DEFAULT_TASKS) -> list[str]:
         """The cells under ``csv_columns(tasks)``, numbers at full precision."""
@@ -299,8 +279,7 @@ def main(argv=None) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    """The report's work; its errors (a missing folder, an --out that cannot be written) become one
-    line in ``main``."""
+    """The report's work; its errors (a missing folder, an unwritable --out) become one line in ``main``."""
     if args.bootstrap < 0 or args.bootstrap_seed < 0:
         raise ValueError(f"--bootstrap and --bootstrap_seed must be >= 0, got {args.bootstrap} and "
                          f"{args.bootstrap_seed}")
@@ -340,14 +319,20 @@ def read_run(folder: Path) -> RunRow:
         return RunRow(folder.name, "corrupt metrics.json", folder=folder)
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
     flags = {e.flag: _is_on(find_flag(config, e.flag)) for e in EXTENSIONS}
-    pooling = find_flag(config, "pooling")
+    pooling, data_dir = find_flag(config, "pooling"), data.get("data_dir") or find_flag(config, "data_dir")
+    wall = _number(data.get("wall_seconds"))
     row = RunRow(folder.name, _status(data), flags, None if pooling is None else str(pooling).upper(),
                  _baseline(find_flag(config, "option", "finetune"), flags),
-                 wall_minutes=_minutes(data.get("wall_seconds")), folder=folder,
-                 data_dir=_text(data.get("data_dir") or find_flag(config, "data_dir")), seed=find_flag(config, "seed"),
+                 wall_minutes=None if wall is None else wall / 60.0, folder=folder,
+                 data_dir=str(data_dir) if data_dir else None, seed=find_flag(config, "seed"),
                  group_key=seed_group_key(config))
     if row.status == FINISHED:
-        _fill_metrics(row, data.get("dev"))
+        dev = data.get("dev") if isinstance(data.get("dev"), dict) else {}
+        row.dev = {task: _number(value) for task, value in dev.items() if task in TASKS}
+        if row.dev and None not in row.dev.values():
+            row.average = overall_score(row.dev)
+        else:
+            row.status = "finished, dev metrics missing"
     return row
 
 
@@ -367,15 +352,6 @@ def find_flag(config, name: str, default=None):
 _MISSING = object()
 
 
-def _fill_metrics(row: RunRow, dev) -> None:
-    dev = dev if isinstance(dev, dict) else {}
-    row.dev = {task: _number(value) for task, value in dev.items() if task in TASKS}
-    if not row.dev or None in row.dev.values():
-        row.status = "finished, dev metrics missing"
-        return
-    row.average = overall_score(row.dev)
-
-
 def _status(data: dict) -> str:
     status = data.get("status")
     if status is None:  # runs written before the status field: finished iff they have dev metrics
@@ -389,28 +365,17 @@ def _status(data: dict) -> str:
 
 
 def _baseline(option, flags: dict[str, bool]) -> str:
-    if option == "pretrain":
-        return "PT"
-    if option == "finetune" and not any(flags.values()):
-        return "FT"
-    return ""
+    return "PT" if option == "pretrain" else "FT" if option == "finetune" and not any(flags.values()) else ""
 
 
 def _is_on(value) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
+    return value.strip().lower() in ("1", "true", "yes", "on") if isinstance(value, str) else bool(value)
 
 
 def _number(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
-
-
-def _minutes(seconds) -> float | None:
-    seconds = _number(seconds)
-    return None if seconds is None else seconds / 60.0
 
 
 def _mean(values: list[float]) -> float:
@@ -424,13 +389,7 @@ def _std(values: list[float]) -> float | None:
 
 def _mean_std(mean: float | None, std: float | None) -> str:
     """``0.482 ± 0.006``; ``0.482`` without a std; blank when unknown."""
-    if mean is None:
-        return ""
-    return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
-
-
-def _text(value) -> str | None:
-    return str(value) if value else None
+    return "" if mean is None else f"{mean:.3f}" + ("" if std is None else f" ± {std:.3f}")
 
 
 def _full(value: float | None) -> str:

@@ -10,27 +10,21 @@ Two objectives on the pooled sentence vector u = pool(BERT(x)) (``heads.pooling`
 
 - ``ce``: the task's head (its ``Task`` row: dropout + linear, ``heads.SentimentHead``) on u,
   cross-entropy against the class. The encoder learns at ``--lr``, the head at ``--head_lr``.
-- ``lcl``: no head; the loss is on the batch's pooled vectors themselves,
-  ``training.losses.label_contrastive_loss`` — supervised contrastive learning (Khosla et al. 2020,
-  "Supervised Contrastive Learning", §3.2), used to fine-tune a pretrained language model by
-  Gunel et al. 2021 ("Supervised Contrastive Learning for Pre-trained Language Model
-  Fine-tuning", §2), here in its KL form and alone (Gunel et al. mix it with cross-entropy):
+- ``lcl``: no head; ``training.losses.label_contrastive_loss`` on the batch's pooled vectors:
+  supervised contrastive learning (Khosla et al. 2020, §3.2) as Gunel et al. 2021 (§2) fine-tune a
+  pretrained language model with it, here in its KL form and alone (they mix it with cross-entropy):
 
       S_ij = cos(u_i, u_j) / τ,   T_ij = [y_i = y_j] / Σ_{k≠i} [y_i = y_k]   (j ≠ i; rows of Y·Yᵀ, normalised)
       L    = mean over rows i with a same-class neighbour of KL(T_i ‖ softmax_{j≠i}(S_i))
 
   Batches of fewer than two sentences have no pair to contrast and are skipped.
 
-It trains through the run's training loop (``training/loop.py``) and its flags are the run's
-(``training/config.py``). The output folder (refused if it already holds files) gets
-
-- ``checkpoint/``: what a multi-task run writes (``training/checkpoint.py``), so ``load_run`` and
-  the ``--checkpoint`` of the probe and the embedding evaluator read it: ``model.safetensors`` (the
-  encoder as ``bert.*``; with ``ce`` also the head as ``heads.<task>.*``), ``config.json``
-  (``{"bert": BertConfig, "run": the RunConfig, with "tool": this tool's own settings}``) and the
-  model's ``vocab.txt``;
-- ``metrics.json``: settings, steps, examples, wall and CPU seconds, the loss curve (mean of every
-  10 batches), the mean loss of the first and of the last 10 batches.
+It trains through the run's loop (``training/loop.py``) with the run's flags (``training/config.py``).
+The output folder (refused if it already holds files) gets ``checkpoint/``, as a multi-task run writes
+it (``training/checkpoint.py``) so that ``load_run`` and the probe's and evaluator's ``--checkpoint``
+read it (the encoder as ``bert.*``, with ``ce`` the head as ``heads.<task>.*``; ``config.json``'s run
+config has this tool's settings under "tool"), and ``metrics.json``: settings, steps, examples, wall
+and CPU seconds, the loss curve and the mean loss of the first and of the last 10 batches.
 """
 from __future__ import annotations
 
@@ -62,7 +56,6 @@ from ..tasks import TASKS
 from .probe import TASK_CHOICES, read_split
 
 OBJECTIVES = ("ce", "lcl")
-DEFAULTS = {"epochs": 1, "lr": 3e-5}  # where this tool starts from other values than a multi-task run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,8 +71,8 @@ def execute(args: argparse.Namespace) -> int:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out} already holds files; give a new folder")
     task = TASKS[args.task]
-    data_dir = resolve_data_dir(args.data_dir, [task.files["train"]])
-    examples, read_report = read_split(data_dir / task.files["train"], task)
+    train_file = resolve_data_dir(args.data_dir, [task.files["train"]]) / task.files["train"]
+    examples, read_report = read_split(train_file, task)
     device = pick_device(config.train.device)
     encoder = pretrained_run(config.model.model, config.model.pooling)
 
@@ -89,7 +82,7 @@ def execute(args: argparse.Namespace) -> int:
     model = with_heads(bert, config, [task.name] if args.loss == "ce" else []).to(device).train()
     loader = make_loader(examples, encoder.tokenizer, config.data.max_length, config.data.batch_size, shuffle=True,
                          seed=config.train.seed, bucket=True)
-    print(f"{task.name}: {len(examples)} training sentences from {data_dir / task.files['train']}; "
+    print(f"{task.name}: {len(examples)} training sentences from {train_file}; "
           f"encoder {encoder.source}; loss {args.loss}; device {device}", file=sys.stderr)
     objective = SentenceObjective(model, loader, args.loss, task.name if args.loss == "ce" else None,
                                   epochs=config.train.epochs, max_steps=args.max_steps, lr=config.train.lr,
@@ -101,14 +94,12 @@ def execute(args: argparse.Namespace) -> int:
 
     tool = {"name": "sentence_finetune", "task": task.name, "loss": args.loss, "max_steps": args.max_steps}
     save_checkpoint(out / "checkpoint", model.state_dict(), bert.config,
-                    {**dataclasses.asdict(config), "tool": tool, "encoder": str(encoder.source)},
-                    encoder.tokenizer)
-    metrics = {"status": "finished", "tool": tool, "config": dataclasses.asdict(config),
-               "encoder": str(encoder.source), "device": str(device),
-               "train_file": str(data_dir / task.files["train"]), "rows": read_report.n_rows,
-               "skipped": len(read_report.bad_rows), **log,
-               "torch_threads": torch.get_num_threads(), "wall_seconds": round(time.time() - started, 1)}
-    write_json(out / "metrics.json", metrics)
+                    {**dataclasses.asdict(config), "tool": tool, "encoder": str(encoder.source)}, encoder.tokenizer)
+    write_json(out / "metrics.json", {
+        "status": "finished", "tool": tool, "config": dataclasses.asdict(config), "encoder": str(encoder.source),
+        "device": str(device), "train_file": str(train_file), "rows": read_report.n_rows,
+        "skipped": len(read_report.bad_rows), **log, "torch_threads": torch.get_num_threads(),
+        "wall_seconds": round(time.time() - started, 1)})
     print(f"{task.name} {args.loss}: {log['steps']} steps, loss {log['first_loss']:.4f} -> "
           f"{log['last_loss']:.4f} (means of the first and last {CURVE_EVERY} batches), "
           f"{log['seconds']:.0f} s -> {out / 'checkpoint'}", file=sys.stderr)
@@ -127,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(parser, ModelConfig, only=("model", "pooling", "temp"), title="model")
     add_flags(parser, DataConfig, only=("data_dir", "max_length", "batch_size"), title="data")
     add_flags(parser, TrainConfig, only=("epochs", "lr", "head_lr", "weight_decay", "seed", "device"),
-              title="training", **DEFAULTS)
+              title="training", epochs=1, lr=3e-5)  # this tool's defaults where they differ from a run's
     return parser
 
 
@@ -148,20 +139,14 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 
 
 class SentenceObjective(Objective):
-    """Labelled single-sentence batches with ``objective`` "ce" (``model.heads[head]`` +
-    cross-entropy) or "lcl" (``label_contrastive_loss`` on the pooled vectors; no head).
-    One AdamW: the encoder's trainable parameters at ``lr``, the head's (ce) at ``head_lr``.
-    ``max_steps`` caps the batches of each epoch."""
+    """Labelled single-sentence batches with ``objective`` "ce" (``model.heads[head]`` + cross-entropy)
+    or "lcl" (``label_contrastive_loss`` on the pooled vectors; no head). One AdamW: the encoder at
+    ``lr``, the head (ce) at ``head_lr``. ``max_steps`` caps the batches of each epoch."""
 
     name = "sentence_finetune"
 
     def __init__(self, model, loader, objective: str, head: str | None, *, epochs: int, max_steps: int | None,
                  lr: float, head_lr: float, weight_decay: float, temperature: float, device: torch.device):
-        if objective not in OBJECTIVES:
-            raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
-        if objective == "ce" and head not in model.heads:
-            raise ValueError(f"objective ce needs a head; the model has {sorted(model.heads) or 'none'}, "
-                             f"asked for {head!r}")
         self.model, self.loader, self.objective, self.head = model, loader, objective, head
         self.epochs, self.temperature, self.device = epochs, temperature, device
         self.per_epoch = len(loader) if max_steps is None else min(len(loader), max_steps)

@@ -6,19 +6,17 @@ pooling, each setting one run of the stage alone, scored on STS dev as it trains
     python -m training.tools.simcse_sweep --ucl_lr 3e-5 --temp 0.05 --pooling mean cls --dry_run
 
 Every setting is the command ``python run_multitask.py --ucl --epochs 0 --ucl_lr LR --temp T
---pooling P --ucl_steps ... --ucl_batch_size ... --ucl_max_length 32 --ucl_eval_every K --out_dir OUT
---run_name <setting> [flags after --]``: it trains unsupervised SimCSE, records STS dev Spearman every
-K steps (``--ucl_eval_every``) and keeps the best step's encoder in ``OUT/<setting>/checkpoint``.
-The runs go one after the other in this process (parsed by run_multitask's own parser, run by
-``training.trainer.run``): no interpreter and torch start per setting, the same numbers as the
-command, and each setting's command is written in the table so it can be run again by hand.
+--pooling P --ucl_steps ... --ucl_eval_every K --out_dir OUT --run_name <setting> [flags after --]``:
+it records STS dev Spearman every K steps and keeps the best step's encoder in ``OUT/<setting>/checkpoint``.
+The runs go one after the other in this process (run_multitask's own parser, ``training.trainer.run``):
+no interpreter and torch start per setting, the same numbers as the command, which the table lists so
+it can be rerun by hand.
 
-A setting whose run folder has finished is not run again; one that was interrupted is resumed
-from its newest checkpoint (``--resume``); so an interrupted sweep continues where it stopped. A
-folder run with other flags is refused. A failing setting is reported and the sweep goes on; Ctrl-C
-stops it. At the end ``OUT/simcse_sweep.{md,csv,json}`` hold each setting's Spearman before training
-(step 0), its best and the best step, the last, and the curves (JSON); ``OUT/simcse_sweep.png`` draws
-the curves when matplotlib is installed.
+A finished setting is not run again and an interrupted one is resumed (``--resume``), so a stopped
+sweep continues where it stopped; a folder run with other flags is refused. A failing setting is
+reported and the sweep goes on; Ctrl-C stops it. ``OUT/simcse_sweep.{md,csv,json}`` hold each
+setting's Spearman at step 0, its best and the best step, the last, and the curves (JSON);
+``OUT/simcse_sweep.png`` draws the curves when matplotlib is installed.
 """
 from __future__ import annotations
 
@@ -68,9 +66,8 @@ class Setting:
     def cells(self) -> dict:
         """The table's values (None where unknown)."""
         first, last = (self.curve[0][1], self.curve[-1][1]) if self.curve else (None, None)
-        return {"setting": self.name, "lr": self.ucl_lr, "temp": self.temp, "pooling": self.pooling,
-                "step 0": first, "best": self.best and self.best["spearman"],
-                "best step": self.best and self.best["step"], "last": last,
+        return {"setting": self.name, "lr": self.ucl_lr, "temp": self.temp, "pooling": self.pooling, "step 0": first,
+                "best": self.best and self.best["spearman"], "best step": self.best and self.best["step"], "last": last,
                 "steps": self.curve[-1][0] if self.curve else None, "status": self.status}
 
 
@@ -91,8 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"temperatures τ of the SimCSE loss (default: {' '.join(map(str, GRID['temp']))})")
     grid.add_argument("--pooling", nargs="+", choices=sorted(POOLING_MODES), default=GRID["pooling"],
                       metavar="MODE", help=f"sentence vectors (default: {' '.join(GRID['pooling'])})")
-    add_flags(parser, ContrastiveConfig, only=PASSED_THROUGH, title="every run", ucl_max_length=32,
-              ucl_eval_every=125)
+    add_flags(parser, ContrastiveConfig, only=PASSED_THROUGH, title="every run", ucl_max_length=32, ucl_eval_every=125)
     add_flags(parser, OutputConfig, only=("out_dir",), title="output", out_dir="predictions/simcse_sweep")
     parser.add_argument("--dry_run", action="store_true", help="print each setting's command and run nothing")
     return parser
@@ -107,8 +103,7 @@ def sweep(args: argparse.Namespace, run_flags: list[str]) -> int:
     if not args.ucl_eval_every:
         raise ValueError("--ucl_eval_every must be at least 1: the sweep compares the settings' STS dev curves")
     out_dir = Path(args.out_dir)
-    settings = [Setting(lr, temp, pooling) for lr, temp, pooling in itertools.product(args.ucl_lr, args.temp,
-                                                                                      args.pooling)]
+    settings = [Setting(*point) for point in itertools.product(args.ucl_lr, args.temp, args.pooling)]
     configs = {}
     for setting in settings:  # every command is checked before the first run starts
         flags = setting_flags(args, setting) + run_flags
@@ -170,13 +165,8 @@ def _differences(saved: dict | None, wanted: dict) -> str:
     """The flags (outside the output section) in which a saved run configuration differs."""
     if not isinstance(saved, dict):
         return "no readable configuration in its metrics.json"
-    names = [f"--{key}" for section, values in wanted.items() if section != "output"
-             for key, value in values.items() if (saved.get(section) or {}).get(key, object()) != value]
-    return ", ".join(names)
-
-
-# ---------------------------------------------------------------------------------------------
-# output
+    return ", ".join(f"--{key}" for section, values in wanted.items() if section != "output"
+                     for key, value in values.items() if (saved.get(section) or {}).get(key, object()) != value)
 
 
 def write_tables(settings: list[Setting], out_dir: Path, args: argparse.Namespace) -> None:
@@ -202,14 +192,11 @@ def write_tables(settings: list[Setting], out_dir: Path, args: argparse.Namespac
 def render_markdown(ranked: list[Setting], args: argparse.Namespace) -> str:
     """Settings by best STS dev Spearman (highest first), unfinished ones last."""
     formats = {"step 0": "{:.4f}", "best": "{:.4f}", "last": "{:.4f}", "lr": "{:g}", "temp": "{:g}"}
-
-    def show(value, column):
-        return "-" if value is None else formats.get(column, "{}").format(value)
-
     lines = [f"STS dev Spearman of cosine similarity every {args.ucl_eval_every} unsupervised SimCSE steps "
              f"(step 0: before training); each run ends with its best step's encoder.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(show(value, column) for column, value in s.cells().items()) + " |" for s in ranked]
+    lines += ["| " + " | ".join("-" if value is None else formats.get(column, "{}").format(value)
+                                for column, value in s.cells().items()) + " |" for s in ranked]
     return "\n".join(lines) + "\n"
 
 
@@ -217,8 +204,7 @@ def render_csv(ranked: list[Setting]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(COLUMNS)
-    for s in ranked:
-        writer.writerow(["" if value is None else value for value in s.cells().values()])
+    writer.writerows(["" if value is None else value for value in s.cells().values()] for s in ranked)
     return buffer.getvalue()
 
 
