@@ -2,7 +2,7 @@
 # The ablation grid: one run_multitask.py call per row, then the results table.
 #
 # Usage: bash scripts/ablate.sh [--epochs N] [--max_steps_per_epoch M] [--stage_steps S] [--seeds N]
-#                               [--out_dir DIR] [--only NAME...] [--list] [--dry_run] [--help]
+#                               [--out_dir DIR] [--only NAME...] [--resume] [--list] [--dry_run] [--help]
 #                               [-- EXTRA FLAGS passed to every run]
 #
 #   --epochs N, --max_steps_per_epoch M   multi-task budget of every run (default: 1 epoch of 30 steps;
@@ -15,6 +15,10 @@
 #                        DIR/ablate-<name>/ (DIR/ablate-<name>-s<seed>/ with --seeds N > 1) and its log
 #                        DIR/logs/<the same name>.log
 #   --only NAME...       run only these rows (names as --list prints them)
+#   --resume             continue each unfinished run (metrics.json says running or interrupted: the
+#                        grid was stopped by Ctrl-C, a kill or a shut-down) from its newest checkpoint
+#                        (run_multitask.py --resume) instead of skipping it; only when no other grid
+#                        is running in DIR
 #   --list               print the grid (name and flags, one run a line) and exit
 #   --dry_run            print each command instead of running it
 #   -- EXTRA...          flags appended to every run, e.g. -- --data_dir ../shared/data/multitask --device cpu
@@ -23,8 +27,8 @@
 #   bash scripts/ablate.sh -- --data_dir ../shared/data/multitask
 #   bash scripts/ablate.sh --max_steps_per_epoch none --stage_steps 126 --seeds 3 -- --data_dir ../shared/data/multitask
 #
-# A run whose folder already exists is skipped (remove the folder to run it again), so an
-# interrupted grid resumes where it stopped. A failing row is reported and the loop goes on; Ctrl-C
+# A run whose folder already exists is skipped (remove the folder to run it again), so a stopped
+# grid goes on where it stopped (with --resume, the run it stopped in continues too). A failing row is reported and the loop goes on; Ctrl-C
 # stops the grid. At the end `python -m training.tools.report DIR` prints the table and writes
 # DIR/ablation.md, DIR/ablation.csv and (with matplotlib) DIR/ablation-forest.png. The exit status
 # is 1 if any run failed. Set PYTHON to choose the interpreter (default: python).
@@ -54,12 +58,17 @@ ONLY=()
 EXTRA=()
 DRY_RUN=0
 LIST=0
+RESUME=0
 SEEDS=1
 FIRST_SEED=11711   # the default --seed (TrainConfig.seed in training/config.py; tests/test_report.py checks)
 
 usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "ablate.sh: $*" >&2; exit 2; }
 row_name() { echo "${1%% *}"; }
+unfinished() {  # does run folder $1 hold a stopped run with a checkpoint to continue from?
+  grep -Eq '^  "status": "(running|interrupted)"' "$1/metrics.json" 2>/dev/null &&
+    [[ -n "$(ls -A "$1/checkpoints" 2>/dev/null)" ]]
+}
 set_budget() {  # set_budget FLAG VALUE: replace FLAG's value in BUDGET (or add it)
   local i
   for ((i = 0; i < ${#BUDGET[@]}; i++)); do
@@ -72,6 +81,7 @@ while (($# > 0)); do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --list) LIST=1; shift ;;
+    --resume) RESUME=1; shift ;;
     --dry_run) DRY_RUN=1; shift ;;
     --epochs|--max_steps_per_epoch)
       (($# >= 2)) || die "$1 needs a value"; set_budget "$1" "$2"; shift 2 ;;
@@ -141,15 +151,23 @@ for row in "${GRID[@]}"; do
       printf '%q ' "${cmd[@]}"; echo
       continue
     fi
-    if [[ -d "$OUT/$run" ]] && [[ -n "$(ls -A "$OUT/$run")" ]]; then
-      printf '%-22s skipped: %s already exists (remove it to run it again)\n' "$label" "$OUT/$run"
-      n_skipped=$((n_skipped + 1))
-      continue
-    fi
     log="$OUT/logs/$run.log"
-    printf '%-22s running (%s) ... ' "$label" "${flags[*]+"${flags[*]}"}"
-    row_start=$SECONDS
-    "${cmd[@]}" > "$log" 2>&1
+    if [[ -d "$OUT/$run" ]] && [[ -n "$(ls -A "$OUT/$run")" ]]; then
+      if ((RESUME)) && unfinished "$OUT/$run"; then
+        printf '%-22s resuming %s ... ' "$label" "$OUT/$run"
+        row_start=$SECONDS
+        "$PYTHON" "$ROOT/run_multitask.py" --resume "$OUT/$run" >> "$log" 2>&1
+      else
+        unfinished "$OUT/$run" && hint="unfinished: --resume continues it" || hint="remove it to run it again"
+        printf '%-22s skipped: %s already exists (%s)\n' "$label" "$OUT/$run" "$hint"
+        n_skipped=$((n_skipped + 1))
+        continue
+      fi
+    else
+      printf '%-22s running (%s) ... ' "$label" "${flags[*]+"${flags[*]}"}"
+      row_start=$SECONDS
+      "${cmd[@]}" > "$log" 2>&1
+    fi
     rc=$?
     elapsed=$((SECONDS - row_start))
     if ((rc == 0)); then

@@ -598,6 +598,7 @@ while (($# > 0)); do
     --seed) seed="$2"; shift 2;;
     --smart) smart=1; shift;;
     --ucl) ucl=true; shift;;
+    --resume) out="$(dirname "$2")"; name="$(basename "$2")"; echo "resumed $2"; shift 2;;
     *) shift;;
   esac
 done
@@ -630,6 +631,31 @@ def test_ablate_loop_reports_failures_goes_on_and_builds_the_table(tmp_path):
     table = {line[0]: line for line in markdown_rows(result.stdout)[2:]}
     assert set(table) == {"ablate-ft (FT)", "ablate-mean-ucl", "ablate-cls"}
     assert (out / "ablation.md").is_file() and (out / "ablation.csv").is_file()
+
+
+def test_ablate_resume_continues_a_stopped_run_and_skips_it_without_the_flag(tmp_path):
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    out = tmp_path / "grid"
+    stopped = {"ablate-ft": "running", "ablate-mean-ucl": "interrupted", "ablate-cls": "failed"}
+    for run, status in stopped.items():
+        (out / run / "checkpoints" / "step-00000200").mkdir(parents=True)
+        (out / run / "metrics.json").write_text(json.dumps({"run_name": run, "status": status}, indent=2))
+    (out / "ablate-mean-scl").mkdir()   # stopped before its first checkpoint: nothing to continue
+    (out / "ablate-mean-scl" / "metrics.json").write_text(json.dumps({"status": "running"}, indent=2))
+    env = {"PYTHON": str(fake), "OMP_NUM_THREADS": "1"}
+    rows = ("--only", "ft", "mean-ucl", "cls", "mean-scl", "--out_dir", str(out))
+    plain = ablate(*rows, env=env, timeout=120)
+    assert "0 ok, 0 failed, 4 skipped" in plain.stdout
+    assert sum("unfinished: --resume continues it" in line for line in plain.stdout.splitlines()) == 2
+    resumed = ablate("--resume", *rows, env=env, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 ok, 0 failed, 2 skipped" in resumed.stdout
+    assert any(l.startswith("ft ") and "resuming" in l and " ok in " in l for l in resumed.stdout.splitlines())
+    assert f"resumed {out / 'ablate-mean-ucl'}" in (out / "logs" / "ablate-mean-ucl.log").read_text()
+    assert json.loads((out / "ablate-ft" / "metrics.json").read_text())["status"] == "finished"
+    assert json.loads((out / "ablate-cls" / "metrics.json").read_text())["status"] == "failed"
 
 
 def test_ablate_loop_with_seeds_skips_finished_runs_and_the_report_pools_them(tmp_path):
