@@ -66,7 +66,8 @@ usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1
 die() { echo "ablate.sh: $*" >&2; exit 2; }
 row_name() { echo "${1%% *}"; }
 unfinished() {  # does run folder $1 hold a stopped run with a checkpoint to continue from?
-  grep -Eq '^  "status": "(running|interrupted)"' "$1/metrics.json" 2>/dev/null &&
+  "$PYTHON" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("status") not in ("running", "interrupted"))' \
+    "$1/metrics.json" 2>/dev/null &&
     [[ -n "$(ls -A "$1/checkpoints" 2>/dev/null)" ]]
 }
 set_budget() {  # set_budget FLAG VALUE: replace FLAG's value in BUDGET (or add it)

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from data.batching import make_loader
 from data.readers import Example
 from minbert import BertTokenizer
+from run_multitask import parse_config
 from training.distributed import Distributed, check_batch_size
 from training.resume import list_checkpoints
 
@@ -46,6 +47,21 @@ def test_global_batch_must_split_evenly():
     check_batch_size(32, Distributed(0, 2))
     with pytest.raises(ValueError, match="--batch_size 5 is the global batch"):
         check_batch_size(5, Distributed(0, 2))
+
+
+def test_only_the_batch_sizes_in_use_must_split_evenly():
+    """--batch_size is not a training batch when --task_batch_sizes is given (it is then the
+    evaluation batch), so an odd --batch_size must not stop a 2-process run."""
+    place = Distributed(0, 2)
+    config = parse_config(["--batch_size", "5", "--task_batch_sizes", "4,8,2"])
+    for flag, size in config.training_batch_sizes():
+        check_batch_size(size, place, flag)
+    assert ("--task_batch_sizes (qqp)", 8) in config.training_batch_sizes()
+    odd = parse_config(["--task_batch_sizes", "4,7,2"]).training_batch_sizes()
+    with pytest.raises(ValueError, match=r"--task_batch_sizes \(qqp\) 7 is the global batch"):
+        for flag, size in odd:
+            check_batch_size(size, place, flag)
+    assert ("--batch_size", 5) in parse_config(["--batch_size", "5"]).training_batch_sizes()
 
 
 @pytest.mark.parametrize("extra", [[], ["--joint_loss", "--loss_weighting", "learned", "--smart", "--pre_qqp",

@@ -587,9 +587,10 @@ def test_ablate_one_seed_is_the_grid_as_before():
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
-# Stand-in for python: `-m training.tools.*` goes to the real interpreter; a run_multitask.py call writes
-# a finished metrics.json (with the --ucl and --seed flags in its config), except for SMART rows, which fail.
-if [[ "$1" == "-m" ]]; then exec "{python}" "$@"; fi
+# Stand-in for python: `-m training.tools.*` and `-c` go to the real interpreter; a run_multitask.py call
+# writes a finished metrics.json (with the --ucl and --seed flags in its config), except for SMART rows,
+# which fail.
+if [[ "$1" == "-m" || "$1" == "-c" ]]; then exec "{python}" "$@"; fi
 shift
 while (($# > 0)); do
   case "$1" in
@@ -641,7 +642,7 @@ def test_ablate_resume_continues_a_stopped_run_and_skips_it_without_the_flag(tmp
     stopped = {"ablate-ft": "running", "ablate-mean-ucl": "interrupted", "ablate-cls": "failed"}
     for run, status in stopped.items():
         (out / run / "checkpoints" / "step-00000200").mkdir(parents=True)
-        (out / run / "metrics.json").write_text(json.dumps({"run_name": run, "status": status}, indent=2))
+        (out / run / "metrics.json").write_text(json.dumps({"run_name": run, "status": status}))
     (out / "ablate-mean-scl").mkdir()   # stopped before its first checkpoint: nothing to continue
     (out / "ablate-mean-scl" / "metrics.json").write_text(json.dumps({"status": "running"}, indent=2))
     env = {"PYTHON": str(fake), "OMP_NUM_THREADS": "1"}

@@ -316,6 +316,15 @@ class RunConfig:
         return self._per_task("task_batch_sizes", self.data.task_batch_sizes, self.data.batch_size, int,
                               lambda v: v >= 1, "positive whole numbers")
 
+    def training_batch_sizes(self) -> list[tuple[str, int]]:
+        """Every training batch size as (the flag that sets it, size): the global batches that
+        data-parallel processes split. ``--batch_size`` is named only when it is what the tasks use."""
+        task_flag = "--task_batch_sizes ({})" if self.data.task_batch_sizes else "--batch_size"
+        c = self.contrastive
+        return [*((task_flag.format(name), size) for name, size in self.batch_sizes().items()),
+                ("--ucl_batch_size", c.ucl_batch_size), ("--scl_batch_size", c.scl_batch_size),
+                ("--lcl_batch_size", c.lcl_batch_size)]
+
     def parsed_loss_weights(self) -> dict[str, float]:
         """``--tasks sst,qqp,sts --loss_weights 1,2,1`` as ``{"sst": 1.0, "qqp": 2.0, "sts": 1.0}``."""
         return self._per_task("loss_weights", self.train.loss_weights, 1.0, float, lambda v: v >= 0,

@@ -53,11 +53,7 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
         resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
         config = resumed_config(config, resume)
     place, device = init_distributed(pick_device(config.train.device))
-    for flag, size in (("--batch_size", config.data.batch_size),
-                       *((f"--task_batch_sizes ({name})", size) for name, size in config.batch_sizes().items()),
-                       ("--ucl_batch_size", config.contrastive.ucl_batch_size),
-                       ("--scl_batch_size", config.contrastive.scl_batch_size),
-                       ("--lcl_batch_size", config.contrastive.lcl_batch_size)):
+    for flag, size in config.training_batch_sizes():
         check_batch_size(size, place, flag)
     if place.enabled and config.speed.sparse_embeddings is True:
         raise ValueError("--sparse_embeddings runs in one process only (the multi-process all-reduce "
