@@ -124,10 +124,18 @@ def test_fault_injection_signal_or_kill_at_a_random_point_then_resume(tiny_model
         assert json.loads((run_dir / "metrics.json").read_text())["status"] == "finished"
         return
     latest_checkpoint(run_dir)  # reads every file of the newest complete checkpoint
+    earlier = 0.0
+    if sig != signal.SIGKILL:  # the stopped sitting recorded its wall time: make it long, to see it added
+        stopped = json.loads((run_dir / "metrics.json").read_text())
+        assert stopped["wall_seconds"] > 0
+        earlier = stopped["wall_seconds"] = 5000.0
+        (run_dir / "metrics.json").write_text(json.dumps(stopped))
     resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "finished"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["status"] == "finished"
+    assert earlier < metrics["wall_seconds"] < earlier + 300   # the sittings added up
     assert not list(run_dir.rglob(".tmp-step-*")) and not list(run_dir.rglob(".*.tmp"))
     assert_same_run(final_state(run_dir), final_state(clean_runs["plain"]))
 

@@ -85,6 +85,10 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
                    "started": datetime.now().isoformat(timespec="seconds")}
     else:
         metrics = read_metrics(run_dir) | {"status": "running"}
+        # wall_seconds adds up the sittings: those that ended by an error or a signal recorded theirs
+        # (one killed outright did not, and counts nothing)
+        earlier = metrics.get("wall_seconds")
+        started -= earlier if isinstance(earlier, (int, float)) and earlier > 0 else 0
         metrics.setdefault("resumed", []).append({"step": resume.step, "checkpoint": resume.path.name,
                                                   "at": datetime.now().isoformat(timespec="seconds")})
     write = RunFiles(run_dir, place.is_main)
