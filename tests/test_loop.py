@@ -147,3 +147,44 @@ def test_learning_rate_curve_follows_the_schedule():
         [0.1 * (total - (step - 1)) / (total - warmup) for step in steps])
     constant = loop().train(Regression(model(), batches))
     assert {lr for _, lr in constant["lr_curve"]} == {0.1}
+
+
+class ScaledRegression(Regression):
+    """Regression whose odd batches step at ``scale`` times the learning rate (as a task's steps
+    under --task_lr_scales)."""
+
+    def __init__(self, model, batches, scale):
+        super().__init__(model, batches)
+        self.scale, self.odd = scale, {id(b) for b in batches[1::2]}
+
+    def lr_scale(self, batches):
+        return self.scale if id(batches[0]) in self.odd else 1.0
+
+
+@pytest.mark.parametrize("with_schedule", [False, True])
+def test_lr_scale_multiplies_one_step_and_leaves_the_schedule_as_it_was(with_schedule):
+    batches = data()
+    schedule = warmup_then_linear_decay(0.2) if with_schedule else None
+    trained = model()
+    result = loop(schedule=schedule).train(ScaledRegression(trained, batches, scale=3.0))
+    # written out: SGD whose lr is the schedule's, times 3 on the odd batches
+    reference = model()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    scheduler = schedule(optimizer, 12) if schedule else None
+    for _ in range(2):
+        for i, (x, y) in enumerate(batches):
+            optimizer.zero_grad(set_to_none=True)
+            (reference(x).squeeze(-1) - y).pow(2).mean().backward()
+            base = optimizer.param_groups[0]["lr"]
+            optimizer.param_groups[0]["lr"] = base * (3.0 if i % 2 else 1.0)
+            optimizer.step()
+            optimizer.param_groups[0]["lr"] = base
+            if scheduler:
+                scheduler.step()
+    for a, b in zip(trained.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    plain = model()
+    loop(schedule=schedule).train(Regression(plain, batches))
+    assert not torch.equal(plain.weight, trained.weight)
+    lrs = [lr for _, lr in result["lr_curve"]]   # the logged (unscaled) learning rate is the schedule's
+    assert lrs == ([0.1] if not with_schedule else pytest.approx([0.1 * (12 - 9) / (12 - 2)]))

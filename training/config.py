@@ -99,6 +99,9 @@ class TrainConfig:
                                           "(default: 1 each)", type=str)
     loss_weighting: str = flag("fixed", "joint-loss weights: fixed, adaptive (from last epoch's dev scores) or "
                                         "learned (uncertainty weighting)", choices=["fixed", "adaptive", "learned"])
+    task_lr_scales: str | None = flag(None, "learning-rate multiplier of each task's round-robin steps, one per "
+                                            "task of --tasks in its order, e.g. 1,1,2 (default: 1 each; not with "
+                                            "--joint_loss or --grad_accum, whose steps mix tasks)", type=str)
 
 
 @dataclass
@@ -294,11 +297,15 @@ class RunConfig:
              "--scl builds its triples from QQP and STS pairs: add qqp and sts to --tasks, or give --scl_data"),
             (not self.contrastive.lcl or self.lcl_task() is not None,
              "--lcl needs a single-sentence classification task (sst or cfimdb) in --tasks"),
+            (self.train.task_lr_scales is None or not (self.train.joint_loss or self.train.grad_accum > 1),
+             "--task_lr_scales scales one task's optimizer steps: a step of --joint_loss or --grad_accum mixes "
+             "tasks; drop one of them"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
         self.parsed_loss_weights()
+        self.lr_scales()
         self.batch_sizes()
 
     def lcl_task(self) -> str | None:
@@ -329,6 +336,11 @@ class RunConfig:
         """``--tasks sst,qqp,sts --loss_weights 1,2,1`` as ``{"sst": 1.0, "qqp": 2.0, "sts": 1.0}``."""
         return self._per_task("loss_weights", self.train.loss_weights, 1.0, float, lambda v: v >= 0,
                               "non-negative numbers")
+
+    def lr_scales(self) -> dict[str, float]:
+        """``--tasks sst,qqp,sts --task_lr_scales 1,1,2`` as ``{"sst": 1.0, "qqp": 1.0, "sts": 2.0}``."""
+        return self._per_task("task_lr_scales", self.train.task_lr_scales, 1.0, float,
+                              lambda v: math.isfinite(v) and v > 0, "positive numbers")
 
     def _per_task(self, flag: str, text: str | None, default, convert, ok, what: str) -> dict:
         """A comma-separated flag value with one entry per task of ``--tasks`` (``default`` each when

@@ -138,7 +138,8 @@ def multitask_stage(run: Run) -> dict:
     sizes = run.config.batch_sizes()
     loaders = {name: run.loader(split["train"], sizes[name], True, t.seed + i)
                for i, (name, split) in enumerate(run.splits.items())}
-    return run.loop.train(MultitaskObjective(run, loaders, t.rr, t.max_steps_per_epoch, t.epochs, t.joint_loss))
+    return run.loop.train(MultitaskObjective(run, loaders, t.rr, t.max_steps_per_epoch, t.epochs, t.joint_loss,
+                                             lr_scales=run.config.lr_scales()))
 
 
 # ---- the one table of extensions -----------------------------------------------------------------
@@ -349,11 +350,13 @@ def _contrastive(run: Run, name: str, examples: list, epochs: int, max_steps: in
 
 class TaskObjective(Objective):
     """Supervised training on task batches (``TaskLoss``) with the run's optimizer: one step per
-    task batch in round-robin order, or with ``joint`` one step per round of every task's batch."""
+    task batch in round-robin order, or with ``joint`` one step per round of every task's batch.
+    ``lr_scales``: a learning-rate multiplier per task, for the steps on that task's batches alone."""
 
     def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int, joint: bool,
-                 name: str = "multitask", log_prefix: str = ""):
+                 name: str = "multitask", log_prefix: str = "", lr_scales: dict[str, float] | None = None):
         self.run, self.epochs, self.joint, self.name, self.log_prefix = run, epochs, joint, name, log_prefix
+        self.lr_scales = lr_scales or {}
         self.scheduler = RoundRobinScheduler(loaders, rr, max_steps)
         self.optimizer = run.optimizer
 
@@ -372,6 +375,10 @@ class TaskObjective(Objective):
 
     def examples(self, batches) -> int:
         return sum(len(batch["ids"]) for batch in batches.values())
+
+    def lr_scale(self, batches: list) -> float:
+        tasks = {name for step_batches in batches for name in step_batches}
+        return self.lr_scales.get(tasks.pop(), 1.0) if len(tasks) == 1 else 1.0
 
     def after_backward(self) -> None:
         self.run.task_loss.after_backward()
