@@ -43,10 +43,12 @@ class ModelConfig:
                                    "saved run (its folder or checkpoint/) to start from its encoder; default: the "
                                    "embedded all-MiniLM-L6-v2", type=str)
     pooling: str = flag("mean", "sentence vector from the encoder", choices=sorted(POOLING_MODES))
-    para_head: str = flag("concat", "paraphrase (QQP) head: linear on [u; v; |u-v|] or (cos(u, v) - b)/temp, b learned",
-                          choices=["concat", "cosine"])
-    sts_head: str = flag("cosine", "similarity (STS) head: 5*sigmoid(linear[u; v; |u-v|]) or 5*cos(u, v)",
-                         choices=["concat", "cosine"])
+    para_head: str = flag("concat", "paraphrase (QQP) head: linear on [u; v; |u-v|], (cos(u, v) - b)/temp with b "
+                                    "learned, or projected: the same on cos(Wu, Wv), W learned from the identity",
+                          choices=["concat", "cosine", "projected"])
+    sts_head: str = flag("cosine", "similarity (STS) head: 5*sigmoid(linear[u; v; |u-v|]), 5*cos(u, v), or "
+                                   "projected: 5*cos(Wu, Wv), W learned from the identity",
+                         choices=["concat", "cosine", "projected"])
     temp: float = flag(0.05, "temperature of the cosine paraphrase head")
     hidden_dropout_prob: float = flag(0.1, "dropout in the encoder and before the heads")
     attention_probs_dropout_prob: float | None = flag(None, "dropout on the attention weights (default: the "
@@ -99,6 +101,8 @@ class TrainConfig:
                                           "(default: 1 each)", type=str)
     loss_weighting: str = flag("fixed", "joint-loss weights: fixed, adaptive (from last epoch's dev scores) or "
                                         "learned (uncertainty weighting)", choices=["fixed", "adaptive", "learned"])
+    lp_steps: int = flag(0, "linear probing before fine-tuning (LP-FT): round-robin steps that train the heads "
+                            "alone on a frozen encoder before multi-task training (0: none)")
     task_lr_scales: str | None = flag(None, "learning-rate multiplier of each task's round-robin steps, one per "
                                             "task of --tasks in its order, e.g. 1,1,2 (default: 1 each; not with "
                                             "--joint_loss or --grad_accum, whose steps mix tasks)", type=str)
@@ -266,6 +270,7 @@ class RunConfig:
             (self.model.attention_probs_dropout_prob is None or 0 <= self.model.attention_probs_dropout_prob < 1,
              "--attention_probs_dropout_prob must be in [0, 1)"),
             (self.model.temp > 0, "--temp must be positive"),
+            (self.train.lp_steps >= 0, "--lp_steps must not be negative"),
             (self.train.pre_qqp_epochs >= 1, "--pre_qqp_epochs must be at least 1"),
             (self.train.pre_qqp_steps is None or self.train.pre_qqp_steps >= 1, "--pre_qqp_steps must be at least 1"),
             (self.smart.smart_weight >= 0 and self.smart.smart_eps >= 0 and self.smart.smart_step >= 0,

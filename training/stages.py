@@ -132,6 +132,30 @@ def pre_qqp_stage(run: Run) -> dict:
                                         name="pre_qqp", log_prefix="pre-QQP "))
 
 
+def lp_stage(run: Run) -> dict:
+    """Linear probing before fine-tuning (LP-FT; Kumar et al. 2022, §4): the heads start random, and
+    fine-tuning through random heads distorts the pretrained features before the heads are any good.
+    So the heads are first trained alone on the frozen encoder (round-robin, ``--head_lr``, their
+    own AdamW); multi-task training then starts from heads that already fit the features."""
+    t = run.config.train
+    sizes = run.config.batch_sizes()
+    loaders = {name: run.loader(split["train"], sizes[name], True, t.seed + 300 + i)
+               for i, (name, split) in enumerate(run.splits.items())}
+    heads = run.model.heads.named_parameters()
+    optimizer = AdamW(decay_groups(heads, t.weight_decay) if not t.decay_bias_norm
+                      else [p for _, p in heads], lr=t.head_lr, weight_decay=t.weight_decay,
+                      **run.config.speed.adamw_options())
+    encoder = [p for p in run.model.bert.parameters() if p.requires_grad]
+    for p in encoder:
+        p.requires_grad_(False)
+    try:
+        return run.loop.train(TaskObjective(run, loaders, "min", t.lp_steps, 1, joint=False, name="lp",
+                                            log_prefix="LP ", optimizer=optimizer))
+    finally:
+        for p in encoder:
+            p.requires_grad_(True)
+
+
 def multitask_stage(run: Run) -> dict:
     """Round-robin (or joint-loss) training on every task of ``--tasks``, keeping the best epoch on dev."""
     t = run.config.train
@@ -167,8 +191,12 @@ EXTENSIONS: tuple[Extension, ...] = (   # in stage order
 
 
 def enabled_stages(config: RunConfig) -> list[tuple[str, Callable[[Run], dict]]]:
-    """The stages before multi-task training that the flags switch on, in their fixed order."""
-    return [(e.flag, e.stage) for e in EXTENSIONS if e.stage is not None and e.enabled(config)]
+    """The stages before multi-task training that the flags switch on, in their fixed order; linear
+    probing (``--lp_steps``) last, right before the multi-task epochs whose heads it trains."""
+    stages = [(e.flag, e.stage) for e in EXTENSIONS if e.stage is not None and e.enabled(config)]
+    if config.train.lp_steps and config.train.epochs > 0:
+        stages.append(("lp", lp_stage))
+    return stages
 
 
 def splits_needed(config: RunConfig) -> dict[str, tuple[str, ...]]:
@@ -349,16 +377,17 @@ def _contrastive(run: Run, name: str, examples: list, epochs: int, max_steps: in
 
 
 class TaskObjective(Objective):
-    """Supervised training on task batches (``TaskLoss``) with the run's optimizer: one step per
+    """Supervised training on task batches (``TaskLoss``) with the run's optimizer (or ``optimizer``): one step per
     task batch in round-robin order, or with ``joint`` one step per round of every task's batch.
     ``lr_scales``: a learning-rate multiplier per task, for the steps on that task's batches alone."""
 
     def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int, joint: bool,
-                 name: str = "multitask", log_prefix: str = "", lr_scales: dict[str, float] | None = None):
+                 name: str = "multitask", log_prefix: str = "", lr_scales: dict[str, float] | None = None,
+                 optimizer: torch.optim.Optimizer | None = None):
         self.run, self.epochs, self.joint, self.name, self.log_prefix = run, epochs, joint, name, log_prefix
         self.lr_scales = lr_scales or {}
         self.scheduler = RoundRobinScheduler(loaders, rr, max_steps)
-        self.optimizer = run.optimizer
+        self.optimizer = optimizer or run.optimizer
 
     def batches(self):
         for batches in self.scheduler.rounds():

@@ -58,6 +58,9 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     if place.enabled and config.speed.sparse_embeddings is True:
         raise ValueError("--sparse_embeddings runs in one process only (the multi-process all-reduce "
                          "is written for dense gradients)")
+    if place.enabled and config.train.lp_steps:
+        raise ValueError("--lp_steps runs in one process only (DistributedDataParallel expects a gradient "
+                         "for every encoder parameter)")
     precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
     log = log or RunLog(config.output.quiet, config.output.log_file, enabled=place.is_main)
     for path in stale:

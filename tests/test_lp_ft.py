@@ -1,0 +1,64 @@
+"""Linear probing before fine-tuning (``--lp_steps``, LP-FT): the heads train alone on the frozen
+encoder, then multi-task training starts from those heads and the untouched pretrained encoder."""
+import json
+
+import pytest
+import torch
+
+import run_multitask
+import training.trainer
+from minbert import BertModel
+from test_extensions import BUDGET, FIXTURE_DATA
+
+
+@pytest.fixture
+def at_multitask_start(monkeypatch):
+    """Each run's model parameters (and requires_grad flags) as multi-task training starts."""
+    seen = []
+    original = training.trainer.multitask_stage
+
+    def spy(run):
+        seen.append({k: (p.detach().clone(), p.requires_grad) for k, p in run.model.named_parameters()})
+        return original(run)
+
+    monkeypatch.setattr(training.trainer, "multitask_stage", spy)
+    return seen
+
+
+def train(tmp_path, model_dir, name, *flags) -> dict:
+    argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(model_dir), "--out_dir", str(tmp_path),
+            "--run_name", name, *BUDGET, *flags]
+    assert run_multitask.main(argv) == 0
+    return json.loads((tmp_path / name / "metrics.json").read_text())
+
+
+def test_lp_trains_the_heads_alone_then_fine_tuning_starts(tmp_path, tiny_model_dir, at_multitask_start, capsys):
+    plain = train(tmp_path, tiny_model_dir, "plain")
+    probed = train(tmp_path, tiny_model_dir, "probed", "--lp_steps", "2")
+    without, with_lp = at_multitask_start
+    pretrained = BertModel.from_pretrained(tiny_model_dir).state_dict()
+    for name, (value, trainable) in with_lp.items():
+        assert trainable, f"{name} left frozen after linear probing"
+        if name.startswith("bert."):   # the encoder is the pretrained one, bit for bit
+            assert torch.equal(value, pretrained[name.removeprefix("bert.")]), name
+    heads = [k for k in with_lp if k.startswith(("heads.sst.", "heads.qqp."))]   # STS's cosine head has none
+    assert heads and all(not torch.equal(with_lp[k][0], without[k][0]) for k in heads)
+    assert "lp" not in plain["stages"]
+    assert probed["stages"]["lp"]["batches"] == 2 * 3   # 2 round-robin steps of the 3 tasks
+    assert probed["status"] == "finished" and probed["dev"] != plain["dev"]
+    assert "LP epoch 1" in capsys.readouterr().out
+
+
+def test_lp_with_a_frozen_encoder_and_no_epochs(tmp_path, tiny_model_dir, at_multitask_start):
+    """With --option pretrain the encoder stays frozen after the probe; --epochs 0 runs no probe."""
+    train(tmp_path, tiny_model_dir, "pt", "--lp_steps", "1", "--option", "pretrain")
+    assert all(not trainable for name, (_, trainable) in at_multitask_start[0].items() if name.startswith("bert."))
+    metrics = train(tmp_path, tiny_model_dir, "stages", "--lp_steps", "1", "--epochs", "0", "--lcl")
+    assert list(metrics["stages"]) == ["lcl"]
+
+
+def test_negative_lp_steps_are_refused(tmp_path, tiny_model_dir, capsys):
+    argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--out_dir", str(tmp_path),
+            "--lp_steps", "-1"]
+    assert run_multitask.main(argv) == 1
+    assert "--lp_steps must not be negative" in capsys.readouterr().err
