@@ -10,7 +10,8 @@ import torch
 import run_multitask
 import training.trainer
 from minbert import BertModel
-from test_extensions import BUDGET, FIXTURE_DATA
+from test_extensions import FIXTURE_DATA
+from test_extensions import train as train_run
 from test_resume import OUTPUTS, argv, assert_same_run, command, env, final_state
 from training.resume import list_checkpoints
 
@@ -31,10 +32,8 @@ def at_multitask_start(monkeypatch):
 
 
 def train(tmp_path, model_dir, name, *flags) -> dict:
-    argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(model_dir), "--out_dir", str(tmp_path),
-            "--run_name", name, *BUDGET, *flags]
-    assert run_multitask.main(argv) == 0
-    return json.loads((tmp_path / name / "metrics.json").read_text())
+    """The metrics of a finished 3-step run (``test_extensions.train``)."""
+    return train_run(tmp_path, model_dir, name, *flags)[1]
 
 
 def test_lp_trains_the_heads_alone_then_fine_tuning_starts(tmp_path, tiny_model_dir, at_multitask_start, capsys):

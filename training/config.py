@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heads import POOLING_MODES
+from minbert import decay_groups
 
 from .tasks import DEFAULT_TASKS, TASKS, parse_tasks
 
@@ -106,6 +107,15 @@ class TrainConfig:
     task_lr_scales: str | None = flag(None, "learning-rate multiplier of each task's round-robin steps, one per "
                                             "task of --tasks in its order, e.g. 1,1,2 (default: 1 each; not with "
                                             "--joint_loss or --grad_accum, whose steps mix tasks)", type=str)
+
+    def optimizer_groups(self, named_parameters, **options) -> list[dict]:
+        """AdamW parameter groups of these parameters: no weight decay on biases and LayerNorm weights
+        (``minbert.decay_groups``) unless ``--decay_bias_norm``, then one group. ``options`` (e.g.
+        ``lr``) go in every group; an empty group is left out."""
+        if not self.decay_bias_norm:
+            return decay_groups(named_parameters, self.weight_decay, **options)
+        params = [p for _, p in named_parameters]
+        return [{"params": params, **options}] if params else []
 
 
 @dataclass

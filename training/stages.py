@@ -20,7 +20,7 @@ import torch
 from data.contrastive import read_sentences, read_triples, sentences_from_examples, triples_from_pairs
 from data.readers import DataError, Example
 from data.senteval import PairDataset, load_dataset
-from minbert import AdamW, BertTokenizer, decay_groups
+from minbert import AdamW, BertTokenizer
 
 from .config import RunConfig
 from .device import to_device
@@ -138,32 +138,31 @@ def lp_stage(run: Run) -> dict:
     So the heads are first trained alone on the frozen encoder (round-robin, ``--head_lr``, their
     own AdamW); multi-task training then starts from heads that already fit the features."""
     t = run.config.train
-    sizes = run.config.batch_sizes()
-    loaders = {name: run.loader(split["train"], sizes[name], True, t.seed + 300 + i)
-               for i, (name, split) in enumerate(run.splits.items())}
-    heads = run.model.heads.named_parameters()
-    optimizer = AdamW(decay_groups(heads, t.weight_decay) if not t.decay_bias_norm
-                      else [p for _, p in heads], lr=t.head_lr, weight_decay=t.weight_decay,
-                      **run.config.speed.adamw_options())
+    optimizer = AdamW(t.optimizer_groups(run.model.heads.named_parameters()), lr=t.head_lr,
+                      weight_decay=t.weight_decay, **run.config.speed.adamw_options())
     encoder = [p for p in run.model.bert.parameters() if p.requires_grad]
     for p in encoder:
         p.requires_grad_(False)
     try:
-        return run.loop.train(TaskObjective(run, loaders, "min", t.lp_steps, 1, joint=False, name="lp",
-                                            log_prefix="LP ", optimizer=optimizer))
+        return run.loop.train(TaskObjective(run, task_loaders(run, t.seed + 300), "min", t.lp_steps, 1, joint=False,
+                                            name="lp", log_prefix="LP ", optimizer=optimizer))
     finally:
         for p in encoder:
             p.requires_grad_(True)
 
 
+def task_loaders(run: Run, seed: int) -> dict:
+    """A shuffled training loader for every task of the run, the i-th task's seeded ``seed + i``."""
+    sizes = run.config.batch_sizes()
+    return {name: run.loader(split["train"], sizes[name], True, seed + i)
+            for i, (name, split) in enumerate(run.splits.items())}
+
+
 def multitask_stage(run: Run) -> dict:
     """Round-robin (or joint-loss) training on every task of ``--tasks``, keeping the best epoch on dev."""
     t = run.config.train
-    sizes = run.config.batch_sizes()
-    loaders = {name: run.loader(split["train"], sizes[name], True, t.seed + i)
-               for i, (name, split) in enumerate(run.splits.items())}
-    return run.loop.train(MultitaskObjective(run, loaders, t.rr, t.max_steps_per_epoch, t.epochs, t.joint_loss,
-                                             lr_scales=run.config.lr_scales()))
+    return run.loop.train(MultitaskObjective(run, task_loaders(run, t.seed), t.rr, t.max_steps_per_epoch, t.epochs,
+                                             t.joint_loss, lr_scales=run.config.lr_scales()))
 
 
 # ---- the one table of extensions -----------------------------------------------------------------
@@ -366,8 +365,7 @@ def _contrastive(run: Run, name: str, examples: list, epochs: int, max_steps: in
         raise DataError(f"{source}: only {len(examples)} {unit}{'' if len(examples) == 1 else 's'}; a {name} "
                         f"batch (--{name}_batch_size {batch_size}) needs at least 2, for in-batch negatives")
     encoder = [(name, p) for name, p in run.model.bert.named_parameters() if p.requires_grad]
-    encoder_params = (decay_groups(encoder, run.config.train.weight_decay) if not run.config.train.decay_bias_norm
-                      else [p for _, p in encoder])
+    encoder_params = run.config.train.optimizer_groups(encoder)
     if not encoder_params:
         run.log(f"{name}: the encoder is frozen (--option pretrain); skipping this stage")
         return {"skipped": "encoder frozen"}

@@ -18,7 +18,7 @@ import torch
 from data.batching import make_loader
 from data.readers import DataError, Example, read_examples, read_header, resolve_data_dir
 from heads import MultitaskBert
-from minbert import AdamW, BertConfig, BertTokenizer, decay_groups
+from minbert import AdamW, BertConfig, BertTokenizer
 from minbert.errors import first_line
 
 from .checkpoint import save_checkpoint
@@ -135,12 +135,7 @@ def _run(config: RunConfig, tokenizer: BertTokenizer, data_dir: Path | None, spl
     weighting = (make_loss_weighting(t.loss_weighting, config.task_names(), config.parsed_loss_weights()).to(device)
                  if t.joint_loss else None)
     encoder = [(name, p) for name, p in model.bert.named_parameters() if p.requires_grad]
-    if not t.decay_bias_norm:
-        groups = [*decay_groups(encoder, t.weight_decay),
-                  *decay_groups(model.heads.named_parameters(), t.weight_decay, lr=t.head_lr)]
-    else:
-        groups = [{"params": [p for _, p in encoder]},
-                  {"params": list(model.heads.parameters()), "lr": t.head_lr}]
+    groups = [*t.optimizer_groups(encoder), *t.optimizer_groups(model.heads.named_parameters(), lr=t.head_lr)]
     # learned loss weights (log-variances): no decay pulling them towards 0
     groups.append({"params": list(weighting.parameters()) if weighting else [], "lr": t.head_lr, "weight_decay": 0.0})
     optimizer = AdamW([g for g in groups if g["params"]], lr=t.lr, weight_decay=t.weight_decay, **config.speed.adamw_options())
