@@ -12,7 +12,8 @@ import argparse
 import sys
 
 from training.cli import run_command
-from training.config import REFERENCE_SPEED, SECTIONS, RunConfig, add_flags, section_from_args
+from training.config import CORE_SECTIONS, REFERENCE_SPEED, RunConfig, registry
+from training.flags import add_flags, section_from_args
 from training.trainer import run
 
 EPILOG = """other tools:
@@ -30,8 +31,10 @@ EPILOG = """other tools:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    for section, cls in SECTIONS.items():
+    for section, cls in CORE_SECTIONS.items():
         add_flags(parser, cls, title=section)
+    for extension in registry():
+        add_flags(parser, extension.settings, title=f"{extension.name} ({extension.column})")
     reference = " ".join(f"--{k} {v}" if not isinstance(v, bool) else f"--{'' if v else 'no_'}{k}"
                          for k, v in REFERENCE_SPEED.items())
     parser.add_argument("--reference", action="store_true",
@@ -46,7 +49,8 @@ def parse_config(argv=None) -> RunConfig:
     if args.reference:  # the reference paths become the defaults; flags given explicitly win
         parser.set_defaults(**REFERENCE_SPEED)
         args = parser.parse_args(argv)
-    return RunConfig(**{name: section_from_args(cls, args) for name, cls in SECTIONS.items()})
+    return RunConfig(**{name: section_from_args(cls, args) for name, cls in CORE_SECTIONS.items()},
+                     extensions={e.name: section_from_args(e.settings, args) for e in registry()})
 
 
 def main(argv=None) -> int:

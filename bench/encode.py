@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from data.readers import read_examples, resolve_data_dir
+from data.readers import resolve_data_dir
 from training import load_run
 from training.tasks import TASKS
 
@@ -86,8 +86,7 @@ def main(argv=None) -> int:
 def sts_dev(data_dir) -> tuple[list[str], list[str], np.ndarray]:
     task = TASKS["sts"]
     folder = resolve_data_dir(data_dir, [task.files["dev"]])
-    examples, _ = read_examples(folder / task.files["dev"], task.text_columns, task.label_column, task.label_type,
-                                task.num_classes, task.score_range)
+    examples, _ = task.read(folder / task.files["dev"])
     return [e.texts[0] for e in examples], [e.texts[1] for e in examples], np.array([e.label for e in examples])
 
 
@@ -105,8 +104,7 @@ def corpus(data_dir, n: int) -> list[str]:
     seen: dict[str, None] = {}
     for name in ("sst", "sts"):
         task = TASKS[name]
-        examples, _ = read_examples(folder / task.files["train"], task.text_columns, task.label_column,
-                                    task.label_type, task.num_classes, task.score_range)
+        examples, _ = task.read(folder / task.files["train"])
         for example in examples:
             for text in example.texts:
                 seen.setdefault(text, None)

@@ -58,10 +58,11 @@ from torch.utils.data import DataLoader
 
 import run_multitask
 from data.batching import make_loader
-from data.readers import read_examples, resolve_data_dir
-from minbert import AdamW, BertTokenizer
+from data.readers import resolve_data_dir
+from minbert import BertTokenizer
 from minbert.atomic import write_text_atomic
 from minbert.weights import resolve_model_dir
+from training.adamw import ParamSet, build_adamw
 from training.config import DataConfig, ModelConfig, SpeedConfig, TrainConfig, add_flags
 from training.device import pick_device
 from training.evaluate import predict
@@ -151,8 +152,7 @@ def _variant_list(text: str) -> list[str]:
 
 
 def read_split(data_dir: Path, split: str):
-    examples, report = read_examples(data_dir / TASK.files[split], TASK.text_columns, TASK.label_column,
-                                     TASK.label_type, TASK.num_classes, TASK.score_range)
+    examples, report = TASK.read(data_dir / TASK.files[split])
     if report.bad_rows:
         print(f"warning: {report.summary()}")
     return examples
@@ -217,10 +217,9 @@ class SstEpoch:
     def new_step(self, model) -> "SstStep":
         """Our AdamW over the run's parameter groups, stepped by the run's training loop."""
         t = self.config.train
-        groups = [{"params": [p for p in model.bert.parameters() if p.requires_grad]},
-                  {"params": list(model.heads.parameters()), "lr": t.head_lr}]
-        optimizer = AdamW(groups, lr=t.lr, weight_decay=t.weight_decay, **self.config.speed.adamw_options())
-        return SstStep(TaskLoss(model, self.device, self.config.smart), optimizer,
+        optimizer = build_adamw(self.config, [ParamSet(model.bert.named_parameters()),
+                                              ParamSet(model.heads.named_parameters(), lr=t.head_lr)], t.lr)
+        return SstStep(TaskLoss(model, self.device), optimizer,
                        TrainingLoop(Precision("off", self.device), RunLog(quiet=True)))
 
     def warm_up(self, train) -> None:

@@ -1,10 +1,10 @@
 """Task heads on top of one shared BERT, and the multi-task model that routes a task to its head.
 
 - ``SentimentHead``: dropout + linear over the pooled sentence vector (SST, 5 classes).
-- ``PairHead``: a siamese head over two pooled vectors u, v, in three kinds:
+- ``PairHead``: a siamese head over two pooled vectors u, v, in two kinds:
     * ``concat``: linear([u; v; |u − v|]) (Sentence-BERT, Reimers & Gurevych 2019, §3),
     * ``cosine``: (cos(u, v) − b) / τ with a learned threshold b for binary logits,
-    * ``projected``: the same on cos(Wu, Wv), W a learned square map starting at the identity.
+      or 5·cos(u, v) for similarity scores.
   It outputs a logit (QQP, ``output="logit"``) or a similarity on 0..5 (STS, ``output="score"``).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from minbert import BertModel
 
 from .pooling import POOLING_MODES, pool
 
-PAIR_HEAD_KINDS = ("concat", "cosine", "projected")
+PAIR_HEAD_KINDS = ("concat", "cosine")
 
 
 class SentimentHead(nn.Module):
@@ -37,10 +37,7 @@ class PairHead(nn.Module):
 
     ``output="logit"``: one unnormalised log-odds per pair (train with BCE-with-logits).
     ``output="score"``: a similarity on the STS scale 0..5 — ``5·sigmoid(z)`` for ``concat``,
-    ``5·cos(u, v)`` for ``cosine`` (trained with MSE; ``clip_score`` bounds predictions to 0..5).
-    ``projected`` gives the task a space of its own: without W, every change the task wants in its
-    cosines is a change of the encoder that the other tasks share. W starts at the identity, so
-    training starts from the pretrained encoder's cosines.
+    ``5·cos(u, v)`` for ``cosine`` (trained with MSE).
     """
 
     def __init__(self, in_dim: int, kind: str = "concat", output: str = "logit",
@@ -60,23 +57,14 @@ class PairHead(nn.Module):
             # cos/τ alone puts the decision boundary at cos = 0, but the sentence vectors of a
             # pretrained encoder give most question pairs a cosine well above 0: b learns the cut.
             self.threshold = nn.Parameter(torch.zeros(()))
-            if kind == "projected":
-                self.projection = nn.Linear(in_dim, in_dim, bias=False)
-                nn.init.eye_(self.projection.weight)
 
     def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.kind == "concat":
             features = torch.cat([u, v, (u - v).abs()], dim=-1)
             z = self.classifier(self.dropout(features)).squeeze(-1)
             return z if self.output == "logit" else 5.0 * torch.sigmoid(z)
-        if self.kind == "projected":
-            u, v = self.projection(u), self.projection(v)
         cos = F.cosine_similarity(u, v, dim=-1)
         return (cos - self.threshold) / self.temperature if self.output == "logit" else 5.0 * cos
-
-    @staticmethod
-    def clip_score(score: torch.Tensor) -> torch.Tensor:
-        return score.clamp(0.0, 5.0)
 
 
 class MultitaskBert(nn.Module):

@@ -7,7 +7,7 @@
 #
 #   --epochs N, --max_steps_per_epoch M   multi-task budget of every run (default: 1 epoch of 30 steps;
 #                        M = none: the whole round-robin epoch)
-#   --stage_steps S      batches of every extra stage (pre-QQP, U-CL, S-CL, LCL; default: 20)
+#   --stage_steps S      batches of every extension's stage (pre-QQP, U-CL, S-CL, LCL; default: 20)
 #   --seeds N            run every row with N seeds (default: 1, the default --seed). With N > 1 the
 #                        runs are ablate-<name>-s<seed> with --seed 11711, 11712, ...; the report pools
 #                        them into one row (mean ± std, bootstrap interval against FT)
@@ -34,25 +34,21 @@
 # is 1 if any run failed. Set PYTHON to choose the interpreter (default: python).
 set -u
 
-# ---- budget -------------------------------------------------------------------------------------
-# On 2 CPU cores with the embedded model, the 26 rows without LCL took 117.3 min in all, 2.8-6.5 min
-# a row on an idle machine, the all-on rows the slowest (docs/ablation.md); the 7 LCL rows come on
-# top. Other jobs on the same cores make every row slower.
-# --epochs / --max_steps_per_epoch / --stage_steps given to this script replace these values.
-BUDGET=(--epochs 1 --max_steps_per_epoch 30
-        --pre_qqp_epochs 1 --pre_qqp_steps 20
-        --ucl_epochs 1 --ucl_steps 20
-        --scl_epochs 1 --scl_steps 20
-        --lcl_epochs 1 --lcl_steps 20)
-
-# ---- the grid: "<name> <flags...>" per row, from the table of extensions (training/stages.py) ----
-# python -m training.tools.grid prints it: the PT and FT baselines, the CLS control, each extension
-# alone on CLS and on MEAN, every pair on MEAN, everything but SMART (the costly one) on MEAN, and
-# everything on CLS and on MEAN.
+# ---- the grid and its budget, from the registry of extensions (training/extensions) ----------------
+# python -m training.tools.grid prints the rows: the PT and FT baselines, the CLS control, each
+# extension alone on CLS and on MEAN, every pair on MEAN, the variants, everything but the costly
+# extensions on MEAN, and everything on CLS and on MEAN. --budget prints every run's budget (one
+# multi-task epoch of 30 steps, 20 batches of every extension's stage), --stage_steps the flags that
+# --stage_steps sets. On 2 CPU cores with the embedded model, the 26 rows without LCL took 117.3 min in
+# all, 2.8-6.5 min a row on an idle machine, the all-on rows the slowest (docs/ablation.md); the 7 LCL
+# rows come on top. Other jobs on the same cores make every row slower.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
 mapfile -t GRID < <(cd "$ROOT" && "$PYTHON" -m training.tools.grid)
-((${#GRID[@]} > 0)) || { echo "ablate.sh: could not list the grid (python -m training.tools.grid)" >&2; exit 2; }
+mapfile -t BUDGET < <(cd "$ROOT" && "$PYTHON" -m training.tools.grid --budget)
+mapfile -t STAGE_STEPS < <(cd "$ROOT" && "$PYTHON" -m training.tools.grid --stage_steps)
+((${#GRID[@]} > 0 && ${#BUDGET[@]} > 0)) ||
+  { echo "ablate.sh: could not list the grid (python -m training.tools.grid)" >&2; exit 2; }
 OUT="predictions/ablate"
 ONLY=()
 EXTRA=()
@@ -88,7 +84,7 @@ while (($# > 0)); do
       (($# >= 2)) || die "$1 needs a value"; set_budget "$1" "$2"; shift 2 ;;
     --stage_steps)
       (($# >= 2)) || die "$1 needs a value"
-      for stage in pre_qqp ucl scl lcl; do set_budget "--${stage}_steps" "$2"; done
+      for flag in "${STAGE_STEPS[@]}"; do set_budget "$flag" "$2"; done
       shift 2 ;;
     --seeds)
       (($# >= 2)) && [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "--seeds needs a whole number >= 1"

@@ -237,7 +237,7 @@ def test_main_reads_a_run_checkpoint(tiny_model_dir, tmp_path):
     here); its heads play no part."""
     config = RunConfig.defaults(model=ModelConfig(model=str(tiny_model_dir)))
     model = build_model(config, tiny_model_dir)
-    save_checkpoint(tmp_path / "run" / "checkpoint", model.state_dict(), model.bert.config, dataclasses.asdict(config))
+    save_checkpoint(tmp_path / "run" / "checkpoint", model.state_dict(), model.bert.config, config.to_dict())
     out_ckpt, out_model = tmp_path / "ckpt.json", tmp_path / "model.json"
     assert main(["--checkpoint", str(tmp_path / "run"), "--data", str(STS_DEV), "--pooling", "cls",
                  "--out", str(out_ckpt)]) == 0

@@ -1,4 +1,4 @@
-"""heads.tasks: SentimentHead, PairHead (concat / cosine / projected) and MultitaskBert routing.
+"""heads.tasks: SentimentHead, PairHead (concat / cosine) and MultitaskBert routing.
 
 Weights are set by hand and the expected outputs written as numbers worked out by hand.
 """
@@ -90,37 +90,12 @@ def test_cosine_threshold_starts_at_zero():
                                torch.tensor([math.sqrt(2)]))   # (1/sqrt 2) / 0.5
 
 
-def test_cosine_score_is_five_cos_and_clip_score_bounds_it():
+def test_cosine_score_is_five_cos():
     head = PairHead(in_dim=2, kind="cosine", output="score")
     u = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
     v = torch.tensor([[1.0, 1.0], [-1.0, 0.0], [0.0, 5.0]])
     scores = head(u, v)
     torch.testing.assert_close(scores, torch.tensor([5 / math.sqrt(2), -5.0, 5.0]))
-    torch.testing.assert_close(PairHead.clip_score(scores), torch.tensor([5 / math.sqrt(2), 0.0, 5.0]))
-
-
-# ----------------------------------------------------------------------------- PairHead projected
-
-@pytest.mark.parametrize("output", ["logit", "score"])
-def test_projected_starts_as_the_cosine_head(output):
-    torch.manual_seed(0)
-    u, v = torch.randn(6, 4), torch.randn(6, 4)
-    projected, cosine = PairHead(4, kind="projected", output=output), PairHead(4, kind="cosine", output=output)
-    torch.testing.assert_close(projected.projection.weight, torch.eye(4))
-    torch.testing.assert_close(projected(u, v), cosine(u, v))
-
-
-def test_projected_is_the_cosine_of_the_mapped_vectors():
-    head = PairHead(in_dim=2, kind="projected", output="score")
-    with torch.no_grad():
-        head.projection.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))   # keeps the first coordinate
-    u = torch.tensor([[1.0, 5.0], [2.0, -1.0]])
-    v = torch.tensor([[3.0, -7.0], [-1.0, -1.0]])
-    # Wu, Wv = (1, 0), (3, 0): cos 1; (2, 0), (-1, 0): cos -1 (the plain cosines would be -0.7.. and -0.3..)
-    torch.testing.assert_close(head(u, v), torch.tensor([5.0, -5.0]))
-    head.zero_grad()
-    head(u, v).sum().backward()
-    assert head.projection.weight.grad is not None
 
 
 @pytest.mark.parametrize("kwargs", [

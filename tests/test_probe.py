@@ -124,7 +124,7 @@ def test_main_max_train_and_checkpoint_give_the_model_numbers(tiny_model_dir, tm
     """A run checkpoint's encoder gives the same report as the model it started from (untrained here)."""
     config = RunConfig.defaults(model=ModelConfig(model=str(tiny_model_dir)), train=TrainConfig(tasks="sst,cfimdb"))
     model = build_model(config, tiny_model_dir)
-    save_checkpoint(tmp_path / "run" / "checkpoint", model.state_dict(), model.bert.config, dataclasses.asdict(config))
+    save_checkpoint(tmp_path / "run" / "checkpoint", model.state_dict(), model.bert.config, config.to_dict())
     common = ["--task", "cfimdb", "--data_dir", str(CFIMDB), "--pooling", "cls", "--max_train", "6", "--normalize"]
     assert main(["--model", str(tiny_model_dir), *common, "--out", str(tmp_path / "a.json")]) == 0
     assert main(["--checkpoint", str(tmp_path / "run"), *common, "--out", str(tmp_path / "b.json")]) == 0

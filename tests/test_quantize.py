@@ -45,7 +45,7 @@ def checkpoint(tmp_path_factory) -> Path:
     config = RunConfig.defaults(model=ModelConfig(model=str(model_dir)), data=DataConfig(max_length=32))
     model = build_model(config, model_dir)
     directory = root / "run" / "checkpoint"
-    save_checkpoint(directory, model.state_dict(), model.bert.config, dataclasses.asdict(config))
+    save_checkpoint(directory, model.state_dict(), model.bert.config, config.to_dict())
     return directory
 
 

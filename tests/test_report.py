@@ -21,7 +21,7 @@ from scipy.stats import pearsonr
 
 import run_multitask
 from training.config import TrainConfig
-from training.stages import EXTENSIONS
+from training.extensions import EXTENSIONS
 from training.tasks import TASKS
 from training.tools.bootstrap import resample_counts, weighted_metric
 from training.tools.grid import VARIANTS, grid_rows
@@ -183,7 +183,7 @@ def test_finished_run_with_a_null_metric_is_listed_last(tmp_path):
                                                   "dev": {"sst": 0.5, "qqp": 0.7, "sts": None}}))
     (row,) = collect_runs(tmp_path)
     assert row.average is None and row.status == "finished, dev metrics missing"
-    assert row.flags == {e.flag: False for e in EXTENSIONS}
+    assert row.flags == {e.name: False for e in EXTENSIONS}
 
 
 def test_find_flag_looks_in_any_section():
@@ -507,11 +507,11 @@ def test_ablate_grid_rows_come_from_the_extension_table():
     rows = [line.split() for line in result.stdout.splitlines()]
     assert rows == [[name, *flags] for name, flags in grid_rows()]
     names = [row[0] for row in rows]
-    n = len(EXTENSIONS)
-    assert len(rows) == 3 + 2 * n + n * (n - 1) // 2 + len(VARIANTS) + 1 + 3 and len(set(names)) == len(rows)
+    n, variants = len(EXTENSIONS), [v for e in EXTENSIONS for v in e.variants] + list(VARIANTS)
+    assert len(rows) == 3 + 2 * n + n * (n - 1) // 2 + len(variants) + 1 + 3 and len(set(names)) == len(rows)
     assert names[:3] == ["pt", "ft", "cls"] and "--option" in rows[0] and "pretrain" in rows[0]
     assert "mean-preqqp" in names and "mean-ucl-preqqp" in names and "mean-all-but-smart" in names
-    extensions = {f"--{e.flag}" for e in EXTENSIONS}
+    extensions = {f"--{e.name}" for e in EXTENSIONS}
     assert "--lcl" in extensions
     for row in rows[2:]:
         assert "--pooling" in row, row[0]
@@ -521,9 +521,10 @@ def test_ablate_grid_rows_come_from_the_extension_table():
     assert any(extensions <= set(r) for r in rows)   # everything on
     published = rows[names.index("published")]
     assert set(published[1:]) == {"--pooling", "mean", "--pre_qqp", "--joint_loss", "--smart", "--scl"}
-    for name, flags in VARIANTS:   # each variant parses, and differs from its extension's own row
+    for name, flags in variants:   # each variant parses, and differs from its extension's own row
         config = run_multitask.parse_config(flags)
-        assert config.smart.smart_bregman or config.train.rr == "exhaust" or config.train.loss_weighting != "fixed", name
+        assert config.smart.smart_bregman or config.train.rr == "exhaust" or config.joint_loss.loss_weighting != "fixed", \
+            name
 
 
 def test_ablate_stage_steps_and_a_whole_epoch_budget(tmp_path):
@@ -533,8 +534,8 @@ def test_ablate_stage_steps_and_a_whole_epoch_budget(tmp_path):
     (command,) = [shlex.split(line) for line in result.stdout.splitlines()]
     config = run_multitask.parse_config(command[2:])
     assert config.train.max_steps_per_epoch is None and config.train.epochs == 1
-    assert config.train.pre_qqp_steps == 126
-    assert config.contrastive.ucl_steps == config.contrastive.scl_steps == config.contrastive.lcl_steps == 126
+    assert config.pre_qqp.pre_qqp_steps == 126
+    assert config.ucl.ucl_steps == config.scl.scl_steps == config.lcl.lcl_steps == 126
 
 
 def test_ablate_dry_run_commands_parse_with_run_multitask(tmp_path):
@@ -550,8 +551,8 @@ def test_ablate_dry_run_commands_parse_with_run_multitask(tmp_path):
         assert config.train.epochs == 2 and config.train.max_steps_per_epoch == 30
         assert config.data.data_dir == "somewhere"
     pt, everything = (vars(run_multitask.build_parser().parse_args(c[2:])) for c in commands)
-    assert pt["option"] == "pretrain" and not any(pt[e.flag] for e in EXTENSIONS)
-    assert all(everything[e.flag] for e in EXTENSIONS)
+    assert pt["option"] == "pretrain" and not any(pt[e.name] for e in EXTENSIONS)
+    assert all(everything[e.name] for e in EXTENSIONS)
 
 
 def test_ablate_rejects_an_unknown_row_or_option():

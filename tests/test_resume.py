@@ -190,20 +190,21 @@ def test_resumable_state_finds_every_stateful_part_without_registration():
     from training.resume import resumable_state
     from training.run_log import RunLog
     from training.stages import Run
+    from training.extensions.smart import SmartConfig, SmartRegularizer
     from training.task_loss import TaskLoss
 
     model, weighting = torch.nn.Linear(2, 2), torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     precision = Precision("off", torch.device("cpu"))
     precision.scaler = torch.amp.GradScaler("cpu")  # as --amp fp16 holds one
-    smart = SimpleNamespace(smart=True, smart_bregman=True, smart_mu=1.0, smart_beta=0.9)
-    task_loss = TaskLoss(model, torch.device("cpu"), smart, weighting)
+    smart = SmartRegularizer(model, SmartConfig(smart=True, smart_bregman=True, smart_beta=0.9))
+    task_loss = TaskLoss(model, torch.device("cpu"), [smart], weighting)
     run = Run(config=None, model=model, forward_model=torch.nn.Sequential(model), splits={}, loader=None,
               device=None, log=None, optimizer=optimizer, task_loss=task_loss,
               loop=TrainingLoop(precision, RunLog(quiet=True)))
     assert resumable_state({"run": run}, model) == {
         "run.optimizer": optimizer, "run.task_loss.weighting": weighting,
-        "run.task_loss.bregman.ema": task_loss.bregman.ema, "run.loop.precision.scaler": precision.scaler}
+        "run.task_loss.regularizers.0.bregman.ema": smart.bregman.ema, "run.loop.precision.scaler": precision.scaler}
     assert resumable_state({"run": SimpleNamespace(optimizer=optimizer)}, model) == {}
 
 

@@ -3,7 +3,6 @@ import csv
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,7 +10,6 @@ import torch
 import run_multitask
 from minbert import BertModel
 from training.checkpoint import load_checkpoint
-from training.stages import TaskObjective
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
@@ -140,9 +138,6 @@ def test_existing_run_is_not_overwritten(tmp_path, tiny_model_dir, capsys):
                                     "(sst,qqp,sts), got '4,4'"),
     (["--task_batch_sizes", "4,0,4"], "--task_batch_sizes must be 3"),
     (["--task_batch_sizes", "4,2.5,4"], "--task_batch_sizes must be 3"),
-    (["--task_lr_scales", "1,2"], "--task_lr_scales must be 3 positive numbers"),
-    (["--task_lr_scales", "1,0,2"], "--task_lr_scales must be 3 positive numbers"),
-    (["--task_lr_scales", "1,1,2", "--joint_loss"], "--task_lr_scales scales one task's optimizer steps"),
 ])
 def test_nonsense_values_are_rejected(tmp_path, tiny_model_dir, capsys, flags, message):
     assert run(tmp_path, tiny_model_dir, *flags) == 1
@@ -178,19 +173,6 @@ def test_grad_accum_and_clipping_flags_train_through_the_loop(tmp_path, tiny_mod
     assert run_multitask.main(["--grad_accum", "0"]) == 1 and run_multitask.main(["--max_grad_norm", "-1"]) == 1
 
 
-def test_task_lr_scales_scale_only_their_tasks_steps(tmp_path, tiny_model_dir):
-    objective = TaskObjective(SimpleNamespace(optimizer=None), {"sst": [1], "sts": [2]}, "min", None, 1, False,
-                              lr_scales={"sst": 1.0, "sts": 2.5})
-    assert [objective.lr_scale(list(step)) for step in ([{"sst": 1}], [{"sts": 2}], [{"sst": 1, "sts": 2}])] \
-        == [1.0, 2.5, 1.0]
-    flags = ("--epochs", "1", "--tasks", "sst,sts")
-    for name, extra in (("plain", ()), ("ones", ("--task_lr_scales", "1,1")), ("sts3", ("--task_lr_scales", "1,3"))):
-        assert run(tmp_path, tiny_model_dir, *flags, *extra, run_name=name) == 0
-    plain, ones, sts3 = (load_checkpoint(tmp_path / name / "checkpoint")[0] for name in ("plain", "ones", "sts3"))
-    assert all(torch.equal(plain[k], ones[k]) for k in plain)   # 1 changes nothing
-    assert any(not torch.equal(plain[k], sts3[k]) for k in plain)
-
-
 def test_help_shows_every_default_and_names_the_other_tools():
     import argparse
     parser = run_multitask.build_parser()
@@ -205,13 +187,13 @@ def test_help_shows_every_default_and_names_the_other_tools():
 def test_warmup_schedule_and_no_decay_groups_reach_the_run(tmp_path, tiny_model_dir, monkeypatch):
     """--warmup_ratio: the logged learning rate rises then falls (the multi-task stage's curve);
     --no_decay_bias_norm: the run's optimizer keeps biases and LayerNorm weights in groups without decay."""
-    import training.trainer
-    built, real_adamw = [], training.trainer.AdamW
+    import training.adamw
+    built, real_adamw = [], training.adamw.AdamW
 
     def recording_adamw(params, **kwargs):
         built.append(real_adamw(params, **kwargs))
         return built[-1]
-    monkeypatch.setattr(training.trainer, "AdamW", recording_adamw)
+    monkeypatch.setattr(training.adamw, "AdamW", recording_adamw)
     assert run(tmp_path, tiny_model_dir, "--warmup_ratio", "0.5", "--no_decay_bias_norm", "--lr", "1e-3",
                "--batch_size", "2") == 0   # 2 epochs of 24 steps: a point every 10
     metrics = json.loads((tmp_path / "smoke" / "metrics.json").read_text())

@@ -119,7 +119,7 @@ def test_the_loop_trains_as_a_written_out_loop(tiny_model_dir, data_dir, tmp_pat
     zero_grad, backward, AdamW step on each bucketed batch."""
     from data.batching import make_loader
     from heads import MultitaskBert
-    from minbert import AdamW, BertTokenizer
+    from minbert import AdamW, BertTokenizer, decay_groups
     from training.losses import label_contrastive_loss
     from training.tools.probe import read_split
     from training.tasks import TASKS
@@ -130,7 +130,8 @@ def test_the_loop_trains_as_a_written_out_loop(tiny_model_dir, data_dir, tmp_pat
     examples, _ = read_split(data_dir / "ids-sst-train.csv", TASKS["sst"])
     loader = make_loader(examples, BertTokenizer(tiny_model_dir / "vocab.txt"), 24, 6, shuffle=True, seed=11711,
                          bucket=True)
-    optimizer = AdamW(list(model.bert.parameters()), lr=1e-3, weight_decay=0.01)
+    # BERT's groups: no weight decay on biases and LayerNorm weights
+    optimizer = AdamW(decay_groups(model.bert.named_parameters(), 0.01), lr=1e-3, weight_decay=0.01)
     for _ in range(2):
         for batch in loader:
             loss = label_contrastive_loss(model.embed(batch["inputs"][0]), batch["labels"], 0.05)

@@ -14,7 +14,7 @@ from training.checkpoint import load_checkpoint
 from training.config import RunConfig
 from training.resume import list_checkpoints
 from training.runs import build_model, load_run, model_directory
-from training.stages import ContrastiveObjective
+from training.contrastive import ContrastiveObjective
 from training.tools import evaluate_embeddings, simcse_sweep
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -63,7 +63,7 @@ def test_ucl_max_length_truncates_the_stage_sentences(tmp_path, tiny_model_dir, 
     widths.clear()
     train(tmp_path, tiny_model_dir, "cut", "--ucl_steps", "4", "--ucl_max_length", "6")
     assert len(widths) == 4 and max(widths) == 6
-    assert metrics(tmp_path / "cut")["config"]["contrastive"]["ucl_max_length"] == 6
+    assert metrics(tmp_path / "cut")["config"]["ucl"]["ucl_max_length"] == 6
 
 
 def test_ucl_max_length_default_changes_nothing(tmp_path, tiny_model_dir):
@@ -191,7 +191,7 @@ def test_sweep_runs_each_setting_and_writes_its_table(tmp_path, tiny_model_dir, 
     assert sorted(s["setting"] for s in table["settings"]) == names
     for row in table["settings"]:
         run = metrics(tmp_path / row["setting"])
-        assert run["config"]["contrastive"]["ucl_max_length"] == 32 and run["config"]["model"]["temp"] == row["temp"]
+        assert run["config"]["ucl"]["ucl_max_length"] == 32 and run["config"]["model"]["temp"] == row["temp"]
         assert [step for step, _ in row["curve"]] == [0, 2, 3]
         assert row["best"] == max(s for _, s in row["curve"]) and row["status"] == "finished"
         assert row["command"].startswith("python run_multitask.py --ucl --epochs 0 --ucl_lr 0.01")

@@ -7,6 +7,8 @@ import pytest
 
 import run_multitask
 from training.config import RunConfig
+from training.extensions.joint_loss import loss_weights
+from training.extensions.lcl import lcl_task
 from training.tasks import TASKS, format_metrics, overall_score, parse_tasks
 
 CFIMDB_DATA = Path(__file__).parent / "fixtures" / "cfimdb"
@@ -41,16 +43,18 @@ def test_bad_task_lists_are_refused(value):
         parse_tasks(value)
 
 
-def config(**train) -> RunConfig:
+def config(**settings) -> RunConfig:
+    """The default configuration with ``settings`` (field name -> value) set in whichever section has them."""
     c = run_multitask.parse_config([])
-    for key, value in train.items():
-        setattr(c.train, key, value)
+    for key, value in settings.items():
+        section = next(s for s in c.sections().values() if hasattr(s, key))
+        setattr(section, key, value)
     return c
 
 
 def test_loss_weights_follow_the_chosen_tasks():
-    assert config(tasks="sts,sst", loss_weights="2,0.5").parsed_loss_weights() == {"sts": 2.0, "sst": 0.5}
-    assert config(tasks="qqp").parsed_loss_weights() == {"qqp": 1.0}
+    assert loss_weights(config(tasks="sts,sst", loss_weights="2,0.5")) == {"sts": 2.0, "sst": 0.5}
+    assert loss_weights(config(tasks="qqp")) == {"qqp": 1.0}
     with pytest.raises(ValueError, match="2 non-negative numbers, one per task of --tasks"):
         config(tasks="sts,sst", loss_weights="1,1,1").validate()
 
@@ -65,13 +69,13 @@ def test_stages_that_need_a_missing_task_are_refused(flags, message):
 
 def test_scl_and_lcl_need_their_tasks():
     c = config(tasks="qqp")
-    c.contrastive.scl = True
+    c.scl.scl = True
     with pytest.raises(ValueError, match="--scl builds its triples"):
         c.validate()
-    c.contrastive.scl, c.contrastive.lcl = False, True
+    c.scl.scl, c.lcl.lcl = False, True
     with pytest.raises(ValueError, match="--lcl needs a single-sentence classification task"):
         c.validate()
-    assert config(tasks="sts,cfimdb,sst").lcl_task() == "cfimdb"
+    assert lcl_task(config(tasks="sts,cfimdb,sst")) == "cfimdb"
 
 
 def test_tasks_cfimdb_trains_and_predicts_through_the_same_run(tmp_path, tiny_model_dir, capsys):

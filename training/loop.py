@@ -7,7 +7,7 @@ objective evaluates on dev there). The loop owns how, once for all:
   written every ``--save_every`` steps and at every epoch end (``training/resume.py``);
 - the step: autocast, backward, the optimizer step through the gradient scaler (``--amp``), and the
   hooks between them: the objective's own (e.g. all-reducing learned loss weights across
-  processes, SMART's EMA update, a per-task learning-rate multiplier), gradient clipping and a
+  processes, SMART's EMA update), gradient clipping and a
   learning-rate schedule;
 - loss curves, timing, examples per second, the progress bar and one log line per epoch.
 """
@@ -52,10 +52,6 @@ class Objective:
 
     def start(self, progress: dict) -> None:
         """Called once with the stage's progress (the saved one when resuming into this stage)."""
-
-    def lr_scale(self, batches: list) -> float:
-        """The learning-rate multiplier of the optimizer step on ``batches`` (e.g. per task)."""
-        return 1.0
 
     def after_backward(self) -> None:
         """Between backward and the optimizer step (gradients are there, not yet used)."""
@@ -176,12 +172,7 @@ class TrainingLoop:
             if self.max_grad_norm is not None:
                 precision.unscale(optimizer)
                 clip_grad_norm([p for g in optimizer.param_groups for p in g["params"]], self.max_grad_norm)
-            scale, lrs = objective.lr_scale(list(batches)), [g["lr"] for g in optimizer.param_groups]
-            for group in optimizer.param_groups:
-                group["lr"] *= scale
             precision.step(optimizer)
-            for group, lr in zip(optimizer.param_groups, lrs):
-                group["lr"] = lr
             if self.scheduler is not None:
                 self.scheduler.step()
             objective.after_step()

@@ -291,7 +291,7 @@ def resumable_state(roots: dict[str, object], model: torch.nn.Module | None) -> 
     that has a ``state_dict`` and ``load_state_dict``, by attribute path (``run.optimizer``,
     ``run.task_loss.weighting``, ``run.loop.objective.optimizer``, ...). An object reachable twice
     is taken once, at its first path. The model (saved as model.safetensors) and modules sharing
-    its parameters (a DistributedDataParallel wrapper) are left out; so are plain containers."""
+    its parameters (a DistributedDataParallel wrapper) are left out; so are lists and dicts (tuples are visited)."""
     model_params = {id(p) for p in model.parameters()} if model is not None else set()
     found: dict[str, object] = {}
     seen: set[int] = {id(model)}
@@ -304,7 +304,10 @@ def resumable_state(roots: dict[str, object], model: torch.nn.Module | None) -> 
             if not (isinstance(obj, torch.nn.Module) and any(id(p) in model_params for p in obj.parameters())):
                 found[path] = obj
             return
-        if type(obj).__module__.split(".")[0] in OWN_PACKAGES and hasattr(obj, "__dict__"):
+        if isinstance(obj, tuple):   # e.g. the task loss's regularizers
+            for i, value in enumerate(obj):
+                visit(f"{path}.{i}", value)
+        elif type(obj).__module__.split(".")[0] in OWN_PACKAGES and hasattr(obj, "__dict__"):
             for name, value in vars(obj).items():
                 visit(f"{path}.{name}", value)
 

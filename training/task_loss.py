@@ -1,30 +1,27 @@
 """The loss of one supervised step on task batches, shared by QQP pre-training and multi-task
-training: each task's loss (from its ``Task`` row), plus the SMART regulariser and its Bregman
-proximal term (Jiang et al. 2020), combined by the joint-loss weighting. Round-robin training
-passes one task's batch; the joint loss passes one batch of every task. The optimizer step itself
-is the training loop's (``training/loop.py``).
+training: each task's loss (from its ``Task`` row), plus the terms of the extensions that add one
+(``regularizers``, e.g. SMART), combined by a loss weighting when a step holds one batch of every
+task (the joint loss). Round-robin training passes one task's batch; the joint loss passes one batch
+of every task. The optimizer step itself is the training loop's (``training/loop.py``).
 """
 from __future__ import annotations
 
 import torch
 
-from .config import SmartConfig
 from .device import to_device
 from .distributed import Distributed, average_gradients
 from .losses import LossWeighting
-from .smart import BregmanProximal, smart_loss
 from .tasks import TASKS
 
 
 class TaskLoss:
-    def __init__(self, model, device: torch.device, smart: SmartConfig, weighting: LossWeighting | None = None,
+    def __init__(self, model, device: torch.device, regularizers: tuple = (), weighting: LossWeighting | None = None,
                  forward_model=None, place: Distributed = Distributed()):
-        self.model, self.device, self.smart, self.weighting, self.place = model, device, smart, weighting, place
+        self.model, self.device, self.weighting, self.place = model, device, weighting, place
+        self.regularizers = tuple(regularizers)   # each adds its term to every task loss, in this order
         # the clean forward goes through the DistributedDataParallel wrapper when there is one;
-        # SMART's extra passes use the model itself (their gradients join the same backward)
+        # the regularizers' extra passes use the model itself (their gradients join the same backward)
         self.forward_model = forward_model if forward_model is not None else model
-        self.bregman = (BregmanProximal(model, mu=smart.smart_mu, beta=smart.smart_beta)
-                        if smart.smart and smart.smart_bregman else None)
 
     def __call__(self, batches: dict[str, dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The (weighted) sum of the given task batches' losses, and each task's loss."""
@@ -43,19 +40,13 @@ class TaskLoss:
 
     def task_loss(self, name: str, batch: dict, output: torch.Tensor | None = None,
                   inputs: list[dict] | None = None) -> torch.Tensor:
-        """The task's loss on one batch, plus the SMART terms when ``--smart`` is on. ``output`` and
-        ``inputs``: the model's output on the batch and the batch on the device, when already computed."""
-        task = TASKS[name]
+        """The task's loss on one batch, plus the regularizers' terms. ``output`` and ``inputs``: the
+        model's output on the batch and the batch on the device, when already computed."""
         inputs = self.inputs(batch) if inputs is None else inputs
         output = self.forward_model(name, inputs) if output is None else output
-        loss = task.loss(output, batch["labels"].to(self.device))
-        if self.smart.smart:
-            loss = loss + smart_loss(self.model, name, inputs, output, task.divergence,
-                                     weight=self.smart.smart_weight, eps=self.smart.smart_eps,
-                                     step=self.smart.smart_step, steps=self.smart.smart_steps,
-                                     eps_norm=self.smart.smart_eps_norm)
-            if self.bregman is not None:
-                loss = loss + self.bregman.penalty(output, name, inputs, task.divergence)
+        loss = TASKS[name].loss(output, batch["labels"].to(self.device))
+        for regularizer in self.regularizers:
+            loss = regularizer.add(loss, name, inputs, output)
         return loss
 
     def inputs(self, batch: dict) -> list[dict]:
@@ -67,5 +58,5 @@ class TaskLoss:
             average_gradients(self.weighting.parameters(), self.place)
 
     def after_step(self) -> None:
-        if self.bregman is not None:
-            self.bregman.update(self.model)
+        for regularizer in self.regularizers:
+            regularizer.after_step()

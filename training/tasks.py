@@ -6,6 +6,7 @@ more row; ``--tasks`` picks the rows a run trains.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from scipy.stats import pearsonr
 from torch import nn
 
+from data.readers import Example, ReadReport, read_examples
 from heads import PairHead, SentimentHead
 
 
@@ -45,6 +47,12 @@ class Task:
     def unit_score(self, value: float) -> float:
         """The metric on a 0..1 scale, for averaging across tasks: Pearson r becomes (r + 1) / 2."""
         return (value + 1.0) / 2.0 if self.metric_name == "pearson" else value
+
+    def read(self, path: str | Path, labelled: bool = True, strict: bool = False) -> tuple[list[Example], ReadReport]:
+        """This task's examples in ``path`` (``data.readers.read_examples`` with the task's columns and
+        label checks); ``labelled=False`` reads the text columns alone (a test file)."""
+        return read_examples(path, self.text_columns, self.label_column if labelled else None, self.label_type,
+                             self.num_classes, self.score_range, strict=strict)
 
 
 def accuracy(pred: np.ndarray, gold: np.ndarray) -> float:

@@ -18,7 +18,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from data.readers import DataError, read_examples
+from data.readers import DataError
 from minbert.atomic import atomic_path
 from minbert.errors import describe
 
@@ -181,8 +181,7 @@ def _folder_key(data_dir: str) -> str:
 def _read_gold(data_dir: Path, task: Task) -> tuple[tuple[str, ...], np.ndarray]:
     """The ids and gold labels of ``task``'s dev file, read as training reads it."""
     try:
-        examples, _ = read_examples(data_dir / task.files["dev"], task.text_columns, task.label_column,
-                                    task.label_type, task.num_classes, task.score_range)
+        examples, _ = task.read(data_dir / task.files["dev"])
     except (DataError, OSError, ValueError) as err:
         raise Unavailable(f"gold labels: {describe(err)}") from None
     return tuple(e.id for e in examples), np.array([e.label for e in examples], dtype=float)

@@ -1,26 +1,27 @@
-"""The ablation grid's rows, derived from the one table of extensions (``training.stages.EXTENSIONS``):
+"""The ablation grid's rows and budget, derived from the registry of extensions
+(``training.extensions.EXTENSIONS``):
 
-    python -m training.tools.grid          # one row a line: "<name> <run_multitask.py flags...>"
+    python -m training.tools.grid                  # one row a line: "<name> <run_multitask.py flags...>"
+    python -m training.tools.grid --budget         # the budget flags of every run, one a line
+    python -m training.tools.grid --stage_steps    # the flags that ablate.sh --stage_steps sets, one a line
 
 ``scripts/ablate.sh`` runs these rows: the PT (frozen encoder) and FT (fine-tuning, MEAN) baselines,
-the CLS control, each extension alone on CLS and on MEAN, every pair on MEAN, the ``VARIANTS``, the
-published best, all but the costly extensions on MEAN, and all on CLS and on MEAN. Pooling is always
-given so the table does not depend on the default.
+the CLS control, each extension alone on CLS and on MEAN, every pair on MEAN, the extensions'
+variants and the ``--rr exhaust`` one, the published best, all but the costly extensions on MEAN, and
+all on CLS and on MEAN. Pooling is always given so the table does not depend on the default.
 """
 from __future__ import annotations
 
 import itertools
 import sys
 
-from ..stages import EXTENSIONS, Extension
+from ..extensions import EXTENSIONS
+from ..extensions.base import Extension
 
-# Settings of one extension other than its default, each a row of its own on MEAN pooling.
-VARIANTS: tuple[tuple[str, list[str]], ...] = (
-    ("mean-joint-adaptive", ["--joint_loss", "--loss_weighting", "adaptive"]),
-    ("mean-joint-learned", ["--joint_loss", "--loss_weighting", "learned"]),
-    ("mean-smart-bregman", ["--smart", "--smart_bregman"]),
-    ("mean-rr-exhaust", ["--rr", "exhaust"]),
-)
+# The multi-task budget of every run (the extensions add theirs): one epoch of 30 round-robin steps.
+BUDGET = {"--epochs": "1", "--max_steps_per_epoch": "30"}
+# Settings of the round-robin scheduler other than its default, a row of its own on MEAN pooling.
+VARIANTS: tuple[tuple[str, list[str]], ...] = (("mean-rr-exhaust", ["--rr", "exhaust"]),)
 # The best combination of the CS224N default-project reports this grid follows.
 PUBLISHED = ("published", ["--pre_qqp", "--joint_loss", "--smart", "--scl"])
 
@@ -29,12 +30,13 @@ def grid_rows() -> list[tuple[str, list[str]]]:
     """``(row name, flags)`` for every row of the grid, in order."""
     def row(pooling: str, extensions: tuple[Extension, ...], name: str | None = None):
         name = name or "-".join([pooling, *(e.short for e in extensions)])
-        return name, ["--pooling", pooling, *(f"--{e.flag}" for e in extensions)]
+        return name, ["--pooling", pooling, *(f"--{e.name}" for e in extensions)]
 
     rows = [("pt", ["--option", "pretrain", "--pooling", "mean"]), row("mean", (), "ft"), row("cls", ())]
     rows += [row(pooling, (e,)) for pooling in ("cls", "mean") for e in EXTENSIONS]
     rows += [row("mean", pair) for pair in itertools.combinations(EXTENSIONS, 2)]
-    rows += [(name, ["--pooling", "mean", *flags]) for name, flags in (*VARIANTS, PUBLISHED)]
+    variants = [variant for e in EXTENSIONS for variant in e.variants] + list(VARIANTS)
+    rows += [(name, ["--pooling", "mean", *flags]) for name, flags in (*variants, PUBLISHED)]
     cheap = tuple(e for e in EXTENSIONS if not e.costly)
     costly = "-".join(e.short for e in EXTENSIONS if e.costly)
     rows += [row("mean", cheap, f"mean-all-but-{costly}"), row("cls", EXTENSIONS, "cls-all"),
@@ -42,9 +44,23 @@ def grid_rows() -> list[tuple[str, list[str]]]:
     return rows
 
 
-def main() -> int:
-    for name, flags in grid_rows():
-        print(" ".join([name, *flags]))
+def budget() -> dict[str, str]:
+    """Flag -> value of every grid run's budget: the multi-task epochs, then each extension's stage."""
+    return BUDGET | {flag: value for e in EXTENSIONS for flag, value in e.budget.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--budget"]:
+        lines = [word for flag, value in budget().items() for word in (flag, value)]
+    elif argv == ["--stage_steps"]:
+        lines = [e.steps_flag for e in EXTENSIONS if e.steps_flag]
+    elif not argv:
+        lines = [" ".join([name, *flags]) for name, flags in grid_rows()]
+    else:
+        print("usage: python -m training.tools.grid [--budget | --stage_steps]", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
     return 0
 
 

@@ -32,7 +32,7 @@ from sklearn.cluster import KMeans
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
 
-from data.readers import DataError, Example, read_examples, resolve_data_dir
+from data.readers import DataError, Example, resolve_data_dir
 
 from ..cli import run_command
 from ..config import DataConfig, TrainConfig, add_flags
@@ -145,8 +145,7 @@ def probe_scores(train_x, train_y, dev_x, dev_y, seed: int = DEFAULT_SEED) -> di
 
 def read_split(path: Path, task: Task):
     """``(examples, ReadReport)`` of a single-sentence task's labelled file; bad rows skipped and reported."""
-    examples, report = read_examples(path, task.text_columns, task.label_column, label_type=task.label_type,
-                                     num_classes=task.num_classes)
+    examples, report = task.read(path)
     if report.bad_rows:
         print(f"note: {report.summary()}", file=sys.stderr)
     if not examples:

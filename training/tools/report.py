@@ -4,7 +4,7 @@ and dev predictions.
     python -m training.tools.report predictions/ablate   # predictions/ablate/ablation.{md,csv}, ablation-forest.png
     python -m training.tools.report predictions/ --out results/table --sort name --bootstrap 0
 
-Columns: run, pooling, one on/off column per extension (``training.stages.EXTENSIONS``), seeds, one dev
+Columns: run, pooling, one on/off column per extension (``training.extensions.EXTENSIONS``), seeds, one dev
 metric per task trained, the average (``training.tasks.overall_score``), Δ vs FT with its 95 % interval,
 wall time and status. The rules (docs/ablation.md, "Reading the table", says why):
 
@@ -43,7 +43,7 @@ from minbert.atomic import write_text_atomic
 
 from ..cli import run_command
 from ..curves import MatplotlibMissing
-from ..stages import EXTENSIONS
+from ..extensions import EXTENSIONS
 from ..tasks import DEFAULT_TASKS, TASKS, overall_score
 from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
 
@@ -123,7 +123,7 @@ class RunRow:
                 _full(self.wall_minutes), self.status]
 
     def _label_cells(self) -> list[str]:
-        flags = ["" if self.flags is None else (ON if self.flags[e.flag] else OFF) for e in EXTENSIONS]
+        flags = ["" if self.flags is None else (ON if self.flags[e.name] else OFF) for e in EXTENSIONS]
         return [f"{self.run} ({self.baseline})" if self.baseline else self.run, self.pooling or "", *flags,
                 str(len(self.seed_runs)) if self.seed_runs else ""]
 
@@ -318,7 +318,7 @@ def read_run(folder: Path) -> RunRow:
     if not isinstance(data, dict):
         return RunRow(folder.name, "corrupt metrics.json", folder=folder)
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
-    flags = {e.flag: _is_on(find_flag(config, e.flag)) for e in EXTENSIONS}
+    flags = {e.name: _is_on(find_flag(config, e.name)) for e in EXTENSIONS}
     pooling, data_dir = find_flag(config, "pooling"), data.get("data_dir") or find_flag(config, "data_dir")
     wall = _number(data.get("wall_seconds"))
     row = RunRow(folder.name, _status(data), flags, None if pooling is None else str(pooling).upper(),

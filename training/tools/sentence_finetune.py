@@ -29,7 +29,6 @@ and CPU seconds, the loss curve and the mean loss of the first and of the last 1
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -40,8 +39,8 @@ import torch.nn.functional as F
 
 from data.batching import make_loader
 from data.readers import resolve_data_dir
-from minbert import AdamW
 
+from ..adamw import ParamSet, build_adamw
 from ..checkpoint import save_checkpoint
 from ..cli import run_command
 from ..config import DataConfig, ModelConfig, RunConfig, TrainConfig, add_flags, section_from_args
@@ -84,19 +83,19 @@ def execute(args: argparse.Namespace) -> int:
                          seed=config.train.seed, bucket=True)
     print(f"{task.name}: {len(examples)} training sentences from {train_file}; "
           f"encoder {encoder.source}; loss {args.loss}; device {device}", file=sys.stderr)
-    objective = SentenceObjective(model, loader, args.loss, task.name if args.loss == "ce" else None,
-                                  epochs=config.train.epochs, max_steps=args.max_steps, lr=config.train.lr,
-                                  head_lr=config.train.head_lr, weight_decay=config.train.weight_decay,
-                                  temperature=config.model.temp, device=device)
+    head = task.name if args.loss == "ce" else None
+    optimizer = build_adamw(config, [ParamSet(model.bert.named_parameters()),
+                                     ParamSet(model.heads.named_parameters(), lr=config.train.head_lr)], config.train.lr)
+    objective = SentenceObjective(model, loader, optimizer, config, args.loss, head, args.max_steps)
     train_started, cpu_started = time.time(), time.process_time()
     log = TrainingLoop(Precision("off", device), RunLog()).train(objective)
     log.update(seconds=round(time.time() - train_started, 1), cpu_seconds=round(time.process_time() - cpu_started, 1))
 
     tool = {"name": "sentence_finetune", "task": task.name, "loss": args.loss, "max_steps": args.max_steps}
     save_checkpoint(out / "checkpoint", model.state_dict(), bert.config,
-                    {**dataclasses.asdict(config), "tool": tool, "encoder": str(encoder.source)}, encoder.tokenizer)
+                    {**config.to_dict(), "tool": tool, "encoder": str(encoder.source)}, encoder.tokenizer)
     write_json(out / "metrics.json", {
-        "status": "finished", "tool": tool, "config": dataclasses.asdict(config), "encoder": str(encoder.source),
+        "status": "finished", "tool": tool, "config": config.to_dict(), "encoder": str(encoder.source),
         "device": str(device), "train_file": str(train_file), "rows": read_report.n_rows,
         "skipped": len(read_report.bad_rows), **log, "torch_threads": torch.get_num_threads(),
         "wall_seconds": round(time.time() - started, 1)})
@@ -140,20 +139,18 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 
 class SentenceObjective(Objective):
     """Labelled single-sentence batches with ``objective`` "ce" (``model.heads[head]`` + cross-entropy)
-    or "lcl" (``label_contrastive_loss`` on the pooled vectors; no head). One AdamW: the encoder at
-    ``lr``, the head (ce) at ``head_lr``. ``max_steps`` caps the batches of each epoch."""
+    or "lcl" (``label_contrastive_loss`` on the pooled vectors; no head), for the config's epochs.
+    ``optimizer``: the encoder at ``--lr``, the head (ce) at ``--head_lr``. ``max_steps`` caps the
+    batches of each epoch."""
 
     name = "sentence_finetune"
 
-    def __init__(self, model, loader, objective: str, head: str | None, *, epochs: int, max_steps: int | None,
-                 lr: float, head_lr: float, weight_decay: float, temperature: float, device: torch.device):
-        self.model, self.loader, self.objective, self.head = model, loader, objective, head
-        self.epochs, self.temperature, self.device = epochs, temperature, device
+    def __init__(self, model, loader, optimizer, config: RunConfig, objective: str, head: str | None,
+                 max_steps: int | None):
+        self.model, self.loader, self.optimizer, self.objective, self.head = model, loader, optimizer, objective, head
+        self.epochs, self.temperature = config.train.epochs, config.model.temp
+        self.device = next(model.parameters()).device
         self.per_epoch = len(loader) if max_steps is None else min(len(loader), max_steps)
-        groups = [{"params": [p for p in model.bert.parameters() if p.requires_grad], "lr": lr}]
-        if objective == "ce":
-            groups.append({"params": [p for p in model.heads[head].parameters() if p.requires_grad], "lr": head_lr})
-        self.optimizer = AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=weight_decay)
         self.losses: list[torch.Tensor] = []
 
     def batches(self):

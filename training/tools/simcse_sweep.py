@@ -34,11 +34,12 @@ from heads import POOLING_MODES
 from minbert.atomic import atomic_path, make_folder, write_text_atomic
 
 from ..cli import run_command
-from ..config import ContrastiveConfig, OutputConfig, RunConfig, add_flags
+from ..config import OutputConfig, RunConfig, add_flags
+from ..extensions.ucl import UclConfig
 from ..curves import MatplotlibMissing
 from ..outputs import read_metrics, write_json
 from ..resume import list_checkpoints
-from ..trainer import config_dict, run
+from ..trainer import run
 
 # The study's grid. SimCSE chose its learning rate among the same three values on STS-B dev (Gao et al.
 # 2021, Appendix A); its example script scores every 125 steps and truncates to 32 word pieces.
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"temperatures τ of the SimCSE loss (default: {' '.join(map(str, GRID['temp']))})")
     grid.add_argument("--pooling", nargs="+", choices=sorted(POOLING_MODES), default=GRID["pooling"],
                       metavar="MODE", help=f"sentence vectors (default: {' '.join(GRID['pooling'])})")
-    add_flags(parser, ContrastiveConfig, only=PASSED_THROUGH, title="every run", ucl_max_length=32, ucl_eval_every=125)
+    add_flags(parser, UclConfig, only=PASSED_THROUGH, title="every run", ucl_max_length=32, ucl_eval_every=125)
     add_flags(parser, OutputConfig, only=("out_dir",), title="output", out_dir="predictions/simcse_sweep")
     parser.add_argument("--dry_run", action="store_true", help="print each setting's command and run nothing")
     return parser
@@ -141,7 +142,7 @@ def run_setting(setting: Setting, config: RunConfig, run_dir: Path) -> int:
         code = run_command(lambda: run(config) and None)
     else:
         saved = read_metrics(run_dir)
-        differs = _differences(saved.get("config"), config_dict(config))
+        differs = _differences(saved.get("config"), config.to_dict())
         if differs:
             setting.status = f"not run: {run_dir} was run with other flags ({differs}); use another --out_dir"
         elif saved.get("status") == "finished":

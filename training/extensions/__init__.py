@@ -1,0 +1,52 @@
+"""The registry of extensions: every extension is one module of this package (its settings and
+flags, checks, stage or loss term, grid row and budget; ``base.Extension`` says what it can
+provide), and ``EXTENSIONS`` lists them. The run configuration, the trainer, ``--help``, the
+report's columns, the ablation grid and ``scripts/ablate.sh`` read this list and never an
+extension's name, so a new extension is a new module and its name added below.
+
+The functions here answer, from the registry, what a run needs: its stages and the data files they read.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Callable
+
+from ..tasks import TASKS
+from .base import Extension
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+
+# in stage order: the stages run in this order before multi-task training
+EXTENSIONS: tuple[Extension, ...] = tuple(import_module(f"{__name__}.{name}").EXTENSION for name in (
+    "ucl", "scl", "lcl", "pre_qqp", "joint_loss", "smart",
+))
+
+
+def enabled(config: RunConfig) -> list[Extension]:
+    return [e for e in EXTENSIONS if e.enabled(config)]
+
+
+def enabled_stages(config: RunConfig) -> list[tuple[str, Callable]]:
+    """(name, stage) of the stages before multi-task training that the flags switch on, in order."""
+    return [(e.name, e.stage) for e in enabled(config) if e.stage is not None]
+
+
+def splits_needed(config: RunConfig) -> dict[str, tuple[str, ...]]:
+    """Task -> the splits a run reads. Multi-task training reads every task's train, dev and (if
+    there is one) test file. The stages alone (``--epochs 0``) read only the training sets they build
+    their data from: none when their corpora come from files (``--ucl_data``, ``--scl_data``)."""
+    tasks = config.task_names()
+    if config.train.epochs > 0:
+        return {name: ("train", "dev", "test") for name in tasks}
+    read = set().union(*(e.reads(config) for e in enabled(config)))
+    return {name: ("train",) for name in tasks if name in read}
+
+
+def data_files_needed(config: RunConfig) -> list[str]:
+    """The files the run needs in the data directory (a task's test file is optional)."""
+    files = [TASKS[name].files[split] for name, splits in splits_needed(config).items()
+             for split in splits if split != "test"]
+    for extension in enabled(config):
+        files += [name for name in extension.extra_files(config) if name not in files]
+    return files

@@ -1,0 +1,42 @@
+"""The joint loss: each multi-task step takes one batch of every task and one optimizer step on the
+weighted sum of their losses, instead of one step per task batch. The weights are fixed, adaptive
+(from the last epoch's dev scores) or learned (uncertainty weighting): ``training/losses.py``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..flags import flag, per_task
+from ..losses import make_loss_weighting
+from .base import Extension
+
+
+@dataclass
+class JointLossConfig:
+    joint_loss: bool = flag(False, "one batch of every task, weighted sum of the losses, one optimizer step "
+                                   "(instead of one step per task batch)")
+    loss_weights: str | None = flag(None, "joint-loss weights, one per task of --tasks in its order, e.g. 1,2,1 "
+                                          "(default: 1 each)", type=str)
+    loss_weighting: str = flag("fixed", "joint-loss weights: fixed, adaptive (from last epoch's dev scores) or "
+                                        "learned (uncertainty weighting)", choices=["fixed", "adaptive", "learned"])
+
+
+def loss_weights(config) -> dict[str, float]:
+    """``--tasks sst,qqp,sts --loss_weights 1,2,1`` as ``{"sst": 1.0, "qqp": 2.0, "sts": 1.0}``."""
+    return per_task("loss_weights", config.joint_loss.loss_weights, config.task_names(), 1.0, float,
+                    lambda v: v >= 0, "non-negative numbers")
+
+
+class JointLoss(Extension):
+    name, settings, column, short = "joint_loss", JointLossConfig, "joint-loss", "joint"
+    variants = (("mean-joint-adaptive", ["--joint_loss", "--loss_weighting", "adaptive"]),
+                ("mean-joint-learned", ["--joint_loss", "--loss_weighting", "learned"]))
+
+    def check(self, config) -> None:
+        loss_weights(config)
+
+    def loss_weighting(self, config):
+        return make_loss_weighting(config.joint_loss.loss_weighting, config.task_names(), loss_weights(config))
+
+
+EXTENSION = JointLoss()

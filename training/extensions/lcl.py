@@ -1,0 +1,66 @@
+"""Label-contrastive fine-tuning (Khosla et al. 2020; Gunel et al. 2021): a stage before multi-task
+training on the training sentences of the first single-sentence classification task of ``--tasks``
+(SST by default): sentences of one class are pulled together, the others pushed apart
+(``losses.label_contrastive_loss``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..contrastive import ContrastiveStage, train_contrastive
+from ..flags import flag, optional_int
+from ..losses import label_contrastive_loss
+from ..tasks import TASKS
+from .base import Extension
+
+
+@dataclass
+class LclConfig:
+    lcl: bool = flag(False, "label-contrastive stage on the SST training sentences (same class = positive)")
+    lcl_epochs: int = flag(1, "label-contrastive epochs")
+    lcl_steps: int | None = flag(None, "cap on label-contrastive batches per epoch", type=optional_int)
+    lcl_batch_size: int = flag(32, "label-contrastive batch size")
+    lcl_lr: float = flag(3e-5, "label-contrastive learning rate")
+
+
+def lcl_task(config) -> str | None:
+    """The stage's task: the first single-sentence classification task of ``--tasks``."""
+    return next((name for name in config.task_names()
+                 if not TASKS[name].is_pair and TASKS[name].label_type == "class"), None)
+
+
+class LabelContrastive(Extension):
+    name, settings, column, short = "lcl", LclConfig, "LCL", "lcl"
+    budget, steps_flag, stages_alone = {"--lcl_epochs": "1", "--lcl_steps": "20"}, "--lcl_steps", True
+
+    def check(self, config) -> None:
+        c = config.lcl
+        for ok, message in ((c.lcl_epochs >= 1, "--lcl_epochs must be at least 1"),
+                            (c.lcl_batch_size >= 2, "--lcl_batch_size must be at least 2 (in-batch negatives)"),
+                            (c.lcl_lr > 0, "--lcl_lr must be positive"),
+                            (not c.lcl or lcl_task(config) is not None,
+                             "--lcl needs a single-sentence classification task (sst or cfimdb) in --tasks")):
+            if not ok:
+                raise ValueError(message)
+
+    def batch_sizes(self, config):
+        return [("--lcl_batch_size", config.lcl.lcl_batch_size)]
+
+    def reads(self, config) -> set[str]:
+        return {lcl_task(config)}
+
+    def stage(self, run) -> dict:
+        c, task = run.config.lcl, lcl_task(run.config)
+        examples = run.splits[task]["train"]
+        run.log(f"lcl: {len(examples)} labelled {task.upper()} sentences")
+
+        def loss_fn(inputs, batch):
+            embeddings = run.forward_model(None, inputs)[0]
+            return label_contrastive_loss(embeddings, batch["labels"].to(run.device), run.config.model.temp)
+
+        source = f"the {task} training set ({TASKS[task].files['train']})"
+        return train_contrastive(run, ContrastiveStage("lcl", examples, source, "sentence", loss_fn, c.lcl_epochs,
+                                                       c.lcl_steps, c.lcl_batch_size, c.lcl_lr))
+
+
+EXTENSION = LabelContrastive()

@@ -1,0 +1,80 @@
+"""Supervised SimCSE (Gao et al. 2021, §4): a stage before multi-task training on (anchor, positive,
+hard negative) triples; every in-batch positive and hard negative is a candidate, the anchor's own
+hard negative weighted α (``losses.info_nce``). The triples come from ``--scl_data`` (the SimCSE NLI
+layout) or are built from the QQP duplicates and the STS pairs scored ≥ 4.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from data.contrastive import read_triples, triples_from_pairs
+from data.readers import DataError
+
+from ..contrastive import ContrastiveStage, train_contrastive
+from ..flags import flag, optional_int
+from ..losses import info_nce
+from .base import Extension
+
+
+@dataclass
+class SclConfig:
+    scl: bool = flag(False, "supervised SimCSE stage (positives and hard negatives)")
+    scl_data: str | None = flag(None, "CSV of sent0,sent1,hard_neg triples (default: built from QQP and STS "
+                                      "training pairs)", type=str)
+    scl_epochs: int = flag(1, "supervised SimCSE epochs")
+    scl_steps: int | None = flag(None, "cap on supervised SimCSE batches per epoch", type=optional_int)
+    scl_batch_size: int = flag(16, "supervised SimCSE batch size")
+    scl_lr: float = flag(3e-5, "supervised SimCSE learning rate")
+    hard_negative_weight: float = flag(1.0, "alpha: weight of each anchor's own hard negative")
+
+
+class SupervisedSimCSE(Extension):
+    name, settings, column, short = "scl", SclConfig, "S-CL", "scl"
+    budget, steps_flag, stages_alone = {"--scl_epochs": "1", "--scl_steps": "20"}, "--scl_steps", True
+
+    def check(self, config) -> None:
+        c = config.scl
+        for ok, message in ((c.scl_epochs >= 1, "--scl_epochs must be at least 1"),
+                            (c.scl_batch_size >= 2, "--scl_batch_size must be at least 2 (in-batch negatives)"),
+                            (c.scl_lr > 0, "--scl_lr must be positive"),
+                            (c.hard_negative_weight > 0, "--hard_negative_weight must be positive"),
+                            (not c.scl or c.scl_data or {"qqp", "sts"} <= set(config.task_names()),
+                             "--scl builds its triples from QQP and STS pairs: add qqp and sts to --tasks, or give "
+                             "--scl_data")):
+            if not ok:
+                raise ValueError(message)
+
+    def check_files(self, config) -> None:
+        c = config.scl
+        if c.scl and c.scl_data and not Path(c.scl_data).is_file():
+            raise DataError(f"--scl_data {c.scl_data}: no such file")
+
+    def batch_sizes(self, config):
+        return [("--scl_batch_size", config.scl.scl_batch_size)]
+
+    def reads(self, config) -> set[str]:
+        return set() if config.scl.scl_data else {"qqp", "sts"}
+
+    def stage(self, run) -> dict:
+        c = run.config.scl
+        if c.scl_data:
+            triples, report = read_triples(c.scl_data)
+            source = f"--scl_data {c.scl_data}"
+            if report.bad_rows:
+                run.log.result(f"warning: {report.summary()}")
+        else:
+            triples = triples_from_pairs(run.splits["qqp"]["train"], run.splits["sts"]["train"],
+                                         seed=run.config.train.seed)
+            source = "QQP duplicates and STS pairs scored >= 4"
+        run.log(f"scl: {len(triples)} triples from {source}")
+
+        def loss_fn(inputs, batch):
+            anchors, positives, negatives = run.forward_model(None, inputs)
+            return info_nce(anchors, positives, run.config.model.temp, negatives, c.hard_negative_weight)
+
+        return train_contrastive(run, ContrastiveStage("scl", triples, source, "triple", loss_fn, c.scl_epochs,
+                                                       c.scl_steps, c.scl_batch_size, c.scl_lr))
+
+
+EXTENSION = SupervisedSimCSE()

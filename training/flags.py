@@ -1,0 +1,76 @@
+"""Settings dataclasses whose fields are command-line flags.
+
+A field made with ``flag`` carries its help (and ``choices`` / ``type``) in its metadata;
+``add_flags`` turns a dataclass into one argparse group and ``section_from_args`` fills it back, so a
+flag has exactly one home: a field of one settings dataclass (``training/config.py`` for the core,
+the extension's own module for an extension).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import field
+
+
+def flag(default, help: str, choices=None, type=None):
+    """A dataclass field that is also a command-line flag."""
+    meta = {"help": help, "choices": choices, "type": type}
+    return field(default=default, metadata={key: value for key, value in meta.items() if value is not None})
+
+
+def optional_float(text: str, convert=float, what: str = "number") -> float | None:
+    """A flag value that is a number or ``none`` (the setting off)."""
+    if text.lower() == "none":
+        return None
+    try:
+        return convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a {what} nor 'none'") from None
+
+
+def optional_int(text: str) -> int | None:
+    """A count that is a whole number or ``none`` (no cap)."""
+    return optional_float(text, int, "whole number")
+
+
+def per_task(flag_name: str, text: str | None, names: list[str], default, convert, ok, what: str) -> dict:
+    """A comma-separated flag value with one entry per task of ``--tasks`` (``names``; ``default`` each
+    when not given), as task -> value; one error line naming the flag otherwise."""
+    if text is None:
+        return {name: default for name in names}
+    try:
+        values = [convert(p) for p in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != len(names) or not all(ok(v) for v in values):
+        raise ValueError(f"--{flag_name} must be {len(names)} {what}, one per task of --tasks "
+                         f"({','.join(names)}), got {text!r}")
+    return dict(zip(names, values))
+
+
+def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, ...] | None = None,
+              title: str | None = None, **overrides) -> None:
+    """One flag per field of the settings dataclass ``section`` (or of the fields named in ``only``),
+    in an argument group; the help ends with the default. ``overrides`` replace defaults,
+    so a side tool can share a flag's home but start from another value."""
+    group = parser.add_argument_group(title or section.__name__.removesuffix("Config").lower())
+    for f in dataclasses.fields(section):
+        if only is not None and f.name not in only:
+            continue
+        meta = dict(f.metadata)
+        default = overrides.get(f.name, f.default)
+        if f.type in (bool, "bool", "bool | None"):
+            group.add_argument(f"--{f.name}", action="store_true", default=default, help=meta["help"])
+            group.add_argument(f"--no_{f.name}", action="store_false", dest=f.name, default=default,
+                               help=argparse.SUPPRESS)  # every switch has its off form
+            continue
+        if default is not None or "default" not in meta["help"]:  # else the help says what None means
+            meta["help"] += f" (default: {'none' if default is None else default})"
+        kind = meta.pop("type", None) or type(f.default)
+        group.add_argument(f"--{f.name}", type=kind, default=default, **meta)
+
+
+def section_from_args(section: type, args: argparse.Namespace, **values):
+    """The dataclass ``section`` filled from parsed flags (fields without a flag keep their default)."""
+    given = vars(args)
+    return section(**{f.name: given[f.name] for f in dataclasses.fields(section) if f.name in given} | values)
