@@ -32,6 +32,13 @@ class ContrastiveStage:
     sts_dev: object = None          # ucl's STS dev curve (``--ucl_eval_every``), or None
 
 
+def budget_checks(name: str, epochs: int, batch_size: int, lr: float) -> list[tuple[bool, str]]:
+    """The checks every contrastive stage's ``--<name>_epochs``, ``_batch_size`` and ``_lr`` must pass."""
+    return [(epochs >= 1, f"--{name}_epochs must be at least 1"),
+            (batch_size >= 2, f"--{name}_batch_size must be at least 2 (in-batch negatives)"),
+            (lr > 0, f"--{name}_lr must be positive")]
+
+
 def train_contrastive(run: Run, stage: ContrastiveStage) -> dict:
     """Train the encoder on ``stage``. ``ContrastiveObjective`` leaves out a batch of one, so fewer
     than 2 examples would make a stage of no step: an error."""

@@ -136,11 +136,7 @@ class TrainingLoop:
             if epoch <= len(history):  # this epoch had ended before the crash
                 continue
             clock.catch_up()
-            record = {"epoch": epoch,
-                      "train_loss": {k: sum(v) / max(len(v), 1) for k, v in current["losses"].items()},
-                      "train_steps": current["steps"], "train_seconds": round(current["seconds"], 1),
-                      "train_examples": current["examples"],
-                      "train_examples_per_second": per_second(current["examples"], current["seconds"])}
+            record = epoch_record(current)
             history.append(record)
             tail = objective.end_epoch(record, progress)
             log.result(f"{objective.log_prefix}epoch {epoch}: train loss "
@@ -207,6 +203,15 @@ def warmup_then_linear_decay(warmup_ratio: float):
             return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
         return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     return schedule
+
+
+def epoch_record(current: dict) -> dict:
+    """An ended epoch's training figures (its entry of ``progress["epochs"]``) from its running totals."""
+    return {"epoch": current["epoch"],
+            "train_loss": {k: sum(v) / max(len(v), 1) for k, v in current["losses"].items()},
+            "train_steps": current["steps"], "train_seconds": round(current["seconds"], 1),
+            "train_examples": current["examples"],
+            "train_examples_per_second": per_second(current["examples"], current["seconds"])}
 
 
 def per_second(count: int, seconds: float) -> float | None:

@@ -62,11 +62,12 @@ class TrainingClock:
     registered by hand, so nothing can be forgotten."""
 
     def __init__(self, model: torch.nn.Module | None, run_dir: Path | None, config: dict, save_every: int = 0,
-                 keep: int = 2, resume: "Checkpoint | None" = None, best_dir: Path | None = None,
-                 enabled: bool = True, log: Callable[[str], None] = print):
+                 keep: int = 2, resume: "Checkpoint | None" = None, enabled: bool = True,
+                 log: Callable[[str], None] = print):
         self.model, self.run_dir, self.config = model, run_dir, config
         self.save_every, self.keep, self.enabled, self.log = save_every, keep, enabled, log
-        self.best_dir = best_dir    # the run's checkpoint/ folder, whose weights files are linked
+        # the run's checkpoint/ folder (the best epoch's weights), whose files a checkpoint links
+        self.best_dir = run_dir / "checkpoint" if run_dir is not None else None
         self.components: dict[str, object] = {}   # roots of the resumable state, e.g. {"run": run}
         self.step, self.stage, self.progress = 0, None, {}
         self.finished_stages: dict[str, dict] = resume.state["finished_stages"] if resume else {}

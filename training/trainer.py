@@ -216,8 +216,7 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
         f"(option {config.model.option})")
     forward_model = set_speed(model, config, place, device)
     clock = TrainingClock(model, folder.dir, config.to_dict(), config.output.save_every,
-                          config.output.keep_checkpoints, resume=resume, best_dir=folder.dir / "checkpoint",
-                          enabled=folder.write.enabled, log=log)
+                          config.output.keep_checkpoints, resume=resume, enabled=folder.write.enabled, log=log)
     regularizers = [r for r in (e.regularizer(config, model) for e in enabled(config)) if r is not None]
     task_loss = TaskLoss(model, device, regularizers, weighting, forward_model, place)
     loop = TrainingLoop(precision, log, clock, t.max_grad_norm, grad_accum=t.grad_accum,

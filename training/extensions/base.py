@@ -26,9 +26,16 @@ class Extension:
     def enabled(self, config: RunConfig) -> bool:
         return bool(getattr(config.section(self.name), self.name))
 
+    def checks(self, config: RunConfig) -> list[tuple[bool, str]]:
+        """(condition, one line naming the flag) for each setting that must hold. Checked whether the
+        extension is on or not, so a bad value is caught before it is used."""
+        return []
+
     def check(self, config: RunConfig) -> None:
-        """Raise ValueError (one line naming the flag) on a setting that makes no sense; called
-        whether the extension is on or not, so a bad value is caught before it is used."""
+        """Raise ValueError with the message of the first of ``checks`` that fails."""
+        for ok, message in self.checks(config):
+            if not ok:
+                raise ValueError(message)
 
     def check_files(self, config: RunConfig) -> None:
         """Raise DataError when a file its flags name is missing (before the run folder exists)."""

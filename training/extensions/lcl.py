@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contrastive import ContrastiveStage, train_contrastive
+from ..contrastive import ContrastiveStage, budget_checks, train_contrastive
 from ..flags import flag, optional_int
 from ..losses import label_contrastive_loss
 from ..tasks import TASKS
@@ -33,15 +33,11 @@ class LabelContrastive(Extension):
     name, settings, column, short = "lcl", LclConfig, "LCL", "lcl"
     budget, steps_flag, stages_alone = {"--lcl_epochs": "1", "--lcl_steps": "20"}, "--lcl_steps", True
 
-    def check(self, config) -> None:
+    def checks(self, config) -> list[tuple[bool, str]]:
         c = config.lcl
-        for ok, message in ((c.lcl_epochs >= 1, "--lcl_epochs must be at least 1"),
-                            (c.lcl_batch_size >= 2, "--lcl_batch_size must be at least 2 (in-batch negatives)"),
-                            (c.lcl_lr > 0, "--lcl_lr must be positive"),
-                            (not c.lcl or lcl_task(config) is not None,
-                             "--lcl needs a single-sentence classification task (sst or cfimdb) in --tasks")):
-            if not ok:
-                raise ValueError(message)
+        return [*budget_checks("lcl", c.lcl_epochs, c.lcl_batch_size, c.lcl_lr),
+                (not c.lcl or lcl_task(config) is not None,
+                 "--lcl needs a single-sentence classification task (sst or cfimdb) in --tasks")]
 
     def batch_sizes(self, config):
         return [("--lcl_batch_size", config.lcl.lcl_batch_size)]

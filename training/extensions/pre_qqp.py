@@ -22,17 +22,15 @@ class PreQqp(Extension):
     name, settings, column, short = "pre_qqp", PreQqpConfig, "pre-QQP", "preqqp"
     budget, steps_flag = {"--pre_qqp_epochs": "1", "--pre_qqp_steps": "20"}, "--pre_qqp_steps"
 
-    def check(self, config) -> None:
+    def checks(self, config) -> list[tuple[bool, str]]:
         c = config.pre_qqp
-        for ok, message in ((c.pre_qqp_epochs >= 1, "--pre_qqp_epochs must be at least 1"),
-                            (c.pre_qqp_steps is None or c.pre_qqp_steps >= 1, "--pre_qqp_steps must be at least 1"),
-                            (not (c.pre_qqp and config.train.epochs == 0),
-                             "--pre_qqp trains the paraphrase head, which a run with --epochs 0 does not keep (it "
-                             "keeps the encoder alone); train at least one epoch"),
-                            (not c.pre_qqp or "qqp" in config.task_names(),
-                             "--pre_qqp trains the qqp task: add qqp to --tasks")):
-            if not ok:
-                raise ValueError(message)
+        return [(c.pre_qqp_epochs >= 1, "--pre_qqp_epochs must be at least 1"),
+                (c.pre_qqp_steps is None or c.pre_qqp_steps >= 1, "--pre_qqp_steps must be at least 1"),
+                (not (c.pre_qqp and config.train.epochs == 0),
+                 "--pre_qqp trains the paraphrase head, which a run with --epochs 0 does not keep (it "
+                 "keeps the encoder alone); train at least one epoch"),
+                (not c.pre_qqp or "qqp" in config.task_names(),
+                 "--pre_qqp trains the qqp task: add qqp to --tasks")]
 
     def reads(self, config) -> set[str]:
         return {"qqp"}

@@ -11,7 +11,7 @@ from pathlib import Path
 from data.contrastive import read_triples, triples_from_pairs
 from data.readers import DataError
 
-from ..contrastive import ContrastiveStage, train_contrastive
+from ..contrastive import ContrastiveStage, budget_checks, train_contrastive
 from ..flags import flag, optional_int
 from ..losses import info_nce
 from .base import Extension
@@ -33,17 +33,13 @@ class SupervisedSimCSE(Extension):
     name, settings, column, short = "scl", SclConfig, "S-CL", "scl"
     budget, steps_flag, stages_alone = {"--scl_epochs": "1", "--scl_steps": "20"}, "--scl_steps", True
 
-    def check(self, config) -> None:
+    def checks(self, config) -> list[tuple[bool, str]]:
         c = config.scl
-        for ok, message in ((c.scl_epochs >= 1, "--scl_epochs must be at least 1"),
-                            (c.scl_batch_size >= 2, "--scl_batch_size must be at least 2 (in-batch negatives)"),
-                            (c.scl_lr > 0, "--scl_lr must be positive"),
-                            (c.hard_negative_weight > 0, "--hard_negative_weight must be positive"),
-                            (not c.scl or c.scl_data or {"qqp", "sts"} <= set(config.task_names()),
-                             "--scl builds its triples from QQP and STS pairs: add qqp and sts to --tasks, or give "
-                             "--scl_data")):
-            if not ok:
-                raise ValueError(message)
+        return [*budget_checks("scl", c.scl_epochs, c.scl_batch_size, c.scl_lr),
+                (c.hard_negative_weight > 0, "--hard_negative_weight must be positive"),
+                (not c.scl or c.scl_data or {"qqp", "sts"} <= set(config.task_names()),
+                 "--scl builds its triples from QQP and STS pairs: add qqp and sts to --tasks, or give "
+                 "--scl_data")]
 
     def check_files(self, config) -> None:
         c = config.scl

@@ -14,7 +14,7 @@ from data.contrastive import read_sentences, sentences_from_examples
 from data.readers import DataError
 from data.senteval import PairDataset, load_dataset
 
-from ..contrastive import ContrastiveStage, train_contrastive
+from ..contrastive import ContrastiveStage, budget_checks, train_contrastive
 from ..flags import flag, optional_int
 from ..losses import info_nce
 from ..resume import rng_state, set_rng_state
@@ -47,15 +47,11 @@ class UnsupervisedSimCSE(Extension):
     name, settings, column, short = "ucl", UclConfig, "U-CL", "ucl"
     budget, steps_flag, stages_alone = {"--ucl_epochs": "1", "--ucl_steps": "20"}, "--ucl_steps", True
 
-    def check(self, config) -> None:
+    def checks(self, config) -> list[tuple[bool, str]]:
         c = config.ucl
-        for ok, message in ((c.ucl_epochs >= 1, "--ucl_epochs must be at least 1"),
-                            (c.ucl_batch_size >= 2, "--ucl_batch_size must be at least 2 (in-batch negatives)"),
-                            (c.ucl_lr > 0, "--ucl_lr must be positive"),
-                            (c.ucl_max_length is None or c.ucl_max_length >= 3, "--ucl_max_length must be at least 3"),
-                            (c.ucl_eval_every >= 0, "--ucl_eval_every must not be negative")):
-            if not ok:
-                raise ValueError(message)
+        return [*budget_checks("ucl", c.ucl_epochs, c.ucl_batch_size, c.ucl_lr),
+                (c.ucl_max_length is None or c.ucl_max_length >= 3, "--ucl_max_length must be at least 3"),
+                (c.ucl_eval_every >= 0, "--ucl_eval_every must not be negative")]
 
     def check_files(self, config) -> None:
         c = config.ucl
