@@ -14,8 +14,9 @@ import io
 import math
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 HOW_TO_SUPPLY = ("Put the CS224N CSVs there, or point --data_dir / MINBERT_DATA at a folder holding them "
                  "(for example ../shared/data/multitask)")
@@ -95,6 +96,7 @@ def read_examples(path: str | Path, text_columns: Sequence[str], label_column: s
     wanted = [id_column, *text_columns] + ([label_column] if label_column is not None else [])
     index = column_indices(path, header, wanted)
 
+    label_of = partial(_parse_label, label_type=label_type, num_classes=num_classes, score_range=score_range)
     examples: list[Example] = []
     report = ReadReport(path=path, n_rows=0)
     first_line: dict[str, int] = {}  # id -> line of the row kept with it
@@ -103,7 +105,7 @@ def read_examples(path: str | Path, text_columns: Sequence[str], label_column: s
             continue
         report.n_rows += 1
         parsed = row if isinstance(row, BadRow) else _parse_row(
-            row, line, header, index, text_columns, label_column, id_column, label_type, num_classes, score_range)
+            row, line, header, index, text_columns, label_column, id_column, label_of)
         if isinstance(parsed, Example) and parsed.id in first_line:
             # ids key the prediction files, so a second row with the same id is a bad row
             parsed = BadRow(line, id_column, f"duplicate id {parsed.id!r} (first on line {first_line[parsed.id]})")
@@ -203,9 +205,10 @@ def column_indices(path: Path, header: list[str], wanted: Sequence[str]) -> dict
 
 
 def _parse_row(row: list[str], line: int, header: list[str], index: dict[str, int], text_columns: Sequence[str],
-               label_column: str | None, id_column: str, label_type: str, num_classes: int | None,
-               score_range: tuple[float, float] | None) -> Example | BadRow:
-    """Validate one row; the first problem found (in column order id, texts, label) is reported."""
+               label_column: str | None, id_column: str, label_of: Callable[[str], int | float | str]
+               ) -> Example | BadRow:
+    """Validate one row; the first problem found (in column order id, texts, label) is reported.
+    ``label_of`` turns the label field into the label, or a string saying why it is invalid."""
     if len(row) > len(header):
         return BadRow(line, "row", f"{len(row)} fields, header has {len(header)}")
     for name, i in index.items():
@@ -222,7 +225,7 @@ def _parse_row(row: list[str], line: int, header: list[str], index: dict[str, in
         texts.append(text)
     label: int | float | None = None
     if label_column is not None:
-        label = _parse_label(row[index[label_column]], label_type, num_classes, score_range)
+        label = label_of(row[index[label_column]])
         if isinstance(label, str):
             return BadRow(line, label_column, label)
     return Example(id=example_id, texts=tuple(texts), label=label, line=line)

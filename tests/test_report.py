@@ -64,10 +64,10 @@ def rows():
 
 
 def test_columns_are_the_extensions_seeds_tasks_comparison_wall_time_and_status(rows):
-    assert COLUMNS == ["run", "pooling", "U-CL", "S-CL", "LCL", "pre-QQP", "joint-loss", "SMART", "seeds",
-                       "SST acc", "QQP acc", "STS Pearson", "average", "Δ vs FT", "95% CI", "wall (min)", "status"]
+    assert COLUMNS == ["run", "pooling", "U-CL", "S-CL", "LCL", "pre-QQP", "joint-loss", "SMART", "distill",
+                       "seeds", "SST acc", "QQP acc", "STS Pearson", "average", "Δ vs FT", "95% CI", "wall (min)", "status"]
     assert columns(["cfimdb"])[-7:] == ["seeds", "CFIMDB acc", "average", "Δ vs FT", "95% CI", "wall (min)", "status"]
-    assert csv_columns() == [*COLUMNS[:9], "SST acc", "SST acc std", "QQP acc", "QQP acc std", "STS Pearson",
+    assert csv_columns() == [*COLUMNS[:10], "SST acc", "SST acc std", "QQP acc", "QQP acc std", "STS Pearson",
                              "STS Pearson std", "average", "average std", "Δ vs FT", "95% CI low", "95% CI high",
                              "95% CI excludes 0", "wall (min)", "status"]
     table = markdown_rows(render_markdown(rows))
@@ -510,7 +510,9 @@ def test_ablate_grid_rows_come_from_the_extension_table():
     n, variants = len(EXTENSIONS), [v for e in EXTENSIONS for v in e.variants] + list(VARIANTS)
     assert len(rows) == 3 + 2 * n + n * (n - 1) // 2 + len(variants) + 1 + 3 and len(set(names)) == len(rows)
     assert names[:3] == ["pt", "ft", "cls"] and "--option" in rows[0] and "pretrain" in rows[0]
-    assert "mean-preqqp" in names and "mean-ucl-preqqp" in names and "mean-all-but-smart" in names
+    costly = "-".join(e.short for e in EXTENSIONS if e.costly)
+    assert "mean-preqqp" in names and "mean-ucl-preqqp" in names and f"mean-all-but-{costly}" in names
+    assert costly.startswith("smart")
     extensions = {f"--{e.name}" for e in EXTENSIONS}
     assert "--lcl" in extensions
     for row in rows[2:]:

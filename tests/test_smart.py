@@ -11,7 +11,7 @@ import torch
 
 from heads import MultitaskBert, PairHead, SentimentHead
 from minbert import BertConfig, BertModel
-from training.smart import BregmanProximal, EmbeddingNoise, divergence, smart_loss
+from training.smart import Ascent, BregmanProximal, EmbeddingNoise, divergence, smart_loss
 from training.tasks import TASKS
 
 
@@ -41,11 +41,11 @@ PAIR = [_sentence(3, 5, seed=2), _sentence(3, 7, seed=3)]
 INPUTS = {"sst": SINGLE, "qqp": PAIR, "sts": PAIR}
 
 
-def _regulariser(model, task, seed=0, **kwargs):
+def _regulariser(model, task, seed=0, **ascent):
     inputs = INPUTS[task]
     clean = model(task, inputs)
     torch.manual_seed(seed)
-    return smart_loss(model, task, inputs, clean, TASKS[task].divergence, **kwargs)
+    return smart_loss(model, task, inputs, clean, TASKS[task].divergence, ascent=Ascent(**ascent))
 
 
 # ----------------------------------------------------------------------------- divergence
@@ -158,7 +158,7 @@ def test_gradient_reaches_the_model_through_the_clean_output_too(task):
     model = _model()
     clean = model(task, INPUTS[task]).detach().requires_grad_()
     torch.manual_seed(0)
-    loss = smart_loss(model, task, INPUTS[task], clean, TASKS[task].divergence, eps=1e-2)
+    loss = smart_loss(model, task, INPUTS[task], clean, TASKS[task].divergence, ascent=Ascent(eps=1e-2))
     (grad,) = torch.autograd.grad(loss, clean)
     assert grad.abs().sum() > 0
 
@@ -171,7 +171,7 @@ def test_regulariser_value_is_weight_times_the_divergence_at_the_noise(task):
     adversarial = EmbeddingNoise(eps=1e-2).run(model, task, INPUTS[task], track=False)
     expected = 0.25 * divergence(adversarial, clean, TASKS[task].divergence).item()
     torch.manual_seed(7)   # smart_loss draws the same noise
-    got = smart_loss(model, task, INPUTS[task], clean, TASKS[task].divergence, weight=0.25, eps=1e-2, steps=0)
+    got = smart_loss(model, task, INPUTS[task], clean, TASKS[task].divergence, 0.25, Ascent(eps=1e-2, steps=0))
     assert got.item() == pytest.approx(expected, rel=1e-9)
 
 

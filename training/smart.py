@@ -17,6 +17,7 @@ regulariser lets gradients reach the model through both the perturbed and the cl
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -44,11 +45,20 @@ def divergence(perturbed: torch.Tensor, clean: torch.Tensor, kind: str) -> torch
     return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1).mean()
 
 
+@dataclass(frozen=True)
+class Ascent:
+    """The search for the adversarial noise (SMART Algorithm 1, lines 4–8): σ = ``eps``, the std of
+    the initial noise; η = ``step``; T_x̃ = ``steps``; ``eps_norm`` keeps the step's normalisation finite."""
+    eps: float = 1e-5
+    step: float = 1e-3
+    steps: int = 1
+    eps_norm: float = 1e-6
+
+
 def smart_loss(model: nn.Module, head_name: str, inputs: list[dict], clean_output: torch.Tensor,
-               kind: str, weight: float = 0.5, eps: float = 1e-5, step: float = 1e-3,
-               steps: int = 1, eps_norm: float = 1e-6) -> torch.Tensor:
+               kind: str, weight: float = 0.5, ascent: Ascent = Ascent()) -> torch.Tensor:
     """λ_s · R_s(θ), the smoothness-inducing adversarial regulariser (SMART §3.1, Eq. 3; Algorithm 1
-    lines 4–8, with λ_s = ``weight``, σ = ``eps``, η = ``step``, T_x̃ = ``steps``).
+    lines 4–8, with λ_s = ``weight`` and the noise search ``ascent``).
 
     The embeddings output of every sentence of the task (both of a pair) gets its own Gaussian noise
     δ ~ N(0, σ²I). Each ascent step maximises ``divergence(f(x + δ), f(x).detach())`` over δ only,
@@ -64,13 +74,13 @@ def smart_loss(model: nn.Module, head_name: str, inputs: list[dict], clean_outpu
     authors' code; noise at padding positions is harmless (padding keys are masked in attention).
     """
     _check_kind(kind)
-    noise = EmbeddingNoise(eps)
+    noise = EmbeddingNoise(ascent.eps)
     target = clean_output.detach()
-    for _ in range(steps):
+    for _ in range(ascent.steps):
         adversarial = noise.run(model, head_name, inputs, track=True)
         grads = torch.autograd.grad(divergence(adversarial, target, kind), noise.tensors,
                                     materialize_grads=True)
-        noise.ascend(grads, step, eps_norm)
+        noise.ascend(grads, ascent.step, ascent.eps_norm)
     adversarial = noise.run(model, head_name, inputs, track=False)
     return weight * _two_sided(adversarial, clean_output, kind)
 

@@ -1,5 +1,6 @@
 """The loss of one supervised step on task batches, shared by QQP pre-training and multi-task
-training: each task's loss (from its ``Task`` row), plus the terms of the extensions that add one
+training: each task's loss (from its ``Task`` row) against the gold labels or the targets an
+extension makes of them (``targets``), plus the terms of the extensions that add one
 (``regularizers``, e.g. SMART), combined by a loss weighting when a step holds one batch of every
 task (the joint loss). Round-robin training passes one task's batch; the joint loss passes one batch
 of every task. The optimizer step itself is the training loop's (``training/loop.py``).
@@ -19,6 +20,7 @@ class TaskLoss:
                  forward_model=None, place: Distributed = Distributed()):
         self.model, self.device, self.weighting, self.place = model, device, weighting, place
         self.regularizers = tuple(regularizers)   # each adds its term to every task loss, in this order
+        self.targets: tuple = ()                  # each replaces the labels by its targets, in this order
         # the clean forward goes through the DistributedDataParallel wrapper when there is one;
         # the regularizers' extra passes use the model itself (their gradients join the same backward)
         self.forward_model = forward_model if forward_model is not None else model
@@ -44,7 +46,10 @@ class TaskLoss:
         model's output on the batch and the batch on the device, when already computed."""
         inputs = self.inputs(batch) if inputs is None else inputs
         output = self.forward_model(name, inputs) if output is None else output
-        loss = TASKS[name].loss(output, batch["labels"].to(self.device))
+        labels = batch["labels"].to(self.device)
+        for make_targets in self.targets:
+            labels = make_targets(name, batch, labels)
+        loss = TASKS[name].loss(output, labels)
         for regularizer in self.regularizers:
             loss = regularizer.add(loss, name, inputs, output)
         return loss
@@ -58,5 +63,6 @@ class TaskLoss:
             average_gradients(self.weighting.parameters(), self.place)
 
     def after_step(self) -> None:
-        for regularizer in self.regularizers:
-            regularizer.after_step()
+        for hook in (*self.targets, *self.regularizers):
+            if hasattr(hook, "after_step"):
+                hook.after_step()

@@ -224,6 +224,7 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
     run = Run(config, model, forward_model, inputs.splits, loader_for(config, inputs.tokenizer, place), device, log,
               optimizer, task_loss, loop, epoch_saver(folder, model, inputs.tokenizer), inputs.tokenizer,
               inputs.data_dir)
+    task_loss.targets = tuple(t for t in (e.targets(run) for e in enabled(config)) if t is not None)
     clock.components = {"run": run}
     return run
 

@@ -67,3 +67,9 @@ class Extension:
         """An object with ``add(loss, task, inputs, output) -> loss`` (and ``after_step()``) that adds a
         term to every task loss, or None."""
         return None
+
+    def targets(self, run: Run):
+        """An object with ``__call__(task, batch, labels) -> targets`` (and ``after_step()``) that
+        replaces the gold labels of every task batch by the targets the task loss is taken against
+        (e.g. mixed with a teacher's predictions), or None. Made once the run's parts exist."""
+        return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..flags import flag
-from ..smart import BregmanProximal, smart_loss
+from ..smart import Ascent, BregmanProximal, smart_loss
 from ..tasks import TASKS
 from .base import Extension
 
@@ -47,13 +47,13 @@ class SmartRegularizer:
 
     def __init__(self, model, settings: SmartConfig):
         self.model, self.settings = model, settings
+        self.ascent = Ascent(settings.smart_eps, settings.smart_step, settings.smart_steps, settings.smart_eps_norm)
         self.bregman = (BregmanProximal(model, mu=settings.smart_mu, beta=settings.smart_beta)
                         if settings.smart_bregman else None)
 
     def add(self, loss, task: str, inputs: list[dict], output):
         s, kind = self.settings, TASKS[task].divergence
-        loss = loss + smart_loss(self.model, task, inputs, output, kind, weight=s.smart_weight, eps=s.smart_eps,
-                                 step=s.smart_step, steps=s.smart_steps, eps_norm=s.smart_eps_norm)
+        loss = loss + smart_loss(self.model, task, inputs, output, kind, s.smart_weight, self.ascent)
         if self.bregman is not None:
             loss = loss + self.bregman.penalty(output, task, inputs, kind)
         return loss
