@@ -108,7 +108,8 @@ def read_examples(path: str | Path, text_columns: Sequence[str], label_column: s
             row, line, header, index, text_columns, label_column, id_column, label_of)
         if isinstance(parsed, Example) and parsed.id in first_line:
             # ids key the prediction files, so a second row with the same id is a bad row
-            parsed = BadRow(line, id_column, f"duplicate id {parsed.id!r} (first on line {first_line[parsed.id]})")
+            parsed = BadRow(line, id_column, f"duplicate id {clip(repr(parsed.id))} (first on line "
+                                             f"{first_line[parsed.id]})")
         if isinstance(parsed, Example):
             first_line[parsed.id] = line
             examples.append(parsed)
@@ -197,7 +198,7 @@ def column_indices(path: Path, header: list[str], wanted: Sequence[str]) -> dict
     for name in wanted:
         positions = [i for i, h in enumerate(header) if h.strip() == name]
         if not positions:
-            raise DataError(f"{path}: missing column '{name}' (columns found: {header})")
+            raise DataError(f"{path}: missing column '{name}' (columns found: {clip(str(header))})")
         if len(positions) > 1:
             raise DataError(f"{path}: column '{name}' appears {len(positions)} times in the header")
         index[name] = positions[0]
@@ -240,9 +241,9 @@ def _parse_label(raw: str, label_type: str, num_classes: int | None,
     try:
         value = float(raw)
     except ValueError:
-        return f"label {raw!r} is not a number"
+        return f"label {clip(repr(raw))} is not a number"
     if not math.isfinite(value):
-        return f"label {raw!r} is not a finite number"
+        return f"label {clip(repr(raw))} is not a finite number"
     if label_type == "score":
         if score_range is not None and not score_range[0] <= value <= score_range[1]:
             return f"score {raw} outside [{score_range[0]}, {score_range[1]}]"
@@ -254,3 +255,9 @@ def _parse_label(raw: str, label_type: str, num_classes: int | None,
     if num_classes is not None and value >= num_classes:
         return f"class label {raw} out of range 0..{num_classes - 1}"
     return int(value)
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` characters for an error line (a file that lost its newlines is one
+    huge field or header)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

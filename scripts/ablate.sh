@@ -29,7 +29,7 @@
 #
 # A run whose folder already exists is skipped (remove the folder to run it again), so a stopped
 # grid goes on where it stopped (with --resume, the run it stopped in continues too). A failing row is reported and the loop goes on; Ctrl-C
-# stops the grid. At the end `python -m training.tools.report DIR` prints the table and writes
+# stops the grid. At the end `python -m training.tools.report DIR --out DIR/ablation` prints the table and writes
 # DIR/ablation.md, DIR/ablation.csv and (with matplotlib) DIR/ablation-forest.png. The exit status
 # is 1 if any run failed. Set PYTHON to choose the interpreter (default: python).
 set -u
@@ -100,6 +100,13 @@ while (($# > 0)); do
   esac
 done
 
+for flag in "${EXTRA[@]+"${EXTRA[@]}"}"; do   # the grid names and places its runs itself
+  case "$flag" in
+    --out_dir|--out_dir=*) die "--out_dir goes before --: bash scripts/ablate.sh --out_dir DIR -- ..." ;;
+    --run_name|--run_name=*|--resume|--resume=*) die "$flag cannot be given to the grid's runs (each row names its run)" ;;
+  esac
+done
+
 for name in "${ONLY[@]+"${ONLY[@]}"}"; do
   found=0
   for row in "${GRID[@]}"; do [[ "$(row_name "$row")" == "$name" ]] && found=1; done
@@ -124,6 +131,25 @@ if ((LIST)); then
   done
   exit 0
 fi
+
+# every row's flags are checked before the first run: a bad flag after -- fails once, here
+"$PYTHON" - "$ROOT" "${BUDGET[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}" <<'PY' || exit 2
+import contextlib, io, sys
+sys.path.insert(0, sys.argv[1])
+import run_multitask
+from training.tools.grid import grid_rows
+split = sys.argv.index("--")
+budget, extra = sys.argv[2:split], sys.argv[split + 1:]
+for name, flags in grid_rows():
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            run_multitask.parse_config([*budget, *flags, *extra]).validate()
+    except SystemExit:   # a flag that does not parse, the same in every row
+        sys.exit(f"ablate.sh: {stderr.getvalue().strip().splitlines()[-1].split('error: ', 1)[-1]}")
+    except ValueError as err:
+        sys.exit(f"ablate.sh: row {name}: {err}")
+PY
 
 if ((!DRY_RUN)); then
   mkdir -p "$OUT/logs" || die "cannot create $OUT/logs"
@@ -185,5 +211,5 @@ printf '\n%d ok, %d failed, %d skipped in %dh%02dm%02ds\n' "$n_ok" "$n_failed" "
   $((total / 3600)) $((total % 3600 / 60)) $((total % 60))
 ((n_failed == 0)) || echo "failed rows: ${failed_rows[*]}"
 echo
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m training.tools.report "$OUT"
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m training.tools.report "$OUT" --out "$OUT/ablation"
 ((n_failed == 0))

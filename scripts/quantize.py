@@ -32,7 +32,10 @@ What is measured, in one run:
      first ``--max_dev`` examples of each when given), and how often the two models' predictions agree.
 The model is the run's own (``training.load_run``: the modules of the saved run configuration,
 the checkpoint's weights loaded strictly), evaluated on the run's tasks.
-``<out>/quantize-report.json`` keeps every figure (written atomically, like the weights).
+``<out>/quantize-report.json`` keeps every figure (written atomically, like the weights). Nothing is
+written until every measurement is done, so a failure leaves no output behind; where either output
+file exists already, the script refuses unless ``--overwrite`` is given. A checkpoint without task
+heads (a run trained with ``--epochs 0``) is refused: there are no dev metrics to compare.
 """
 from __future__ import annotations
 
@@ -58,6 +61,7 @@ from training.cli import run_command  # noqa: E402
 from training.config import DataConfig, add_flags  # noqa: E402
 from training.evaluate import predict  # noqa: E402
 from training.runs import load_run  # noqa: E402
+from training.tools.predict import check_overwrite  # noqa: E402
 from training.tasks import TASKS, overall_score  # noqa: E402
 
 INT8_WEIGHTS = "model-int8.pt"
@@ -78,7 +82,8 @@ def execute(args: argparse.Namespace) -> int:
             torch.set_num_threads(args.threads)
         report = quantize_checkpoint(args.checkpoint, args.data_dir, args.out, max_dev=args.max_dev,
                                      batch_size=args.batch_size, bench_examples=args.bench_examples,
-                                     reps=args.reps, warmup=args.warmup, per_channel=args.per_channel)
+                                     reps=args.reps, warmup=args.warmup, per_channel=args.per_channel,
+                                     overwrite=args.overwrite)
     finally:
         torch.set_num_threads(threads_before)  # the caller (a test process) keeps its setting
     print(format_table(report))
@@ -92,6 +97,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a run's checkpoint/ folder (model.safetensors + config.json), or the run folder")
     parser.add_argument("--out", type=Path, required=True,
                         help=f"output folder: {INT8_WEIGHTS} (quantized state_dict) and {REPORT}")
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace an existing {INT8_WEIGHTS} or {REPORT} in --out (default: refuse)")
     parser.add_argument("--max_dev", type=int, default=None,
                         help="evaluate on the first N dev examples of each task (default: all)")
     parser.add_argument("--threads", type=int, default=None,
@@ -115,22 +122,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def quantize_checkpoint(checkpoint: Path, data_dir: str | None, out: Path, max_dev: int | None = None,
                         batch_size: int = 32, bench_examples: int = 128, reps: int = 7, warmup: int = 1,
-                        per_channel: bool = False, log=print) -> dict:
-    """Quantize, measure both models side by side, write ``<out>/model-int8.pt`` and the report."""
+                        per_channel: bool = False, overwrite: bool = False, log=print) -> dict:
+    """Quantize, measure both models side by side, write ``<out>/model-int8.pt`` and the report.
+    Everything is checked (outputs not already there unless ``overwrite``, the run's heads, the dev
+    files) before the weights are written, and the weights are renamed into place only once every
+    measurement is done, so an error leaves no output behind."""
+    check_overwrite([out / INT8_WEIGHTS, out / REPORT], overwrite)  # creates nothing
     run = load_run(checkpoint)
     directory, fp32, tokenizer, run_config = run.source, run.model.to(CPU), run.tokenizer, run.config
     tasks = run_config.task_names()
+    missing = [name for name in tasks if name not in fp32.heads]
+    if missing:
+        raise ValueError(f"{directory}: no {', '.join(map(repr, missing))} head (its run trained "
+                         f"{', '.join(fp32.heads) or 'no task heads'}: an --epochs 0 run is an encoder only); "
+                         "quantize compares the dev metrics of a run's task heads")
     data_path = resolve_data_dir(data_dir, [TASKS[name].files["dev"] for name in tasks])
+    dev = read_dev(data_path, tasks, max_dev, log)
     int8 = quantize(fp32, per_channel)
     log(f"checkpoint: {directory}   data: {data_path}   threads: {torch.get_num_threads()}   "
         f"quantized engine: {torch.backends.quantized.engine}")
 
-    with atomic_path(out / INT8_WEIGHTS) as tmp:
-        torch.save(int8.state_dict(), tmp)
-    fp32_bytes = (directory / "model.safetensors").stat().st_size
-    int8_bytes = (out / INT8_WEIGHTS).stat().st_size
+    made = not out.exists()
+    try:
+        with atomic_path(out / INT8_WEIGHTS) as tmp:  # renamed into place once the report is written
+            torch.save(int8.state_dict(), tmp)
+            report = measure(directory, fp32, int8, tokenizer, run_config, data_path, dev, tmp.stat().st_size,
+                             max_dev, batch_size, bench_examples, reps, warmup, per_channel, log)
+            write_text_atomic(out / REPORT, json.dumps(report, indent=2) + "\n")
+    except BaseException:
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # the --out folder this call made, left empty
+        raise
+    return report
 
-    dev = read_dev(data_path, tasks, max_dev, log)
+
+def measure(directory: Path, fp32: nn.Module, int8: nn.Module, tokenizer, run_config, data_path: Path, dev: dict,
+            int8_bytes: int, max_dev: int | None, batch_size: int, bench_examples: int, reps: int, warmup: int,
+            per_channel: bool, log) -> dict:
+    """The report of ``quantize_checkpoint``: size, speed and dev metrics of both models."""
+    fp32_bytes = (directory / "model.safetensors").stat().st_size
 
     def loader(examples):  # as the trainer's evaluation loaders: the run's max_length and bucketing
         return make_loader(examples, tokenizer, run_config.data.max_length, batch_size, shuffle=False,
@@ -179,7 +209,6 @@ def quantize_checkpoint(checkpoint: Path, data_dir: str | None, out: Path, max_d
                 "agreement": prediction_agreement(results["fp32"], results["int8"]), "seconds": dev_seconds},
         "torch": torch.__version__,
     }
-    write_text_atomic(out / REPORT, json.dumps(report, indent=2) + "\n")
     return report
 
 

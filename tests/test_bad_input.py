@@ -277,6 +277,12 @@ FAILING = {
     "--loss_weights two numbers": flag_case(["--joint_loss", "--loss_weights", "1,2"], ["--loss_weights", "'1,2'"]),
     "--loss_weights not numbers": flag_case(["--loss_weights", "a,b,c"], ["--loss_weights", "'a,b,c'"]),
     "--loss_weights negative": flag_case(["--joint_loss", "--loss_weights", "1,-1,1"], ["--loss_weights", "'1,-1,1'"]),
+    # a flag of an extension that is off would do nothing (its budget flags excepted: the grid sets them for all)
+    "--loss_weights without --joint_loss": flag_case(["--loss_weights", "1,2,3"], [
+        "--loss_weights has no effect without --joint_loss: add --joint_loss, or drop it"]),
+    "SMART flags without --smart": flag_case(["--smart_bregman", "--smart_mu", "2"], [
+        "--smart_bregman, --smart_mu have no effect without --smart"]),
+    "--teachers without --distill": flag_case(["--teachers", "sst=a,qqp=b,sts=c"], ["--teachers has no effect"]),
 }
 
 # Failures found only after trainer.run has made the run folder: it resolves the data directory and

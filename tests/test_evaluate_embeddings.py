@@ -19,7 +19,7 @@ from training.checkpoint import save_checkpoint
 from training.config import ModelConfig, RunConfig
 from training.runs import build_model, encode
 from training.similarity import average_over_datasets, correlations
-from training.tools.evaluate_embeddings import main
+from training.tools.evaluate_embeddings import main, render_table
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SENTEVAL = FIXTURES / "senteval"
@@ -68,14 +68,19 @@ def test_weighted_mean_weights_by_subset_size():
     assert result["wmean"]["spearman"] == pytest.approx((3 + 3 - 4) / 10)
 
 
-def test_undefined_correlation_is_zero_as_everywhere_and_counts_in_the_mean():
-    """A constant prediction or a single pair: 0.0, the rule of training.tasks.pearson."""
+def test_an_undefined_correlation_is_said_to_be_undefined_and_left_out_of_the_means():
+    """A constant side or a single pair has no correlation: None (null in the JSON), "undefined" in
+    the table, not 0.00."""
     result = correlations({"flat": ([0.5, 0.5, 0.5], [1.0, 2.0, 3.0]), "ok": ([1.0, 2.0], [1.0, 2.0]),
                            "one": ([0.3], [4.0])})
-    assert result["subsets"]["flat"] == {"spearman": 0.0, "pearson": 0.0, "n": 3}
-    assert result["subsets"]["one"] == {"spearman": 0.0, "pearson": 0.0, "n": 1}
+    assert result["subsets"]["flat"] == {"spearman": None, "pearson": None, "n": 3}
+    assert result["subsets"]["one"] == {"spearman": None, "pearson": None, "n": 1}
     assert result["subsets"]["ok"]["spearman"] == pytest.approx(1.0)
-    assert result["mean"]["pearson"] == pytest.approx(1 / 3)
+    assert result["mean"]["pearson"] == pytest.approx(1.0) and result["wmean"]["pearson"] == pytest.approx(1.0)
+    alone = correlations({"one": ([0.3], [4.0])})
+    assert alone["all"]["spearman"] is None and alone["mean"]["pearson"] is None
+    table = render_table({"one-pair": alone})
+    assert "undefined" in table.splitlines()[-1] and "0.00" not in table
 
 
 def test_correlations_rejects_mismatched_lengths():

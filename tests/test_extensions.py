@@ -10,14 +10,20 @@ import run_multitask
 from training.checkpoint import load_checkpoint
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
-BUDGET = ["--epochs", "1", "--max_steps_per_epoch", "3", "--batch_size", "4", "--max_length", "24",
-          "--ucl_steps", "2", "--ucl_batch_size", "4", "--scl_steps", "2", "--scl_batch_size", "4",
-          "--pre_qqp_steps", "2", "--lcl_steps", "2", "--lcl_batch_size", "4"]
+BUDGET = ["--epochs", "1", "--max_steps_per_epoch", "3", "--batch_size", "4", "--max_length", "24"]
+# each stage's budget, given with its flag (a stage's flags without it are refused)
+STAGE_BUDGET = {"--ucl": ["--ucl_steps", "2", "--ucl_batch_size", "4"],
+                "--scl": ["--scl_steps", "2", "--scl_batch_size", "4"],
+                "--pre_qqp": ["--pre_qqp_steps", "2"], "--lcl": ["--lcl_steps", "2", "--lcl_batch_size", "4"]}
+
+
+def budget(flags) -> list[str]:
+    return [*BUDGET, *(word for flag in flags for word in STAGE_BUDGET.get(flag, []))]
 
 
 def train(out_dir: Path, model_dir: Path, name: str, *flags) -> tuple[dict, dict]:
     argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(model_dir), "--out_dir", str(out_dir),
-            "--run_name", name, *BUDGET, *flags]
+            "--run_name", name, *budget(flags), *flags]
     assert run_multitask.main(argv) == 0
     state, _ = load_checkpoint(out_dir / name / "checkpoint")
     return state, json.loads((out_dir / name / "metrics.json").read_text())
@@ -67,7 +73,7 @@ def test_failed_run_is_marked_in_metrics(tmp_path, tiny_model_dir, capsys):
     """A run that fails after it started (here: a SimCSE corpus file with no sentence in it)."""
     (tmp_path / "empty.txt").write_text("\n\n")
     argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--out_dir", str(tmp_path),
-            "--run_name", "broken", *BUDGET, "--ucl", "--ucl_data", str(tmp_path / "empty.txt")]
+            "--run_name", "broken", *budget(["--ucl"]), "--ucl", "--ucl_data", str(tmp_path / "empty.txt")]
     assert run_multitask.main(argv) == 1
     assert "empty.txt" in capsys.readouterr().err
     metrics = json.loads((tmp_path / "broken" / "metrics.json").read_text())

@@ -282,3 +282,18 @@ def test_missing_default_dir(tmp_path, monkeypatch):
 
 def test_fixture_dir_holds_every_task_file():
     assert resolve_data_dir(str(DATA), sorted(FIXTURE_FILES)) == DATA
+
+
+def test_a_file_that_lost_its_newlines_gives_a_short_error(tmp_path):
+    """The whole file is one header line: the error quotes at most about 200 characters of it."""
+    text = (DATA / "ids-sst-train.csv").read_text()
+    flat = tmp_path / "ids-sst-train.csv"
+    flat.write_text(text.replace("\n", " ") + "\n")
+    with pytest.raises(DataError) as caught:
+        read_examples(flat, **SST)
+    message = str(caught.value)
+    assert "missing column" in message and len(message) < 400 < len(text)
+    long_label = tmp_path / "long-label.csv"
+    long_label.write_text("id\tsentence\tsentiment\n1\tok\t" + "x" * 5000 + "\n")
+    examples, report = read_examples(long_label, **SST)
+    assert not examples and len(report.bad_rows[0].reason) < 300 and "characters)" in report.bad_rows[0].reason

@@ -35,6 +35,8 @@ def test_each_extension_is_wired(extension):
     config = run_multitask.parse_config([f"--{extension.name}", *(w for kv in extension.budget.items() for w in kv)])
     assert extension.enabled(config) and [e for e in EXTENSIONS if e.enabled(config)] == [extension]
     assert RunConfig.from_dict(config.to_dict()) == config    # saved and read back through its own section
+    # off, its budget flags pass (the grid gives every row the same budget) and change nothing it does
+    run_multitask.parse_config([w for kv in extension.budget.items() for w in kv]).validate()
     rows = dict(training.tools.grid.grid_rows())
     assert rows[f"mean-{extension.short}"] == ["--pooling", "mean", f"--{extension.name}"]
 

@@ -153,7 +153,7 @@ def test_csv_has_the_same_rows_at_full_precision(rows, tmp_path):
 
 def test_main_writes_markdown_and_csv_and_prints_the_table(tmp_path, capsys):
     prefix = tmp_path / "out" / "table"
-    assert main([str(RUNS), "--out", str(prefix)]) == 0
+    assert main([str(RUNS), "--out", str(prefix), "--full"]) == 0
     printed = capsys.readouterr().out
     assert (tmp_path / "out" / "table.md").read_text(encoding="utf-8") == printed
     assert markdown_rows(printed)[0] == COLUMNS
@@ -161,13 +161,13 @@ def test_main_writes_markdown_and_csv_and_prints_the_table(tmp_path, capsys):
         assert len(list(csv.reader(f))) == 1 + len(EXPECTED_AVERAGE) + len(UNFINISHED)
 
 
-def test_main_default_prefix_is_folder_ablation_and_reruns_ignore_the_table(tmp_path, capsys):
+def test_main_out_in_the_runs_folder_and_reruns_ignore_the_table(tmp_path, capsys):
     runs = tmp_path / "runs"
     shutil.copytree(RUNS, runs)
-    assert main([str(runs)]) == 0
+    assert main([str(runs), "--out", str(runs / "ablation")]) == 0
     first = capsys.readouterr().out
     assert (runs / "ablation.md").is_file() and (runs / "ablation.csv").is_file()
-    assert main([str(runs), "--sort", "average"]) == 0
+    assert main([str(runs), "--sort", "average", "--out", str(runs / "ablation")]) == 0
     assert capsys.readouterr().out == first
 
 
@@ -196,9 +196,20 @@ def test_find_flag_looks_in_any_section():
     assert find_flag({"smart": {"smart": False}}, "smart") is False   # section and flag share a name
 
 
+def test_the_terminal_view_is_compact_and_holds_the_same_numbers(capsys):
+    assert main([str(RUNS)]) == 0
+    compact = capsys.readouterr().out.splitlines()
+    assert compact[0].split() == ["run", "seeds", "SST", "QQP", "STS", "average", "Δ", "vs", "FT", "95%", "CI", "status"]
+    assert max(len(line) for line in compact if not line.startswith("Δ vs FT")) <= 120
+    rows = collect_runs(RUNS)
+    for line, row in zip(compact[1:], rows):
+        assert line.split()[0] == row.run.split()[0] and (row.average is None or f"{row.average:.3f}" in line)
+
+
 def test_report_runs_as_a_module(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "training.tools.report", str(RUNS), "--out", str(tmp_path / "t")],
+    result = subprocess.run([sys.executable, "-m", "training.tools.report", str(RUNS), "--out", str(tmp_path / "t"),
+                             "--full"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert markdown_rows(result.stdout)[0] == COLUMNS
@@ -431,7 +442,7 @@ def test_unreadable_predictions_or_gold_labels_leave_blank_cells_and_a_note(seed
     (out / "ablate-mean-preqqp-s11712" / "sts-dev-output.csv").unlink()
     lines = (out / "ablate-mean-ucl-s11711" / "sst-dev-output.csv").read_text().splitlines()
     (out / "ablate-mean-ucl-s11711" / "sst-dev-output.csv").write_text("\n".join(lines[:-1]) + "\n")  # one id short
-    assert main([str(out), "--out", str(tmp_path / "t")]) == 0
+    assert main([str(out), "--out", str(tmp_path / "t"), "--full"]) == 0
     captured = capsys.readouterr()
     table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(captured.out)[2:]}
     for run in ("ablate-mean-preqqp", "ablate-mean-ucl"):
@@ -447,7 +458,7 @@ def test_unreadable_predictions_or_gold_labels_leave_blank_cells_and_a_note(seed
     assert [csv_line[c] for c in ("Δ vs FT", "95% CI low", "95% CI high", "95% CI excludes 0")] == ["", "", "", ""]
 
     (tmp_path / "empty").mkdir()   # --data_dir without the dev files: no interval anywhere, still a table
-    assert main([str(out), "--out", str(tmp_path / "t"), "--data_dir", str(tmp_path / "empty")]) == 0
+    assert main([str(out), "--out", str(tmp_path / "t"), "--data_dir", str(tmp_path / "empty"), "--full"]) == 0
     captured = capsys.readouterr()
     assert all(line[COLUMNS.index("95% CI")] == "" for line in markdown_rows(captured.out)[2:])
     assert "gold labels:" in captured.err and "ids-sst-dev.csv" in captured.err and "Traceback" not in captured.err
@@ -538,6 +549,20 @@ def test_ablate_stage_steps_and_a_whole_epoch_budget(tmp_path):
     assert config.train.max_steps_per_epoch is None and config.train.epochs == 1
     assert config.pre_qqp.pre_qqp_steps == 126
     assert config.ucl.ucl_steps == config.scl.scl_steps == config.lcl.lcl_steps == 126
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--bogus", "1"], "ablate.sh: unrecognized arguments: --bogus 1"),
+    (["--lr", "-1"], "ablate.sh: row pt: --lr must be positive"),
+    (["--loss_weights", "1,2,3"], "ablate.sh: row pt: --loss_weights has no effect without --joint_loss"),
+    (["--out_dir", "elsewhere"], "ablate.sh: --out_dir goes before --"),
+    (["--run_name", "x"], "ablate.sh: --run_name cannot be given to the grid's runs"),
+])
+def test_ablate_refuses_bad_extra_flags_once_before_any_run(tmp_path, extra, message):
+    result = ablate("--out_dir", str(tmp_path / "grid"), "--", "--data_dir", "somewhere", *extra,
+                    env={"PYTHON": sys.executable})
+    assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
+    assert result.stderr.count("ablate.sh:") == 1 and not (tmp_path / "grid").exists()
 
 
 def test_ablate_dry_run_commands_parse_with_run_multitask(tmp_path):
@@ -632,7 +657,7 @@ def test_ablate_loop_reports_failures_goes_on_and_builds_the_table(tmp_path):
     assert any(l.startswith("mean-ucl ") and " ok in " in l for l in lines)   # the loop went on
     assert "2 ok, 1 failed, 1 skipped" in result.stdout
     assert "error: boom" in (out / "logs" / "ablate-mean-smart.log").read_text()
-    table = {line[0]: line for line in markdown_rows(result.stdout)[2:]}
+    table = {line[0]: line for line in markdown_rows((out / "ablation.md").read_text(encoding="utf-8"))[2:]}
     assert set(table) == {"ablate-ft (FT)", "ablate-mean-ucl", "ablate-cls"}
     assert (out / "ablation.md").is_file() and (out / "ablation.csv").is_file()
 
@@ -673,7 +698,8 @@ def test_ablate_loop_with_seeds_skips_finished_runs_and_the_report_pools_them(tm
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("ablate-")) == \
         ["ablate-ft-s11711", "ablate-ft-s11712", "ablate-mean-ucl-s11711", "ablate-mean-ucl-s11712"]
     assert "4 ok, 0 failed, 0 skipped" in first.stdout
-    table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(first.stdout)[2:]}
+    table = {line[0]: dict(zip(COLUMNS, line))
+             for line in markdown_rows((out / "ablation.md").read_text(encoding="utf-8"))[2:]}
     assert set(table) == {"ablate-ft (FT)", "ablate-mean-ucl"}
     assert table["ablate-ft (FT)"]["seeds"] == table["ablate-mean-ucl"]["seeds"] == "2"
     again = ablate("--seeds", "2", "--only", "ft", "mean-ucl", "--out_dir", str(out), env=env, timeout=120)

@@ -94,6 +94,7 @@ def test_same_seed_same_weights(tiny_model_dir, data_dir, tmp_path):
     (["--task", "mnli"], "error: unknown --task 'mnli'; choose one of sst, cfimdb"),
     (["--task", "sst", "--loss", "mse"], "error: unknown --loss 'mse'; choose one of ce, lcl"),
     (["--task", "sst", "--max_steps", "0"], "error: --max_steps must be at least 1, got 0"),
+    (["--task", "sst", "--epochs", "0"], "error: --epochs must be at least 1, got 0"),
     (["--task", "sst", "--temp", "0"], "error: --temp must be positive"),
     (["--task", "sst", "--lr", "-1"], "error: --lr must be positive"),
 ])

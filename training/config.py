@@ -70,6 +70,10 @@ class TrainConfig:
                                            "none: a constant learning rate)", type=optional_float)
     decay_bias_norm: bool = flag(False, "weight decay on biases and LayerNorm weights too (default: on the other "
                                         "weights only, as BERT's optimizer)")
+    eval_every: int = flag(0, "evaluate dev, and keep the best weights, every N optimizer steps of multi-task "
+                              "training and after its last (0: at every epoch end)")
+    early_stopping: int = flag(0, "end multi-task training after N evaluations without a better overall dev score "
+                                  "(0: never)")
     device: str = flag("auto", "where to train", choices=["auto", "cpu", "cuda"])
 
     def optimizer_groups(self, named_parameters, **options) -> list[dict]:
@@ -213,6 +217,10 @@ class RunConfig:
                 raise ValueError(message)
         for extension in registry():
             extension.check(self)
+            if idle := extension.idle_flags(self):
+                one = len(idle) == 1
+                raise ValueError(f"{', '.join(idle)} {'has' if one else 'have'} no effect without --{extension.name}: "
+                                 f"add --{extension.name}, or drop {'it' if one else 'them'}")
         self.batch_sizes()
 
     def _core_checks(self) -> list[tuple[bool, str]]:
@@ -224,6 +232,7 @@ class RunConfig:
             (t.head_lr > 0, "--head_lr must be positive"),
             (t.weight_decay >= 0, "--weight_decay must not be negative"),
             (t.grad_accum >= 1, "--grad_accum must be at least 1"),
+            (t.eval_every >= 0 and t.early_stopping >= 0, "--eval_every and --early_stopping must not be negative"),
             (t.max_grad_norm is None or t.max_grad_norm > 0, "--max_grad_norm must be positive"),
             (t.warmup_ratio is None or 0 <= t.warmup_ratio < 1, "--warmup_ratio must be in [0, 1)"),
             (t.max_steps_per_epoch is None or t.max_steps_per_epoch >= 1, "--max_steps_per_epoch must be at least 1"),

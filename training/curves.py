@@ -1,10 +1,10 @@
-"""``curves.png``: a run's training loss and dev metrics at a glance, drawn from its metrics.json.
+"""``curves.png``: a run's training at a glance, drawn from its metrics.json after every evaluation.
 
-Left: the training loss of each task against that task's batches (the mean of every 10 batches,
-multi-task stage), and the loss curves of the stages before it (SimCSE, pre-QQP) on their own axis
-when there are any. Right: each task's dev metric (SST and QQP accuracy, STS Pearson) and the
-overall score by epoch. matplotlib is optional (not in requirements.txt): without it ``plot_curves``
-raises ``MatplotlibMissing`` and the run goes on without the picture.
+Top row: the multi-task training loss of each task against that task's batches (the mean of every
+10), one axis per kind of loss (cross-entropy of the classification tasks, squared error of STS:
+their scales differ tenfold), and the loss of each stage before it (SimCSE, pre-QQP, ...) on an axis of
+its own when there are any. Bottom row: the learning rate of every stage, each task's dev metric and
+the overall score, and each task's dev loss, by epoch or, with ``--eval_every``, by step.
 """
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ class MatplotlibMissing(RuntimeError):
     pass
 
 
+LOSS_KINDS = {"multiclass": "cross-entropy", "binary": "cross-entropy", "regression": "squared error"}
+
+
 def plot_curves(metrics: dict, path: Path) -> Path:
     """Draw ``metrics`` (a run's metrics.json as a dict) into the PNG ``path``, atomically."""
     try:
@@ -28,38 +31,66 @@ def plot_curves(metrics: dict, path: Path) -> Path:
     except ImportError:
         raise MatplotlibMissing("matplotlib is not installed, so no curves.png (pip install matplotlib)") from None
 
-    stages = {name: log["loss_curve"] for name, log in (metrics.get("stages") or {}).items()
-              if isinstance(log, dict) and log.get("loss_curve")}
-    columns = 3 if stages else 2
-    fig, axes = plt.subplots(1, columns, figsize=(5.2 * columns, 4), constrained_layout=True)
-    loss_ax, dev_ax = axes[-2], axes[-1]
-
-    if stages:
-        for name, points in stages.items():
-            axes[0].plot(*zip(*points), marker=".", label=name)
-        axes[0].set(title="stages before multi-task training", xlabel="batch", ylabel="loss")
-        axes[0].legend()
-
+    stages = {name: log for name, log in (metrics.get("stages") or {}).items() if isinstance(log, dict)}
+    stage_losses = {name: log["loss_curve"] for name, log in stages.items() if log.get("loss_curve")}
+    by_kind: dict[str, dict] = {}
     for name, points in (metrics.get("loss_curves") or {}).items():
-        if points:
-            loss_ax.plot(*zip(*points), marker=".", label=name.upper())
-    loss_ax.set(title="multi-task training loss (mean of 10 batches)", xlabel="batches of the task", ylabel="loss")
-    if loss_ax.lines:
-        loss_ax.legend()
-
-    epochs = metrics.get("epochs") or []
-    x = [e["epoch"] for e in epochs]
-    for name in (epochs[0]["dev"] if epochs else {}):
-        dev_ax.plot(x, [e["dev"][name] for e in epochs], marker="o",
-                    label=f"{name.upper()} {TASKS[name].metric_name}")
-    dev_ax.plot(x, [e["dev_overall"] for e in epochs], marker="s", color="black", label="overall")
-    dev_ax.set(title="dev metrics", xlabel="epoch", ylabel="score")
-    if x:
-        dev_ax.set_xticks(x)
-    dev_ax.legend()
+        if points and name in TASKS:
+            by_kind.setdefault(LOSS_KINDS[TASKS[name].divergence], {})[name] = points
+    panels = {**({"stages before multi-task training": stage_losses} if stage_losses else {}),
+              **{f"training loss: {kind}": curves for kind, curves in by_kind.items()}} or {"training loss": {}}
+    columns = max(len(panels), 3)
+    fig, axes = plt.subplots(2, columns, figsize=(4.6 * columns, 7.5), constrained_layout=True, squeeze=False)
+    for ax, (title, curves) in zip(axes[0], panels.items()):
+        _draw_losses(ax, title, curves, stage=title.startswith("stages"))
+    _draw_learning_rates(axes[1][0], [*((n, log.get("lr_curve")) for n, log in stages.items()),
+                                      ("multitask", metrics.get("lr_curve"))])
+    _draw_evaluations(axes[1][1], axes[1][2], metrics)
+    for ax in [*axes[0][len(panels):], *axes[1][3:]]:
+        ax.axis("off")
     fig.suptitle(metrics.get("run_name", ""))
-
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
+        fig.savefig(tmp, format="png", dpi=90)
     plt.close(fig)
     return path
+
+
+def _draw_losses(ax, title: str, curves: dict, stage: bool) -> None:
+    """Loss curves (``[batch, mean]`` points; a stage with several parts has one curve per part)."""
+    for name, points in curves.items():
+        parts = points.items() if isinstance(points, dict) else [("", points)]
+        for part, part_points in parts:
+            label = f"{name} {part}".strip() if stage else name.upper()
+            ax.plot(*zip(*part_points), marker=".", label=label)
+    ax.set(title=title, xlabel="batch" if stage else "batches of the task", ylabel="loss")
+    if ax.lines:
+        ax.legend()
+
+
+def _draw_learning_rates(ax, curves: list) -> None:
+    for name, points in curves:
+        if points:
+            ax.plot(*zip(*points), label=name)
+    ax.set(title="learning rate (encoder)", xlabel="optimizer step of the stage", ylabel="lr")
+    if ax.lines:
+        ax.legend()
+
+
+def _draw_evaluations(dev_ax, loss_ax, metrics: dict) -> None:
+    """Each task's dev metric, the overall score and each task's dev loss, by epoch or (--eval_every) step."""
+    evaluations = metrics.get("evaluations") or [e for e in metrics.get("epochs") or [] if "dev" in e]
+    key = "step" if metrics.get("evaluations") else "epoch"
+    x = [e[key] for e in evaluations]
+    for name in (evaluations[0]["dev"] if evaluations else {}):
+        dev_ax.plot(x, [e["dev"][name] for e in evaluations], marker="o",
+                    label=f"{name.upper()} {TASKS[name].metric_name}")
+        if all(e.get("dev_loss", {}).get(name) is not None for e in evaluations):
+            loss_ax.plot(x, [e["dev_loss"][name] for e in evaluations], marker="o", label=name.upper())
+    dev_ax.plot(x, [e["dev_overall"] for e in evaluations], marker="s", color="black", label="overall")
+    dev_ax.set(title="dev metrics", xlabel=key, ylabel="score")
+    loss_ax.set(title="dev loss", xlabel=key, ylabel="loss", yscale="log" if loss_ax.lines else "linear")
+    for ax in (dev_ax, loss_ax):
+        if key == "epoch" and x:
+            ax.set_xticks(x)
+        if ax.lines:
+            ax.legend()

@@ -17,6 +17,7 @@ class TaskPredictions:
     ids: list[str]
     predictions: np.ndarray
     labels: np.ndarray | None
+    loss: float | None = None   # the task's training loss on these examples (the dev loss), where labelled
 
     def score(self, task: Task) -> float | None:
         return None if self.labels is None else task.metric(self.predictions, self.labels)
@@ -40,7 +41,7 @@ def predict(model, task: Task, loader, device: torch.device, desc: str | None = 
     examples (a length-bucketed one batches them in another order)."""
     was_training = model.training
     model.eval()
-    ids, predictions, labels = [], [], []
+    ids, predictions, labels, loss_sum = [], [], [], 0.0
     for batch in tqdm(loader, desc=desc or f"predict {task.name}", leave=False, dynamic_ncols=True,
                       disable=not progress_bar):
         inputs = [to_device(encoding, device) for encoding in batch["inputs"]]
@@ -50,6 +51,7 @@ def predict(model, task: Task, loader, device: torch.device, desc: str | None = 
         ids.extend(batch["ids"])
         if batch["labels"] is not None:
             labels.append(batch["labels"].float().numpy())
+            loss_sum += task.loss(output.float(), batch["labels"].to(device)).item() * len(batch["ids"])
     model.train(was_training)
     examples = getattr(getattr(loader, "dataset", None), "examples", None)
     position = {example.id: i for i, example in enumerate(examples or [])}
@@ -58,4 +60,5 @@ def predict(model, task: Task, loader, device: torch.device, desc: str | None = 
         ids=[ids[i] for i in order],
         predictions=np.concatenate(predictions)[order] if predictions else np.zeros(0),
         labels=np.concatenate(labels)[order] if labels else None,
+        loss=loss_sum / len(ids) if labels and ids else None,
     )

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from .precision import Precision
 from .resume import TrainingClock, TrainingDiverged
 from .run_log import RunLog
+from .tensorboard import Scalars
 
 CURVE_EVERY = 10  # batches per point of a logged loss curve
 
@@ -59,6 +60,11 @@ class Objective:
     def after_step(self) -> None:
         """After the optimizer step."""
 
+    def step_done(self, step: int, progress: dict) -> bool:
+        """A step is done (``step``: the run's count with it), before its checkpoint (e.g. evaluate
+        every N steps). True ends the stage here (early stopping; ``progress["stopped"]`` says why)."""
+        return False
+
     def end_epoch(self, record: dict, progress: dict) -> str:
         """An epoch ended (``record``: its training figures, already in ``progress["epochs"]``; add
         to it). Returns text for the end of the epoch's log line."""
@@ -82,9 +88,10 @@ class TrainingLoop:
     """
 
     def __init__(self, precision: Precision, log: RunLog, clock: TrainingClock | None = None,
-                 max_grad_norm: float | None = None, schedule=None, grad_accum: int = 1):
+                 max_grad_norm: float | None = None, schedule=None, grad_accum: int = 1, scalars: Scalars = Scalars()):
         self.precision, self.log, self.clock = precision, log, clock or TrainingClock.off()
         self.max_grad_norm, self.schedule, self.grad_accum = max_grad_norm, schedule, grad_accum
+        self.scalars = scalars   # TensorBoard: each step's losses and learning rate
         self.objective: Objective | None = None   # the one being trained (its optimizer is checkpointed)
         self.scheduler = None
 
@@ -102,8 +109,9 @@ class TrainingLoop:
         progress.setdefault("lr", [])   # [step, its learning rate (first parameter group)] every CURVE_EVERY steps
         objective.start(progress)
         history, curves = progress["epochs"], {}
-        done = sum(e["train_steps"] for e in history) + (progress["current"] or {}).get("steps", 0)
         for epoch in range(1, objective.epochs + 1):
+            if epoch > len(history) and progress.get("stopped"):   # stopped early in an earlier epoch
+                break
             if progress["current"] is None or progress["current"]["epoch"] < epoch:
                 progress["current"] = {"epoch": epoch, "losses": {}, "steps": 0, "examples": 0, "seconds": 0.0}
             current = progress["current"]
@@ -115,24 +123,20 @@ class TrainingLoop:
                 if clock.skip_step():
                     mark = time.time()
                     continue
+                if progress.get("stopped"):   # resumed from the checkpoint written when it stopped
+                    break
                 lr = objective.optimizer.param_groups[0]["lr"]   # this step's (a schedule moves it after the step)
-                losses = self.step(objective, *batches)
-                for name, value in losses.items():
-                    current["losses"].setdefault(name, []).append(value)
-                    if name not in curves:
-                        curves[name] = LossCurve(progress["curves"].setdefault(name, {}))
-                    curves[name].add(value)
-                current["steps"] += 1
-                done += 1
-                if done % CURVE_EVERY == 0:
-                    progress["lr"].append([done, lr])
+                self.record_step(objective, progress, curves, self.step(objective, *batches), lr)
                 current["examples"] += sum(objective.examples(batch) for batch in batches)
                 current["seconds"] += time.time() - mark
+                stop = objective.step_done(clock.step + 1, progress)
                 mark = time.time()
                 clock.step_done()
                 if current["steps"] % 20 == 0:
                     bar.set_postfix({k: f"{sum(v) / len(v):.3f}" for k, v in current["losses"].items() if v},
                                     refresh=False)
+                if stop:
+                    break
             if epoch <= len(history):  # this epoch had ended before the crash
                 continue
             clock.catch_up()
@@ -145,6 +149,22 @@ class TrainingLoop:
         clock.catch_up()  # a run killed after its last checkpoint still needs the saved state
         self.objective = None
         return objective.result(progress)
+
+    def record_step(self, objective: Objective, progress: dict, curves: dict, losses: dict, lr: float) -> None:
+        """A computed step's losses into the epoch's totals, the loss curves and TensorBoard, and the
+        learning rate every ``CURVE_EVERY`` steps of the stage."""
+        current, step = progress["current"], self.clock.step + 1
+        for name, value in losses.items():
+            current["losses"].setdefault(name, []).append(value)
+            if name not in curves:
+                curves[name] = LossCurve(progress["curves"].setdefault(name, {}))
+            curves[name].add(value)
+            self.scalars.add(f"train_loss/{objective.name}/{name}", value, step)
+        self.scalars.add(f"lr/{objective.name}", lr, step)
+        current["steps"] += 1
+        done = sum(e["train_steps"] for e in progress["epochs"] if e["epoch"] < current["epoch"]) + current["steps"]
+        if done % CURVE_EVERY == 0:
+            progress["lr"].append([done, lr])
 
     def step(self, objective: Objective, *batches) -> dict[str, float]:
         """One optimizer step on the gradients of ``batches`` (several: accumulation); returns each part's mean."""

@@ -40,7 +40,8 @@ def correlations(subsets: dict[str, tuple]) -> dict:
     ``{"all": {"spearman", "pearson", "n"}, "mean": {...}, "wmean": {...}, "subsets": {name: {...}}}``:
     ``all`` is one correlation over the concatenation (SimCSE's "all"), ``mean`` the plain average of
     the subsets' correlations (SentEval's default), ``wmean`` their average weighted by subset size.
-    An undefined correlation is 0.0 (``training.tasks.pearson``).
+    A correlation is None where it is undefined (fewer than two pairs, or a constant side); the
+    averages take the defined ones (None when there are none).
     """
     if not subsets:
         raise ValueError("correlations() needs at least one subset")
@@ -52,12 +53,12 @@ def correlations(subsets: dict[str, tuple]) -> dict:
         per_subset[name] = {**_correlate(pred, gold), "n": int(len(pred))}
     preds = np.concatenate([np.asarray(p, dtype=np.float64) for p, _ in subsets.values()])
     golds = np.concatenate([np.asarray(g, dtype=np.float64) for _, g in subsets.values()])
-    sizes = np.array([s["n"] for s in per_subset.values()], dtype=np.float64)
     mean, wmean = {}, {}
     for metric in ("spearman", "pearson"):
-        values = np.array([s[metric] for s in per_subset.values()])
-        mean[metric] = float(values.mean())
-        wmean[metric] = float((values * sizes).sum() / sizes.sum()) if sizes.sum() > 0 else 0.0
+        defined = [(s[metric], s["n"]) for s in per_subset.values() if s[metric] is not None]
+        values, sizes = np.array([v for v, _ in defined]), np.array([n for _, n in defined], dtype=np.float64)
+        mean[metric] = float(values.mean()) if defined else None
+        wmean[metric] = float((values * sizes).sum() / sizes.sum()) if defined and sizes.sum() > 0 else None
     return {"all": {**_correlate(preds, golds), "n": int(len(preds))},
             "mean": mean, "wmean": wmean, "subsets": per_subset}
 
@@ -65,11 +66,17 @@ def correlations(subsets: dict[str, tuple]) -> dict:
 def average_over_datasets(results: dict[str, dict]) -> dict:
     """The plain mean over the datasets of each one's "all" and "mean" Spearman and Pearson (each
     dataset counts once, whatever its size): ``{"datasets": n, "all": {...}, "mean": {...}}``."""
+    def mean(values: list) -> float | None:
+        defined = [v for v in values if v is not None]
+        return float(np.mean(defined)) if defined else None
     return {"datasets": len(results),
-            **{kind: {metric: float(np.mean([r[kind][metric] for r in results.values()]))
+            **{kind: {metric: mean([r[kind][metric] for r in results.values()])
                       for metric in ("spearman", "pearson")} for kind in ("all", "mean")}}
 
 
-def _correlate(pred: np.ndarray, gold: np.ndarray) -> dict[str, float]:
-    """Spearman's rho is Pearson's r of the ranks (ties share their average rank, as in scipy)."""
+def _correlate(pred: np.ndarray, gold: np.ndarray) -> dict[str, float | None]:
+    """Spearman's rho is Pearson's r of the ranks (ties share their average rank, as in scipy);
+    None where undefined (fewer than two pairs, or a constant side)."""
+    if len(pred) < 2 or np.std(pred) == 0 or np.std(gold) == 0:
+        return {"spearman": None, "pearson": None}
     return {"spearman": pearson(rankdata(pred), rankdata(gold)), "pearson": pearson(pred, gold)}

@@ -97,41 +97,86 @@ class TaskObjective(Objective):
 
 
 class MultitaskObjective(TaskObjective):
-    """The multi-task stage: after each epoch, dev predictions, metrics, loss-weight update and the
-    best epoch so far (its weights kept, and saved by ``run.on_epoch_end``)."""
+    """The multi-task stage: dev predictions, metrics, loss-weight update and the best evaluation so
+    far (its weights kept, and saved by ``run.on_epoch_end``) after each epoch, or every
+    ``--eval_every`` optimizer steps of the stage (and after its last); with ``--early_stopping N`` the
+    stage ends after N evaluations without a better overall dev score."""
 
     def start(self, progress: dict) -> None:
         saved = progress.setdefault("best", None)
-        self.best = {"score": -float("inf"), "epoch": None, "state": None, "dev": None}
-        if saved is not None:  # resuming: the best epoch before the crash
-            self.best = {**saved, "dev": {k: TaskPredictions.from_dict(v) for k, v in saved["dev"].items()},
+        progress.setdefault("evaluations", [])
+        progress.setdefault("since_best", 0)
+        self.first_step = self.run.loop.clock.step   # the run's step count when the stage began (before a replay)
+        self.best = {"score": -float("inf"), "epoch": None, "step": None, "state": None, "dev": None}
+        if saved is not None:  # resuming: the best evaluation before the crash
+            self.best = {"step": None, **saved, "dev": {k: TaskPredictions.from_dict(v) for k, v in saved["dev"].items()},
                          "state": self.run.loop.clock.checkpoint.best_state()}
 
+    def step_done(self, step: int, progress: dict) -> bool:
+        every = self.run.config.train.eval_every
+        if not every or (step - self.first_step) % every:
+            return False
+        record = {"step": step - self.first_step, "epoch": progress["current"]["epoch"]}
+        progress["evaluations"].append(record)
+        self.run.log.result(f"step {record['step']}: {self.evaluate(record, progress, step)}")
+        return bool(progress.get("stopped"))
+
     def end_epoch(self, record: dict, progress: dict) -> str:
+        every, steps = self.run.config.train.eval_every, self.run.loop.clock.step - self.first_step
+        if not every:
+            return " | " + self.evaluate(record, progress, self.run.loop.clock.step)
+        if record["epoch"] == self.epochs and steps % every and not progress.get("stopped"):
+            final = {"step": steps, "epoch": record["epoch"]}
+            progress["evaluations"].append(final)   # the last weights are a candidate too
+            return " | " + self.evaluate(final, progress, self.run.loop.clock.step)
+        self.run.on_epoch_end(self.saved(progress, improved=False))
+        return ""
+
+    def evaluate(self, record: dict, progress: dict, step: int) -> str:
+        """Score dev into ``record``; keep and save the weights when the overall score is the best so
+        far. ``step`` is the run's step count (TensorBoard's x axis); ``record["step"]`` the stage's."""
         run, started = self.run, time.time()
         dev = {name: predict(run.model, TASKS[name], run.loader(split["dev"], run.config.data.batch_size, False, 0),
                              run.device, f"dev {name}", run.log.progress_bars, run.loop.precision)
                for name, split in run.splits.items()}
         metrics = {name: dev[name].score(TASKS[name]) for name in dev}
         score = overall_score(metrics)
-        record.update(dev=metrics, dev_overall=score, eval_seconds=round(time.time() - started, 1))
+        record.update(dev=metrics, dev_overall=score, dev_loss={name: dev[name].loss for name in dev},
+                      eval_seconds=round(time.time() - started, 1))
+        for name in dev:
+            run.loop.scalars.add(f"dev/{name}", metrics[name], step)
+            run.loop.scalars.add(f"dev_loss/{name}", dev[name].loss, step)
+        run.loop.scalars.add("dev/overall", score, step)
         weighting = run.task_loss.weighting
         if weighting is not None:
             record["loss_weights"] = weighting.current_weights()
             weighting.update(metrics)
         improved = score > self.best["score"]
         if improved:
-            self.best = {"score": score, "epoch": record["epoch"], "dev": dev,
+            where = {"score": score, "epoch": record["epoch"], "step": record.get("step")}
+            self.best = {**where, "dev": dev,
                          "state": {k: v.detach().clone() for k, v in run.model.state_dict().items()}}
-            progress["best"] = {"score": score, "epoch": record["epoch"],
-                                "dev": {k: v.to_dict() for k, v in dev.items()}}
-        run.on_epoch_end({"epochs": progress["epochs"], "best": self.best, "improved": improved,
-                          "loss_curves": self.curves(progress)})
-        return f" | dev {format_metrics(metrics)} overall {score:.3f}" + ("  (best so far)" if improved else "")
+            progress["best"] = {**where, "dev": {k: v.to_dict() for k, v in dev.items()}}
+        progress["since_best"] = 0 if improved else progress["since_best"] + 1
+        patience = run.config.train.early_stopping
+        if patience and progress["since_best"] >= patience:
+            progress["stopped"] = {"step": step - self.first_step, "epoch": record["epoch"], "patience": patience,
+                                   "best_epoch": self.best["epoch"], "best_step": self.best["step"]}
+        run.on_epoch_end(self.saved(progress, improved))
+        tail = f"dev {format_metrics(metrics)} overall {score:.3f}" + ("  (best so far)" if improved else "")
+        if progress.get("stopped"):
+            tail += f"  -- early stopping: no better overall dev score in {patience} evaluations"
+        return tail
+
+    def saved(self, progress: dict, improved: bool) -> dict:
+        """What ``run.on_epoch_end`` writes: metrics.json so far, and checkpoint/ when ``improved``."""
+        return {"epochs": progress["epochs"], "best": self.best, "improved": improved,
+                "loss_curves": self.curves(progress), "evaluations": progress["evaluations"],
+                "stopped": progress.get("stopped")}
 
     def result(self, progress: dict) -> dict:
         return {"epochs": progress["epochs"], "best": self.best, "loss_curves": self.curves(progress),
-                "lr_curve": progress["lr"]}
+                "lr_curve": progress["lr"], "evaluations": progress["evaluations"], "stopped": progress.get("stopped")}
 
     @staticmethod
     def curves(progress: dict) -> dict:

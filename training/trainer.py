@@ -27,8 +27,10 @@ from .config import REMOVED_IN, RunConfig, removed_settings
 from .device import pick_device
 from .distributed import Distributed, check_batch_size, init_distributed, shutdown, wrap_model
 from .extensions import data_files_needed, enabled, enabled_stages, splits_needed
+from .fingerprint import check_unchanged, fingerprint, input_files
 from .loop import TrainingLoop, per_second, warmup_then_linear_decay
 from .memory import keep_freed_memory
+from .model_card import write_model_card
 from .outputs import RunFiles, claim_run_dir, read_metrics, release_run_dir
 from .precision import Precision
 from .resume import Checkpoint, TrainingClock, TrainingDiverged, latest_checkpoint, remove_temporary_files, \
@@ -38,6 +40,7 @@ from .runs import build_model, model_directory, tokenizer_for
 from .stages import Run, multitask_stage
 from .task_loss import TaskLoss
 from .tasks import TASKS, format_metrics, overall_score
+from .tensorboard import Scalars
 
 
 def run(config: RunConfig, log: RunLog | None = None) -> dict:
@@ -57,6 +60,7 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     seed_everything(config.train.seed)
     with RunFolder(config, resume, place, started, log) as folder:
         inputs = read_inputs(config, log)   # before the run starts: a run that cannot start leaves nothing
+        record_absolute_paths(config, inputs)
         folder.start(inputs, device)
         parts = assemble(config, inputs, folder, device, place, precision, log, resume)
         for name, stage in enabled_stages(config):
@@ -130,6 +134,7 @@ class RunFolder:
         self.config, self.resume, self.place, self.started, self.log = config, resume, place, started, log
         self.metrics: dict | None = None
         self.dir = Path(config.output.resume) if resume is not None else None
+        self.tensorboard = Scalars()
 
     def __enter__(self) -> "RunFolder":
         if self.resume is None:
@@ -138,11 +143,14 @@ class RunFolder:
         return self
 
     def start(self, inputs: RunInputs, device: torch.device) -> None:
+        files = input_files(inputs.data_dir, inputs.data_report, inputs.model_dir)
         if self.resume is None:
             metrics = {"run_name": self.dir.name, "status": "running", "config": self.config.to_dict(),
-                       "started": datetime.now().isoformat(timespec="seconds")}
+                       "started": datetime.now().isoformat(timespec="seconds"), "inputs": fingerprint(files)}
         else:
-            metrics = read_metrics(self.dir) | {"status": "running"}
+            metrics = read_metrics(self.dir)
+            check_unchanged(metrics.get("inputs", {}), files)   # runs saved before inputs were recorded: none
+            metrics["status"] = "running"
             # wall_seconds adds up the sittings: those that ended by an error or a signal recorded theirs
             # (one killed outright did not, and counts nothing)
             earlier = metrics.get("wall_seconds")
@@ -159,17 +167,29 @@ class RunFolder:
     def seconds(self) -> float:
         return round(time.time() - self.started, 1)
 
+    def scalars(self, resume: Checkpoint | None) -> Scalars:
+        """The run's TensorBoard event files (process 0); a resumed run redraws from its checkpoint's step."""
+        self.tensorboard = Scalars(self.dir if self.write.enabled else None,
+                                   purge_step=resume.step if resume is not None else None)
+        if self.tensorboard.missing:
+            self.log(self.tensorboard.missing)
+        return self.tensorboard
+
     def finish(self, **results) -> None:
-        """Mark the run finished in metrics.json (``results`` first), draw its curves, drop its training state."""
+        """Mark the run finished in metrics.json (``results`` first), draw its curves, write the model card
+        (checkpoint/README.md), drop its training state."""
         self.metrics.update(status="finished", **results, wall_seconds=self.seconds(),
                             torch_threads=torch.get_num_threads(),
                             finished=datetime.now().isoformat(timespec="seconds"), processes=self.place.world_size)
         self.write.json(self.metrics)
         self.write.curves(self.metrics, self.log)
+        if self.write.enabled:
+            write_model_card(self.metrics, self.dir / "checkpoint")
         if not self.config.output.keep_training_state:
             remove_training_state(self.dir)
 
     def __exit__(self, kind, err, traceback) -> bool:
+        self.tensorboard.close()
         if err is None:
             shutdown()
         elif self.metrics is None:
@@ -184,6 +204,15 @@ class RunFolder:
                 pass  # the disk that failed the run may fail this too; the run's own error says why
             shutdown()
         return False
+
+
+def record_absolute_paths(config: RunConfig, inputs: RunInputs) -> None:
+    """The data and model folders as absolute paths in the saved configuration, so that the run
+    resumes, and its saved model loads, from any working directory."""
+    if inputs.data_dir is not None:
+        config.data.data_dir = str(inputs.data_dir.resolve())
+    if config.model.model is not None:
+        config.model.model = str(Path(config.model.model).resolve())
 
 
 def check_against_model(config: RunConfig, bert: BertConfig, model_dir: Path) -> None:
@@ -220,7 +249,8 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
     regularizers = [r for r in (e.regularizer(config, model) for e in enabled(config)) if r is not None]
     task_loss = TaskLoss(model, device, regularizers, weighting, forward_model, place)
     loop = TrainingLoop(precision, log, clock, t.max_grad_norm, grad_accum=t.grad_accum,
-                        schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio))
+                        schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio),
+                        scalars=folder.scalars(resume))
     run = Run(config, model, forward_model, inputs.splits, loader_for(config, inputs.tokenizer, place), device, log,
               optimizer, task_loss, loop, epoch_saver(folder, model, inputs.tokenizer), inputs.tokenizer,
               inputs.data_dir)
@@ -260,6 +290,8 @@ def epoch_saver(folder: RunFolder, model: MultitaskBert, tokenizer: BertTokenize
                             folder.config.to_dict(), tokenizer)
         folder.metrics.update(epochs=progress["epochs"], loss_curves=progress["loss_curves"],
                               wall_seconds=folder.seconds())
+        if progress["evaluations"]:   # --eval_every
+            folder.metrics["evaluations"] = progress["evaluations"]
         folder.write.json(folder.metrics)
         folder.write.curves(folder.metrics, folder.log)
     return on_epoch_end
@@ -275,14 +307,20 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
     run.model.load_state_dict(best["state"])
     if not folder.write.enabled:  # only process 0 predicts and writes
         return
-    run.log(f"best epoch {best['epoch']} (dev overall {best['score']:.4f}); writing predictions")
+    at = f"step {best['step']} (epoch {best['epoch']})" if best["step"] is not None else f"epoch {best['epoch']}"
+    if result["stopped"]:
+        metrics["early_stopped"] = result["stopped"]
+        run.log.result(f"early stopping at step {result['stopped']['step']} (epoch {result['stopped']['epoch']}): "
+                       f"no better overall dev score in {result['stopped']['patience']} evaluations")
+    run.log(f"best {at} (dev overall {best['score']:.4f}); writing predictions")
     written, skipped, test = folder.write.predictions(run.model, best["dev"], run.splits, run.loader,
                                                       run.config.data.batch_size, run.device, run.log,
                                                       run.loop.precision)
     final_dev = {name: best["dev"][name].score(TASKS[name]) for name in run.config.task_names()}
     train_seconds = sum(e["train_seconds"] for e in history)
     train_examples = sum(e["train_examples"] for e in history)
-    folder.finish(epochs=history, best_epoch=best["epoch"], dev=final_dev, dev_overall=overall_score(final_dev),
+    folder.finish(epochs=history, best_epoch=best["epoch"], **({"best_step": best["step"]} if best["step"] else {}),
+                  dev=final_dev, dev_overall=overall_score(final_dev),
                   **({"test": test, "test_overall": overall_score(test)} if test else {}),
                   prediction_files=written, skipped_prediction_files=skipped, train_seconds=round(train_seconds, 1),
                   train_examples=train_examples, train_examples_per_second=per_second(train_examples, train_seconds))
@@ -335,9 +373,15 @@ def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], s
     return splits, report
 
 
+# What --resume takes from the command line; every other flag comes from the saved configuration.
+RESUME_FLAGS = ("resume", "resume_fallback", "quiet", "log_file", "data_dir")
+
+
 def resumed_config(flags: RunConfig, checkpoint: Checkpoint) -> RunConfig:
     """The configuration saved in the checkpoint; only how the run reports (``--quiet``,
-    ``--log_file``) and the ``--resume`` folder itself come from the command line."""
+    ``--log_file``), the ``--resume`` folder itself and ``--data_dir`` (data moved elsewhere, checked
+    file by file against what the run read) come from the command line. Other flags given that
+    differ from the saved ones are refused: they would be ignored."""
     try:
         config = RunConfig.from_dict(checkpoint.config)
     except (TypeError, KeyError, ValueError) as err:
@@ -347,8 +391,18 @@ def resumed_config(flags: RunConfig, checkpoint: Checkpoint) -> RunConfig:
     if removed:
         raise ValueError(f"{checkpoint.path / 'state.json'}: the run trained with {', '.join(removed)}, which "
                          f"{REMOVED_IN}")
-    for name in ("resume", "quiet", "log_file"):
+    defaults, given, saved = RunConfig.defaults().to_dict(), flags.to_dict(), config.to_dict()
+    ignored = [f"--{name} {value} (saved: {saved[section][name]})" for section, values in given.items()
+               for name, value in values.items()
+               if name not in RESUME_FLAGS and value != defaults[section][name] and value != saved[section][name]]
+    if ignored:
+        raise ValueError(f"--resume continues the run with its saved configuration, and these flags differ from it: "
+                         f"{', '.join(ignored)}; drop them (to train otherwise, start a new run, e.g. with "
+                         f"--model {config.output.resume or 'RUN'} to start from its weights)")
+    for name in ("resume", "resume_fallback", "quiet", "log_file"):
         setattr(config.output, name, getattr(flags.output, name))
+    if flags.data.data_dir:
+        config.data.data_dir = flags.data.data_dir
     config.validate()
     return config
 

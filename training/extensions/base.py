@@ -5,6 +5,7 @@ dataclass (its flags), a subclass of ``Extension`` that overrides the hooks it u
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # the run's parts import the configuration, which reads this package's registry
@@ -36,6 +37,15 @@ class Extension:
         for ok, message in self.checks(config):
             if not ok:
                 raise ValueError(message)
+
+    def idle_flags(self, config: RunConfig) -> list[str]:
+        """Its flags given (away from their defaults) while it is off, which would do nothing, except
+        its budget flags: the ablation grid gives every row the same budget."""
+        if self.enabled(config):
+            return []
+        section, defaults = config.section(self.name), self.settings()
+        return [f"--{f.name}" for f in dataclasses.fields(section) if f.name != self.name
+                and getattr(section, f.name) != getattr(defaults, f.name) and f"--{f.name}" not in self.budget]
 
     def check_files(self, config: RunConfig) -> None:
         """Raise DataError when a file its flags name is missing (before the run folder exists)."""

@@ -141,7 +141,7 @@ class StsDevCurve:
                 max_length=run.config.data.max_length, progress=False), self.dataset)
         finally:
             set_rng_state(saved_rng)
-        spearman, step = correlations(scored)["all"]["spearman"], self.data["step"]
+        spearman, step = correlations(scored)["all"]["spearman"] or 0.0, self.data["step"]   # undefined: 0
         self.data["curve"].append([step, spearman])
         if self.data["best"] is None or spearman > self.data["best"]["spearman"]:
             self.data["best"] = {"step": step, "spearman": spearman}

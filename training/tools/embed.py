@@ -1,6 +1,7 @@
 """Embed sentences with a trained run's encoder and pooling: a .txt file with one sentence per line,
 or one column of a CSV file (tab-separated like the CS224N files, or comma-separated); writes a
-float32 ``.npy`` of shape (sentences, width), in input order.
+float32 ``.npy`` of shape (sentences, width), in input order. An existing ``--out`` file is refused
+(nothing written) unless ``--overwrite`` is given.
 
     python -m training.tools.embed predictions/<run> --input sentences.txt --out vectors.npy
     python -m training.tools.embed predictions/<run> --input ids-sst-dev.csv --column sentence --out sst-dev.npy
@@ -23,6 +24,7 @@ from ..cli import run_command
 from ..config import DataConfig, TrainConfig, add_flags
 from ..device import pick_device
 from ..runs import load_run
+from .predict import check_overwrite
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,10 +34,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def execute(args: argparse.Namespace) -> int:
     """The tool's work; its errors become one line in ``main``."""
+    if args.batch_size < 1:
+        raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
+    out = Path(args.out)
+    if not out.is_dir():  # a folder is atomic_path's error, below
+        check_overwrite([out], args.overwrite)
     sentences = read_sentences(Path(args.input), args.column)
     run = load_run(args.run)
     run.model.to(pick_device(args.device))
-    out = Path(args.out)
     with atomic_path(out) as tmp:  # an --out that cannot be written fails before the encoding
         vectors = run.encode(sentences, batch_size=args.batch_size)
         with open(tmp, "wb") as f:
@@ -50,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input", required=True, help=".txt (one sentence per line) or .csv/.tsv with a header")
     parser.add_argument("--column", default=None, help="the CSV column to embed (default: sentence)")
     parser.add_argument("--out", required=True, help="the .npy file to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file (default: refuse)")
     add_flags(parser, DataConfig, only=("batch_size",), batch_size=64)
     add_flags(parser, TrainConfig, only=("device",))
     return parser

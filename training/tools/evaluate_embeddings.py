@@ -14,8 +14,9 @@ dataset it reports the **all** correlation (the subsets concatenated: SimCSE's "
 number its papers report for STS12–16) beside the **mean** of the per-subset ones (SentEval's
 default), plus the size-weighted mean and each subset's own; for STS-B and SICK-R SimCSE reports the
 ``test`` subset alone. With several datasets an **average** row is the plain mean of the datasets'
-values (SimCSE's "Avg." column). Pearson is ``training.tasks.pearson`` (0.0 where undefined: fewer
-than two pairs, or a constant side); Spearman is that Pearson of the ranks.
+values (SimCSE's "Avg." column). Pearson is ``training.tasks.pearson``, Spearman that Pearson of the
+ranks; where a correlation is undefined (fewer than two pairs, or a constant side) the table says
+"undefined" and the JSON holds null.
 """
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def render_table(results: dict[str, dict], average: dict | None = None) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f}"
+    return "undefined" if value is None else f"{100 * value:.2f}"
 
 
 if __name__ == "__main__":

@@ -6,11 +6,14 @@ scored where the file has labels.
     python -m training.tools.predict predictions/<run>/checkpoint --data_dir my-data --out preds/ --tasks sts
 
 Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes) and ``<out>/metrics.json``
-(the scores of the labelled files); prints one line per file.
+(the scores of the labelled files); prints one line per file. Where any of those files exists already,
+it refuses (nothing written) unless ``--overwrite`` is given; ``--out`` may never be the run's own
+folder or its ``checkpoint/`` (predictions on other data would replace the run's own files).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -25,6 +28,8 @@ from ..outputs import prediction_path, write_json, write_predictions
 from ..runs import load_run
 from ..tasks import TASKS, format_metrics, parse_tasks
 
+METRICS = "metrics.json"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -33,19 +38,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def execute(args: argparse.Namespace) -> int:
     """The tool's work; its errors become one line in ``main``."""
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
     run = load_run(args.run)
     tasks = parse_tasks(args.tasks) if args.tasks else run.config.task_names()
     data_dir = resolve_data_dir(args.data_dir)
+    out = Path(args.out)
+    check_not_the_run(out, Path(args.run), run.source)
     run.model.to(pick_device(args.device))
-    scores = predict_files(run, tasks, data_dir, Path(args.out), args.batch_size)
-    write_json(Path(args.out) / "metrics.json", {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
+    scores = predict_files(run, tasks, data_dir, out, args.batch_size, overwrite=args.overwrite)
+    write_json(out / METRICS, {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training.tools.predict", description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run folder or its checkpoint/")
-    parser.add_argument("--out", required=True, help="folder for the prediction CSVs and metrics.json")
+    parser.add_argument("--out", required=True,
+                        help="folder for the prediction CSVs and metrics.json (never the run folder itself)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace prediction CSVs or metrics.json already in --out (default: refuse)")
     parser.add_argument("--tasks", default=None, help="comma-separated tasks to predict (default: the run's tasks)")
     add_flags(parser, DataConfig, only=("data_dir",))
     parser.add_argument("--batch_size", type=int, default=None, help="examples per batch (default: the run's)")
@@ -53,38 +65,73 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: int) -> dict:
-    """Predict and write every dev/test file of ``tasks`` found in ``data_dir``; returns
-    ``{file name: metric}`` for the labelled ones. A folder with none of the files is an error."""
-    for name in tasks:  # every task checked before any file is written
-        run.check_head(name)
-    check_folder(out)  # an --out that can never be a folder fails before any prediction
-    scores, written = {}, 0
+def check_not_the_run(out: Path, given: Path, checkpoint: Path) -> None:
+    """Refuse an ``--out`` that is the run's own folder or its checkpoint folder, even with ``--overwrite``:
+    predictions on other data would replace (or sit beside) the run's own ``metrics.json`` and CSVs."""
+    own = {given, checkpoint}
+    if checkpoint.name == "checkpoint":  # a run folder's checkpoint/: the run folder is its parent
+        own.add(checkpoint.parent)
+    target = out.resolve()
+    if any(target == folder.resolve() for folder in own):
+        raise ValueError(f"--out {out} is the run's own folder (or its checkpoint/); its metrics.json and "
+                         "prediction files would be replaced: choose another --out")
+
+
+def planned_files(tasks: list[str], data_dir: Path) -> tuple[list[tuple[str, str, Path]], list[Path]]:
+    """``(task, split, data file)`` for every dev/test file of ``tasks`` that ``data_dir`` holds, and
+    the files it lacks; a folder with none of them is an error."""
+    planned, missing = [], []
     for name in tasks:
-        task = TASKS[name]
         for split in ("dev", "test"):
-            path = data_dir / task.files[split]
-            if not path.is_file():
-                print(f"note: no {path.name} in {data_dir}; skipping it", file=sys.stderr)
-                continue
-            labelled = task.label_column in read_header(path)
-            examples, report = read_examples(path, task.text_columns, task.label_column if labelled else None,
-                                             task.label_type, task.num_classes, task.score_range)
-            if report.bad_rows:
-                print(f"warning: {report.summary()}", file=sys.stderr)
-            result = run.predict_examples(name, examples, batch_size, progress=len(examples) >= 2000)
-            target = prediction_path(out, task, split)
-            make_folder(out)
-            write_predictions(target, task, result)
-            written += 1
-            line = f"{path.name}: {len(examples)} predictions -> {target}"
-            if labelled:
-                scores[path.name] = result.score(task)
-                line += f"   {format_metrics({name: scores[path.name]}, 4)}"
-            print(line)
-    if not written:
+            path = data_dir / TASKS[name].files[split]
+            if path.is_file():
+                planned.append((name, split, path))
+            else:
+                missing.append(path)
+    if not planned:
         raise DataError(f"{data_dir}: none of the files of {', '.join(tasks)} "
                         f"({', '.join(TASKS[n].files[s] for n in tasks for s in ('dev', 'test'))})")
+    return planned, missing
+
+
+def check_overwrite(targets: list[Path], overwrite: bool, flag: str = "--out") -> None:
+    """Refuse, naming the first, when any of ``targets`` exists and ``overwrite`` is not set."""
+    existing = [path for path in targets if path.exists()]
+    if existing and not overwrite:
+        more = f" (and {len(existing) - 1} more of the files it would write)" if len(existing) > 1 else ""
+        raise FileExistsError(errno.EEXIST, f"already exists{more}; pass --overwrite to replace it, or choose "
+                                            f"another {flag}", str(existing[0]))
+
+
+def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: int | None,
+                  overwrite: bool = False) -> dict:
+    """Predict and write every dev/test file of ``tasks`` found in ``data_dir``; returns
+    ``{file name: metric}`` for the labelled ones. A folder with none of the files is an error, and
+    so, unless ``overwrite``, is an output file (or ``out/metrics.json``) that exists already."""
+    for name in tasks:  # every task checked before any file is written
+        run.check_head(name)
+    planned, missing = planned_files(tasks, data_dir)
+    check_folder(out)  # an --out that can never be a folder fails before any prediction
+    check_overwrite([*(prediction_path(out, TASKS[n], split) for n, split, _ in planned), out / METRICS], overwrite)
+    for path in missing:
+        print(f"note: no {path.name} in {data_dir}; skipping it", file=sys.stderr)
+    scores = {}
+    for name, split, path in planned:
+        task = TASKS[name]
+        labelled = task.label_column in read_header(path)
+        examples, report = read_examples(path, task.text_columns, task.label_column if labelled else None,
+                                         task.label_type, task.num_classes, task.score_range)
+        if report.bad_rows:
+            print(f"warning: {report.summary()}", file=sys.stderr)
+        result = run.predict_examples(name, examples, batch_size, progress=len(examples) >= 2000)
+        target = prediction_path(out, task, split)
+        make_folder(out)
+        write_predictions(target, task, result)
+        line = f"{path.name}: {len(examples)} predictions -> {target}"
+        if labelled:
+            scores[path.name] = result.score(task)
+            line += f"   {format_metrics({name: scores[path.name]}, 4)}"
+        print(line)
     return scores
 
 

@@ -1,8 +1,14 @@
 """The ablation table: one row per configuration, its seeds pooled, from each run's ``metrics.json``
 and dev predictions.
 
-    python -m training.tools.report predictions/ablate   # predictions/ablate/ablation.{md,csv}, ablation-forest.png
-    python -m training.tools.report predictions/ --out results/table --sort name --bootstrap 0
+    python -m training.tools.report predictions/ablate   # prints the compact table, writes nothing
+    python -m training.tools.report predictions/ablate --out predictions/ablate/ablation   # .md, .csv, -forest.png
+    python -m training.tools.report predictions/ --out results/table --sort name --bootstrap 0 --full
+
+The folders given are parents of run folders (a run folder itself is an error). The terminal gets a
+compact view (run, seeds, each task's mean ± std, average, Δ vs FT and its interval; ``--full``: the
+whole Markdown table). Nothing is written unless ``--out PREFIX`` is given: then the whole table as
+``PREFIX.md`` and ``PREFIX.csv``, and ``PREFIX-forest.png`` (replaced if they exist).
 
 Columns: run, pooling, one on/off column per extension (``training.extensions.EXTENSIONS``), seeds, one dev
 metric per task trained, the average (``training.tasks.overall_score``), Δ vs FT with its 95 % interval,
@@ -23,8 +29,8 @@ wall time and status. The rules (docs/ablation.md, "Reading the table", says why
 - Finished runs come first, by average (highest first) or by name; every other run follows by name,
   never pooled, with its status and blank metrics.
 - Markdown shows mean ± std to 3 decimals and wall time in minutes; the CSV has full precision, each
-  std and the interval's ends in columns of their own. ``<prefix>-forest.png`` (with matplotlib)
-  draws each row's Δ vs FT and interval.
+  std and the interval's ends in columns of their own. ``<prefix>-forest.png`` (with matplotlib and
+  ``--out``) draws each row's Δ vs FT and interval.
 """
 from __future__ import annotations
 
@@ -140,10 +146,15 @@ def collect_runs(folder: str | Path, sort: str = "average") -> list[RunRow]:
 
 
 def read_runs(folder: str | Path) -> list[RunRow]:
-    """Every run in ``folder`` (immediate subfolders only, by name); raises if ``folder`` is not a folder."""
+    """Every run in ``folder`` (immediate subfolders only, by name); raises if ``folder`` is not a folder,
+    or is itself a run folder (it holds ``metrics.json`` or ``checkpoint/``)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder (give the parent folder of run folders, e.g. predictions/)")
+    own = next((name for name in ("metrics.json", "checkpoint") if (folder / name).exists()), None)
+    if own is not None:
+        raise ValueError(f"{folder} is a run folder (it holds {own}); give the parent folder of run folders, "
+                         f"e.g. {folder.parent}")
     return [read_run(sub) for sub in sorted(folder.iterdir()) if looks_like_run(sub)]
 
 
@@ -238,6 +249,24 @@ def render_markdown(rows: list[RunRow], footer: str = "") -> str:
     return "\n".join(lines) + "\n\n" + LEGEND + "\n" + ("\n" + footer + "\n" if footer else "")
 
 
+def render_compact(rows: list[RunRow], footer: str = "") -> str:
+    """The terminal view: run, seeds, each task's mean ± std, the average, Δ vs FT and its interval,
+    aligned in plain text (the Markdown table's other columns are in ``--out``'s files)."""
+    tasks = table_tasks(rows)
+    header = ["run", "seeds", *(task.upper() for task in tasks), "average", DELTA, INTERVAL, "status"]
+    lines = [header]
+    for row in rows:
+        named = dict(zip(columns(tasks), row.markdown_cells(tasks)))
+        status = "" if row.complete else row.status if len(row.status) <= 40 else row.status[:39] + "…"
+        lines.append([named["run"], named["seeds"] or ("1" if row.complete else ""),
+                      *(named[metric_column(t)] for t in tasks), named["average"], named[DELTA], named[INTERVAL],
+                      status])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = "\n".join("  ".join(cell.ljust(w) if i in (0, len(header) - 1) else cell.rjust(w) for i, (cell, w) in
+                                enumerate(zip(line, widths))).rstrip() for line in lines)
+    return text + "\n" + ("\n" + footer + "\n" if footer else "")
+
+
 def write_csv(rows: list[RunRow], path: str | Path) -> None:
     """The Markdown table's rows, numbers at full precision (UTF-8, ✓/×)."""
     buffer = io.StringIO()
@@ -266,7 +295,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.tools.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="parent folder(s) of run folders")
     parser.add_argument("--out", type=Path, default=None,
-                        help="write PREFIX.md, PREFIX.csv and PREFIX-forest.png (default: <first folder>/ablation)")
+                        help="write PREFIX.md, PREFIX.csv and PREFIX-forest.png (default: write nothing, print the "
+                             "table only)")
+    parser.add_argument("--full", action="store_true",
+                        help="print the whole Markdown table (every column) instead of the compact view")
     parser.add_argument("--sort", choices=["average", "name"], default="average",
                         help="order of the finished runs (default: average, highest first)")
     parser.add_argument("--bootstrap", type=int, default=1000, metavar="N",
@@ -290,12 +322,16 @@ def execute(args: argparse.Namespace) -> int:
     footer, notes = compare_to_ft(rows, args.bootstrap, args.bootstrap_seed, args.data_dir)
     for note in notes:
         print(note, file=sys.stderr)
-    prefix = args.out if args.out is not None else args.folders[0] / "ablation"
     markdown = render_markdown(rows, footer)
+    print(markdown if args.full else render_compact(rows, footer), end="")
+    prefix = args.out
+    if prefix is None:  # the table on stdout only: nothing is written into the given folders
+        print(f"({len(rows)} rows from {len(runs)} runs; nothing written: --out PREFIX writes PREFIX.md, "
+              "PREFIX.csv and PREFIX-forest.png)", file=sys.stderr)
+        return 0
     write_text_atomic(prefix.with_name(prefix.name + ".md"), markdown)
     write_csv(rows, prefix.with_name(prefix.name + ".csv"))
     forest = write_forest(rows, prefix.with_name(prefix.name + "-forest.png"))
-    print(markdown, end="")
     print(f"({len(rows)} rows from {len(runs)} runs; wrote {prefix}.md, {prefix}.csv"
           f"{f' and {prefix}-forest.png' if forest else ''})", file=sys.stderr)
     return 0

@@ -129,6 +129,8 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         raise ValueError(f"unknown --loss {args.loss!r}; choose one of {', '.join(OBJECTIVES)}")
     if args.max_steps is not None and args.max_steps < 1:
         raise ValueError(f"--max_steps must be at least 1, got {args.max_steps}")
+    if args.epochs < 1:   # before the run's own check, which names stages this tool does not have
+        raise ValueError(f"--epochs must be at least 1, got {args.epochs}")
     if args.loss == "lcl" and args.batch_size < 2:
         raise ValueError("--loss lcl needs --batch_size of at least 2 (it contrasts the sentences of a batch)")
     config = RunConfig.defaults(model=section_from_args(ModelConfig, args), data=section_from_args(DataConfig, args),

@@ -1,0 +1,98 @@
+"""--eval_every, --early_stopping and the TensorBoard scalars (issue 29): evaluations every N steps
+keep the best weights and survive --resume exactly; early stopping ends training and says so; every
+run writes event files with its losses, learning rate and dev scores."""
+import json
+import shutil
+import subprocess
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import run_multitask
+from safetensors.torch import load_file
+
+from test_resume import OUTPUTS, argv, assert_same_run, command, env
+from training.resume import list_checkpoints
+
+
+def final_state(run_dir) -> dict:
+    """test_resume's final state, the evaluations standing for the epochs' dev scores."""
+    last = list_checkpoints(run_dir)[-1]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return {"last": load_file(str(last / "model.safetensors")), "last_step": last.name,
+            "best": load_file(str(run_dir / "checkpoint" / "model.safetensors")), "dev": metrics["dev"],
+            "epochs": [{k: v for k, v in e.items() if k != "eval_seconds"} for e in metrics["evaluations"]],
+            "outputs": {name: (run_dir / name).read_text() for name in OUTPUTS}}
+
+
+def train(tmp_path, model_dir, name, *flags) -> dict:
+    assert run_multitask.main(argv(model_dir, tmp_path, name, *flags)) == 0
+    return json.loads((tmp_path / name / "metrics.json").read_text())
+
+
+def test_eval_every_scores_dev_every_n_steps_and_after_the_last(tmp_path, tiny_model_dir):
+    metrics = train(tmp_path, tiny_model_dir, "run", "--epochs", "2", "--eval_every", "4")
+    steps = sum(e["train_steps"] for e in metrics["epochs"])
+    evaluations = metrics["evaluations"]
+    expected = [*range(4, steps + 1, 4)] + ([steps] if steps % 4 else [])
+    assert [e["step"] for e in evaluations] == expected
+    assert all("dev" not in e for e in metrics["epochs"])       # the epochs hold training figures only
+    best = max(evaluations, key=lambda e: e["dev_overall"])      # the first of the best, as kept
+    assert metrics["best_step"] == best["step"] and metrics["best_epoch"] == best["epoch"]
+    assert metrics["dev"] == best["dev"]                          # the predictions are the best weights'
+    assert all(set(e["dev_loss"]) == {"sst", "qqp", "sts"} for e in evaluations)
+
+
+def test_the_default_evaluates_at_epoch_ends_as_before(tmp_path, tiny_model_dir):
+    metrics = train(tmp_path, tiny_model_dir, "run", "--epochs", "2")
+    assert "evaluations" not in metrics and "best_step" not in metrics and "early_stopped" not in metrics
+    assert [sorted(e["dev_loss"]) for e in metrics["epochs"]] == [["qqp", "sst", "sts"]] * 2
+
+
+def test_early_stopping_ends_training_after_patience_evaluations_without_gain(tmp_path, tiny_model_dir):
+    frozen = ["--lr", "1e-12", "--head_lr", "1e-12", "--warmup_ratio", "none"]   # the dev score cannot improve
+    metrics = train(tmp_path, tiny_model_dir, "run", "--epochs", "3", "--eval_every", "2", "--early_stopping", "2",
+                    *frozen)
+    assert metrics["status"] == "finished"
+    assert metrics["early_stopped"] == {"step": 6, "epoch": 1, "patience": 2, "best_epoch": 1, "best_step": 2}
+    assert [e["step"] for e in metrics["evaluations"]] == [2, 4, 6]
+    assert sum(e["train_steps"] for e in metrics["epochs"]) == 6 and len(metrics["epochs"]) == 1
+    full = train(tmp_path, tiny_model_dir, "full", "--epochs", "3", "--eval_every", "2", *frozen)
+    assert sum(e["train_steps"] for e in full["epochs"]) > 6 and "early_stopped" not in full
+
+
+@pytest.mark.parametrize("flags", [["--eval_every", "3"], ["--eval_every", "2", "--early_stopping", "2",
+                                                           "--lr", "1e-12", "--head_lr", "1e-12"]],
+                         ids=["eval_every", "early_stopping"])
+def test_a_stopped_run_resumes_exactly(tmp_path, tiny_model_dir, flags):
+    clean = tmp_path / "clean"
+    subprocess.run(command(*argv(tiny_model_dir, tmp_path, "clean", "--epochs", "2", *flags)), env=env(),
+                   check=True, capture_output=True, timeout=300)
+    for cut in (2, 5):    # stopped after an evaluation's step, and between evaluations
+        run_dir = tmp_path / f"stopped-{cut}"
+        shutil.copytree(clean, run_dir)
+        for later in list_checkpoints(run_dir)[cut:]:
+            shutil.rmtree(later)
+        for name in OUTPUTS:
+            (run_dir / name).unlink(missing_ok=True)
+        resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True,
+                                 text=True, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr
+        assert_same_run(final_state(run_dir), final_state(clean))
+        a, b = (json.loads((folder / "metrics.json").read_text()) for folder in (run_dir, clean))
+        assert a.get("early_stopped") == b.get("early_stopped")
+
+
+def test_tensorboard_scalars(tmp_path, tiny_model_dir):
+    metrics = train(tmp_path, tiny_model_dir, "run", "--epochs", "2", "--pre_qqp", "--pre_qqp_steps", "3")
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train_loss/pre_qqp/qqp", "lr/pre_qqp", "train_loss/multitask/sst", "train_loss/multitask/qqp",
+            "train_loss/multitask/sts", "lr/multitask", "dev/sst", "dev/qqp", "dev/sts", "dev/overall",
+            "dev_loss/sst", "dev_loss/qqp", "dev_loss/sts"} <= tags
+    overall = events.Scalars("dev/overall")
+    steps = [3 + sum(e["train_steps"] for e in metrics["epochs"][:i + 1]) for i in range(2)]
+    assert [s.step for s in overall] == steps      # the run's step count, pre-QQP's 3 steps first
+    assert [s.value for s in overall] == pytest.approx([e["dev_overall"] for e in metrics["epochs"]])
+    assert [s.step for s in events.Scalars("lr/pre_qqp")] == [1, 2, 3]

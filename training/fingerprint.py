@@ -1,0 +1,55 @@
+"""What a run read, file by file: size and SHA-256 of the task files and of the model's files,
+recorded in metrics.json (``inputs``) when the run starts. ``--resume`` compares them before it
+trains on: a run whose data or weights changed in between would otherwise finish with exit 0 on
+other inputs than it began with. Files are keyed by name (``sst-train.csv``, ``model/vocab.txt``),
+not by path, so data moved elsewhere resumes with ``--data_dir`` where its content is the same.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from data.readers import DataError
+
+MODEL_FILES = (".json", ".txt", ".safetensors", ".bin")   # config, vocabulary and weights of a model folder
+
+
+def input_files(data_dir: Path | None, data_files, model_dir: Path) -> dict[str, Path]:
+    """Name -> path of every file a run reads: ``data_files`` in ``data_dir`` and the model folder's files."""
+    files = {name: data_dir / name for name in data_files} if data_dir is not None else {}
+    return files | {f"model/{path.name}": path for path in sorted(model_dir.iterdir())
+                    if path.is_file() and path.suffix in MODEL_FILES}
+
+
+def file_digest(path: Path) -> dict:
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            sha.update(chunk)
+    return {"size": path.stat().st_size, "sha256": sha.hexdigest()}
+
+
+def fingerprint(files: dict[str, Path]) -> dict[str, dict]:
+    """Name -> {path (absolute), size, sha256} of each file."""
+    return {name: {"path": str(path.resolve()), **file_digest(path)} for name, path in files.items()}
+
+
+def check_unchanged(recorded: dict[str, dict], files: dict[str, Path]) -> None:
+    """Refuse, in one line naming the file, when a file recorded at the start is missing now or
+    differs in size or content. A file recorded but not read now (another layout) is left alone."""
+    for name, saved in recorded.items():
+        path = files.get(name)
+        if path is None:
+            continue
+        if not path.is_file():
+            raise DataError(f"--resume: {path} is missing; the run started on {saved['path']} (give --data_dir "
+                            f"with the same files, or start a new run)")
+        now = file_digest(path)
+        if now["size"] != saved["size"]:
+            change = f"{saved['size']} -> {now['size']} bytes"
+        elif now["sha256"] != saved["sha256"]:
+            change = "same size, other content"
+        else:
+            continue
+        raise DataError(f"--resume: {path} changed since the run started ({change}); a resumed run must read "
+                        f"what it began with: restore the file, or start a new run")

@@ -1,0 +1,228 @@
+"""A run's model card: the ``README.md`` of its ``checkpoint/`` folder, as sentence-transformers and
+HuggingFace write one beside the weights. It is made from the run's ``metrics.json`` alone (plus the
+tensor names of ``heads.safetensors``) and says what the model is, the command that trains it again,
+its dev (and test) scores, how each of the three readers loads it, and what the heads compute.
+
+    write_model_card(json.loads((run_dir / "metrics.json").read_text()), run_dir / "checkpoint")
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from minbert.atomic import write_text_atomic
+
+from .checkpoint import ENCODER, HEADS, SENTENCE_TRANSFORMERS_POOLING
+from .config import RunConfig
+from .tasks import TASKS
+
+EMBEDDED = "the embedded all-MiniLM-L6-v2"
+README = "README.md"
+
+
+def write_model_card(metrics: dict, checkpoint_dir: Path) -> None:
+    """Write ``checkpoint_dir/README.md`` (``model_card``) atomically."""
+    write_text_atomic(Path(checkpoint_dir) / README, model_card(metrics, Path(checkpoint_dir)))
+
+
+def model_card(metrics: dict, checkpoint_dir: Path) -> str:
+    """The Markdown text of ``checkpoint/README.md`` for a run with these ``metrics`` (metrics.json)."""
+    checkpoint_dir = Path(checkpoint_dir)
+    config = metrics.get("config") or {}
+    model = config.get("model") or {}
+    tasks = _tasks(config, metrics)
+    heads = head_tensors(checkpoint_dir)
+    what = ("A BERT sentence encoder without task heads, left by minbert-mtl's training stages"
+            if _stages_only(metrics) else
+            "A BERT sentence encoder with task heads, trained by minbert-mtl's multi-task fine-tuning")
+    parts = [
+        f"# {metrics.get('run_name') or checkpoint_dir.parent.name}\n\n{what} (`run_multitask.py`).",
+        "## Model\n\n" + "\n".join(_about(metrics, config, tasks, checkpoint_dir)),
+        "## Reproduce\n\n```bash\n" + command(config) + "\n```",
+        "## Scores\n\n" + _scores(metrics, tasks),
+        "## Load\n\n" + _loading(checkpoint_dir, model.get("pooling"), tasks if heads else []),
+        "## Heads\n\n" + _heads(heads, model, tasks),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def command(config: dict) -> str:
+    """``python run_multitask.py`` and the flags whose values differ from the defaults (booleans as
+    ``--name`` / ``--no_name``); of the output section only ``--run_name``."""
+    saved, defaults = _normalised(config), RunConfig.defaults().to_dict()
+    words = ["python", "run_multitask.py"]
+    for section, values in saved.items():
+        for name, value in values.items():
+            if (section == "output" and name != "run_name") or name not in defaults.get(section, {}):
+                continue
+            if value != defaults[section][name]:
+                words += _flag(name, value)
+    return " ".join(words)
+
+
+def head_tensors(checkpoint_dir: Path) -> dict[str, list[int]]:
+    """Name -> shape of the ``heads.*`` tensors in the checkpoint (``heads.safetensors``, or the one
+    ``model.safetensors`` of the older layout); empty when it has none."""
+    from safetensors import safe_open
+
+    path = checkpoint_dir / HEADS
+    if not path.is_file():
+        path = checkpoint_dir / ENCODER
+        if not path.is_file() or (checkpoint_dir / "run_config.json").is_file():
+            return {}
+    with safe_open(str(path), "pt") as f:
+        return {key: list(f.get_slice(key).get_shape()) for key in sorted(f.keys()) if key.startswith("heads.")}
+
+
+def _normalised(config: dict) -> dict:
+    """The saved configuration as this version reads it (``RunConfig.from_dict``: older names and
+    absent fields resolved), or as saved where it cannot be read."""
+    try:
+        return RunConfig.from_dict(config).to_dict()
+    except (TypeError, KeyError, ValueError):
+        return {name: values for name, values in config.items() if isinstance(values, dict)}
+
+
+def _flag(name: str, value) -> list[str]:
+    if isinstance(value, bool):
+        return [f"--{name}" if value else f"--no_{name}"]
+    text = "none" if value is None else repr(value) if isinstance(value, float) else str(value)
+    if text.startswith("-"):  # argparse would take it for a flag
+        return [shlex.quote(f"--{name}={text}")]
+    return [f"--{name}", shlex.quote(text)]
+
+
+def _extensions(config: dict) -> list[str]:
+    """Sections switched on: a section with a true field of its own name (``smart.smart``)."""
+    found = []
+    for name, values in config.items():
+        if name == "extensions" and isinstance(values, dict):  # a nested layout
+            found += _extensions(values)
+        elif isinstance(values, dict) and values.get(name) is True:
+            found.append(name)
+    return found
+
+
+def _tasks(config: dict, metrics: dict) -> list[str]:
+    text = (config.get("train") or {}).get("tasks")
+    if isinstance(text, str):
+        return [name.strip() for name in text.split(",") if name.strip()]
+    return list(metrics.get("dev") or {})
+
+
+def _stages_only(metrics: dict) -> bool:
+    return ((metrics.get("config") or {}).get("train") or {}).get("epochs") == 0
+
+
+def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path) -> list[str]:
+    model, train = config.get("model") or {}, config.get("train") or {}
+    encoder = ""
+    try:
+        bert = json.loads((checkpoint_dir / "config.json").read_text(encoding="utf-8"))
+        encoder = f" ({bert.get('model_type', 'bert')}, {bert['num_hidden_layers']} layers, {bert['hidden_size']} wide)"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    base = f"`{model['model']}`" if model.get("model") else EMBEDDED
+    described = "; ".join(f"{name}: {TASKS[name].description}" if name in TASKS else name for name in tasks)
+    if _stages_only(metrics):
+        trained = f"none: the stages alone (`--epochs 0`), which read the training sets of {', '.join(tasks)}"
+    else:
+        epochs = train.get("epochs")
+        trained = (f"{described} ({epochs} epoch{'' if epochs == 1 else 's'}, "
+                   f"option {model.get('option', 'finetune')})")
+    extensions = _extensions(config)
+    stages = list(metrics.get("stages") or {})
+    lines = [f"- Base model: {base}{encoder}",
+             f"- Pooling: {model.get('pooling')} (the sentence vector of the encoder's output)",
+             f"- Tasks trained: {trained}",
+             f"- Extensions: {', '.join(f'`--{e}`' for e in extensions) if extensions else 'none'}"
+             + (f" (stages run before multi-task training: {', '.join(stages)})" if stages else "")]
+    data = metrics.get("data") or {}
+    rows = ", ".join(f"{name} {r.get('rows')}" + (f" ({r['skipped']} skipped)" if r.get("skipped") else "")
+                     for name, r in data.items() if isinstance(r, dict))
+    lines.append(f"- Data: `{metrics.get('data_dir') or 'no task file'}`" + (f"; rows: {rows}" if rows else ""))
+    if isinstance(metrics.get("wall_seconds"), (int, float)):
+        lines.append(f"- Run: `{metrics.get('run_name')}`, {metrics.get('status', 'finished')}, "
+                     f"{metrics['wall_seconds']:.0f} s")
+    return lines
+
+
+def _scores(metrics: dict, tasks: list[str]) -> str:
+    if _stages_only(metrics):
+        return ("A run of the stages alone (`--epochs 0`): no task heads were trained, so it has no heads and "
+                "no dev scores. The encoder is the one the stages left.")
+    dev, test = metrics.get("dev") or {}, metrics.get("test") or {}
+    if not dev:
+        return f"No dev scores were recorded (run status: {metrics.get('status', 'unknown')})."
+    with_test = bool(test)
+
+    def row(*cells) -> str:
+        return "| " + " | ".join(str(c) for c in (cells if with_test else cells[:3])) + " |"
+    rows = [row("task", "metric", "dev", "test"), row("---", "---", "---", "---").replace(" ", "")]
+    for name in [t for t in tasks if t in dev] + [t for t in dev if t not in tasks]:
+        metric = TASKS[name].metric_name if name in TASKS else ""
+        rows.append(row(name, metric, _number(dev[name]), _number(test.get(name))))
+    overall = [_number(metrics.get(key)) for key in ("dev_overall", "test_overall")]
+    rows.append(row("overall", "mean on 0..1", *overall))
+    best = f"Best epoch: {metrics.get('best_epoch')} of {len(metrics.get('epochs') or [])}"
+    if metrics.get("best_step"):
+        best += f" (step {metrics['best_step']})"
+    note = "; its weights are the ones saved here." + (" Test: the labelled test files." if with_test else "")
+    return "\n".join(rows) + "\n\n" + best + note
+
+
+def _number(value) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
+
+def _loading(checkpoint_dir: Path, pooling: str | None, tasks: list[str]) -> str:
+    path = json.dumps(str(checkpoint_dir))
+    ours = ["from training.runs import load_run", f"run = load_run({path})",
+            'vectors = run.encode(["A sentence.", "Another one."])']
+    if tasks:
+        name = "sst" if "sst" in tasks else tasks[0]
+        example = ('[("How do I learn Python?", "What is the best way to learn Python?")]'
+                   if name in TASKS and TASKS[name].is_pair else '["A gripping, funny film."]')
+        ours.append(f'predictions = run.predict("{name}", {example})')
+    if pooling in SENTENCE_TRANSFORMERS_POOLING:
+        st = f"loads the encoder with the run's {pooling} pooling (modules.json, 1_Pooling/)."
+    else:
+        st = (f"has no {pooling} pooling: it falls back to mean pooling; use `load_run(...).encode` for the "
+              f"run's own vectors.")
+    return (f"1. Ours (encoder, pooling{' and heads' if tasks else ''}):\n\n```python\n" + "\n".join(ours)
+            + "\n```\n\n"
+            "2. HuggingFace transformers (the encoder only; pool `last_hidden_state` yourself):\n\n```python\n"
+            f"from transformers import AutoModel, AutoTokenizer\nmodel = AutoModel.from_pretrained({path})\n"
+            f"tokenizer = AutoTokenizer.from_pretrained({path})\n```\n\n"
+            f"3. sentence-transformers: `SentenceTransformer({path})` {st}")
+
+
+def _heads(heads: dict[str, list[int]], model: dict, tasks: list[str]) -> str:
+    if not heads:
+        return "This checkpoint has no heads (`heads.safetensors` holds no tensor): it is an encoder only."
+    pooling, temp = model.get("pooling"), model.get("temp")
+    lines = [f"`{HEADS}` holds `heads.<task>.*` tensors. Each head reads the pooled ({pooling}) sentence "
+             f"vector u (and v, the second sentence's, for pairs); dropout ({model.get('hidden_dropout_prob')}) "
+             f"acts in training only.", ""]
+    present = {key.split(".")[1] for key in heads if key.count(".") >= 2}
+    for name in [t for t in tasks if t in present] + sorted(present - set(tasks)):
+        lines.append(f"- {name}: {_head_formula(name, model, temp)}")
+    lines += ["", "| tensor | shape |", "|---|---|"]
+    lines += [f"| `{key}` | {list(shape)} |" for key, shape in heads.items()]
+    return "\n".join(lines)
+
+
+def _head_formula(name: str, model: dict, temp) -> str:
+    task = TASKS.get(name)
+    if task is None:
+        return "a head this version does not know"
+    if not task.is_pair:
+        return f"`classifier` on u: logits = W·u + b ({task.num_classes} classes); the prediction is the argmax"
+    if task.label_type == "class":  # the paraphrase head (--para_head)
+        if model.get("para_head") == "cosine":
+            return f"cosine: logit = (cos(u, v) − threshold) / {temp}; a paraphrase when logit > 0"
+        return "concat: logit = w·[u; v; |u−v|] + b (`classifier`); a paraphrase when logit > 0"
+    if model.get("sts_head") == "concat":  # the similarity head (--sts_head)
+        return "concat: score = 5·sigmoid(w·[u; v; |u−v|] + b) (`classifier`), 0..5"
+    return "cosine: score = 5·cos(u, v), clamped to 0..5 (its `threshold` is unused)"
