@@ -239,6 +239,13 @@ def vocab_larger_than_embedding(box):
     return [], [str(box.model / "vocab.txt"), "30522 tokens", "100 rows"]
 
 
+def vocab_much_smaller_than_embedding(box):
+    """A truncated vocab.txt: 847 tokens for the model's 30522 rows would make most word pieces [UNK]."""
+    lines = (box.model / "vocab.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    (box.model / "vocab.txt").write_text("".join(lines[:847]), encoding="utf-8")
+    return [], [str(box.model / "vocab.txt"), "847 tokens", "30522 rows", "[UNK]"]
+
+
 def no_vocab(box):
     (box.model / "vocab.txt").unlink()
     return [], [str(box.model / "vocab.txt"), "not found"]
@@ -267,6 +274,7 @@ FAILING = {
     "config wider than weights": config_wider_than_weights,
     "config deeper than weights": config_deeper_than_weights,
     "vocab larger than embedding": vocab_larger_than_embedding,
+    "vocab much smaller than embedding": vocab_much_smaller_than_embedding,
     "no vocab.txt": no_vocab,
     "--lr nan": flag_case(["--lr", "nan"], ["--lr must be a finite number, got nan"]),
     "--head_lr inf": flag_case(["--head_lr", "inf"], ["--head_lr must be a finite number, got inf"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -30,9 +31,11 @@ from .checkpoint import RUN_CONFIG, load_checkpoint, saved_run_config
 from .config import ModelConfig, RunConfig
 from .device import to_device
 from .evaluate import TaskPredictions, predict
-from .tasks import TASKS
+from .tasks import TASKS, Task
 
 PROGRESS_FROM = 2000  # sentences from which ``encode`` shows a progress bar unless told
+# Embedding rows a model may have beyond its vocabulary (some round vocab_size up to a multiple of 64 or 128)
+VOCAB_PADDING = 128
 
 
 def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
@@ -82,35 +85,56 @@ class LoadedRun:
     model: MultitaskBert
     tokenizer: BertTokenizer
 
-    def encode(self, sentences: Sequence[str], batch_size: int = 64, progress: bool | str | None = None, *,
-               pooling: str | None = None, reduction: str = "mean", max_length: int | None = None) -> np.ndarray:
-        """``encode`` with this run's encoder, pooling and ``--max_length`` unless others are given."""
-        return encode(self.model.bert, self.tokenizer, sentences, pooling or self.model.pooling, reduction,
-                      batch_size, max_length or self.config.data.max_length, progress)
+    def encode(self, sentences, batch_size: int = 64, progress: bool | str | None = None, *,
+               pooling: str | None = None, reduction: str = "mean", max_length: int | None = None,
+               normalize_embeddings: bool = False, convert_to_tensor: bool = False):
+        """Sentence vectors with this run's encoder, pooling and ``--max_length`` unless others are
+        given, as sentence-transformers' ``encode`` takes them: a str gives one vector (width,); a list,
+        pandas Series or 1-D numpy array of str gives (n, width). ``normalize_embeddings``: unit length;
+        ``convert_to_tensor``: a torch.Tensor instead of a float32 numpy array."""
+        texts, single = sentence_list(sentences)
+        vectors = encode(self.model.bert, self.tokenizer, texts, pooling or self.model.pooling, reduction,
+                         batch_size, max_length or self.config.data.max_length, progress)
+        if normalize_embeddings:
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        result = torch.from_numpy(vectors) if convert_to_tensor else vectors
+        return result[0] if single else result
 
-    def predict(self, task: str, inputs: Sequence, batch_size: int | None = None) -> np.ndarray:
-        """The task head's predictions (a class, or a 0..5 score) for sentences or ``(sentence1, sentence2)`` pairs."""
+    def predict(self, task: str, inputs, batch_size: int | None = None, *, output: str = "label"):
+        """The task head on sentences (a str, or a list, Series or array of them) or sentence pairs (a
+        ``(sentence1, sentence2)`` pair, or a sequence of pairs). ``output``: ``label``, the class id
+        (int) or the 0..5 score (float); ``probabilities``, the softmax over the classes (SST) or
+        P(paraphrase) (QQP); ``logits``, the head's raw output. One input gives one value (a row of
+        probabilities for SST), a sequence an array."""
         self.check_head(task)
-        width = len(TASKS[task].text_columns)
-        examples = [Example(str(i), (item,) if isinstance(item, str) else tuple(item), None, 0)
-                    for i, item in enumerate(inputs)]
-        bad = next((e for e in examples if len(e.texts) != width), None)
-        if bad is not None:
-            raise ValueError(f"{task} wants {'sentences' if width == 1 else 'pairs of sentences'}; input "
-                             f"{bad.id} is {bad.texts!r}")
-        return self.predict_examples(task, examples, batch_size).predictions
+        row = TASKS[task]
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
+        if output == "probabilities" and row.divergence == "regression":
+            raise ValueError(f"{task} is a regression: its label is the 0..5 score; it has no probabilities")
+        items, single = pair_list(inputs) if row.is_pair else sentence_list(inputs)
+        examples = [Example(str(i), item if row.is_pair else (item,), None, 0) for i, item in enumerate(items)]
+        head = row if output == "label" else dataclasses.replace(row, predict=OUTPUTS[output][row.divergence])
+        values = self.predict_examples(task, examples, batch_size, task_row=head).predictions
+        if not examples and output != "label" and row.divergence == "multiclass":
+            values = np.zeros((0, row.num_classes), dtype=np.float32)   # one row per input, none
+        if output == "label" and row.label_type == "class":
+            values = values.astype(np.int64)
+        if not single:
+            return values
+        return values[0].item() if values.ndim == 1 else values[0]
 
     def predict_examples(self, task: str, examples: Sequence[Example], batch_size: int | None = None,
-                         progress: bool = False) -> TaskPredictions:
+                         progress: bool = False, task_row: Task | None = None) -> TaskPredictions:
         """``TaskPredictions`` of the task's head (ids, predictions and, where the examples have
         them, gold labels) in the order of ``examples``. Batches as the run evaluated dev (its
         ``--batch_size`` and ``--bucket`` unless ``batch_size`` is given), so a run's own dev files
-        come out as it wrote them."""
+        come out as it wrote them. ``task_row``: the task's row with another ``predict``."""
         self.check_head(task)
         loader = make_loader(examples, self.tokenizer, model_max_length(self.config.data.max_length, self.model.bert),
                              batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
-        return predict(self.model, TASKS[task], loader, next(self.model.parameters()).device, f"predict {task}",
-                       progress)
+        return predict(self.model, task_row or TASKS[task], loader, next(self.model.parameters()).device,
+                       f"predict {task}", progress)
 
     def check_head(self, task: str) -> None:
         """A one-line error unless the run trained a head for ``task``."""
@@ -118,12 +142,70 @@ class LoadedRun:
             raise ValueError(f"this run has no {task!r} head; it trained {', '.join(self.model.heads) or 'none'}")
 
 
+# LoadedRun.predict's outputs: head output -> values, by the kind of head (``Task.divergence``); None: the task's own
+OUTPUTS = {"label": None,
+           "probabilities": {"multiclass": lambda logits: logits.softmax(dim=-1), "binary": torch.sigmoid},
+           "logits": {kind: lambda output: output for kind in ("multiclass", "binary", "regression")}}
+
+
+def sentence_list(sentences) -> tuple[list[str], bool]:
+    """``sentences`` as a list of str, and whether one sentence (a str) was given: a str, a list or
+    tuple of str, a pandas Series or a 1-D numpy array of str (what sentence-transformers takes)."""
+    if isinstance(sentences, str):
+        return [sentences], True
+    if is_array(sentences):
+        if sentences.ndim != 1:
+            raise ValueError(f"sentences: a 1-D array of strings, got {type(sentences).__name__} of shape "
+                             f"{tuple(sentences.shape)}")
+        sentences = sentences.tolist()
+    if not isinstance(sentences, (list, tuple)):
+        raise TypeError(f"sentences: a str, a list of str, a pandas Series or a numpy array, got "
+                        f"{type(sentences).__name__}")
+    bad = next((i for i, text in enumerate(sentences) if not isinstance(text, str)), None)
+    if bad is not None:
+        raise TypeError(f"sentences: item {bad} is {describe(sentences[bad])}, not a str")
+    return list(sentences), False
+
+
+def describe(value) -> str:
+    """What a non-str input is, for an error: "a missing value (NaN)" for the blanks of a pandas column."""
+    missing = (value is None or (isinstance(value, float) and value != value)
+               or type(value).__name__ in ("NAType", "NaTType"))
+    return f"a missing value ({value})" if missing else f"a {type(value).__name__}"
+
+
+def is_array(value) -> bool:
+    """A numpy array or a pandas object (Series, Index, array, DataFrame), which has a shape."""
+    return isinstance(value, np.ndarray) or (type(value).__module__.split(".")[0] == "pandas"
+                                             and hasattr(value, "ndim"))
+
+
+def pair_list(pairs) -> tuple[list[tuple[str, str]], bool]:
+    """``pairs`` as a list of (str, str), and whether one pair was given: a pair (two str), or a list,
+    Series or array of pairs (an (n, 2) array or two-column DataFrame)."""
+    if isinstance(pairs, (list, tuple)) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
+        return [tuple(pairs)], True
+    if is_array(pairs):   # an (n, 2) array or DataFrame, a Series of pairs
+        pairs = (pairs.to_numpy() if hasattr(pairs, "to_numpy") else np.asarray(pairs)).tolist()
+    if isinstance(pairs, str) or not isinstance(pairs, (list, tuple)):
+        raise TypeError(f"pairs: a (sentence1, sentence2) pair or a sequence of them, got {type(pairs).__name__}")
+    bad = next((i for i, pair in enumerate(pairs) if not (isinstance(pair, (list, tuple)) and len(pair) == 2
+                                                         and all(isinstance(p, str) for p in pair))), None)
+    if bad is not None:
+        raise ValueError(f"a pair task wants pairs of sentences: item {bad} is not a pair of two str: "
+                         f"{str(pairs[bad])[:80]!r}")
+    return [tuple(pair) for pair in pairs], False
+
+
 def load_run(path: str | Path) -> LoadedRun:
     """The model a run saved in ``path/checkpoint/`` (or in ``path``, a checkpoint folder; either layout
     of ``training/checkpoint.py``): the encoder built from the saved BertConfig (the original model's
     weights are not read), the heads from the run's ``Task`` rows (none for an encoder alone), every
-    weight loaded strictly. Anything unusable is a one-line ``WeightsError`` naming the file."""
+    weight loaded strictly. Anything unusable is a one-line ``WeightsError`` naming the file. A run
+    whose metrics.json says it has not finished (running, failed, interrupted) is loaded with a warning
+    naming its status and the epoch of its best weights so far, or refused if it has saved none yet."""
     directory = checkpoint_dir(Path(path))
+    warn_if_unfinished(directory)
     config_file, weights = directory / "config.json", directory / "model.safetensors"
     try:
         state, saved = load_checkpoint(directory)
@@ -195,11 +277,44 @@ def checkpoint_dir(path: Path) -> Path:
                            f"{path} is a file: expected a run folder or its checkpoint/ folder")
     if not (path / "config.json").is_file() and (path / "checkpoint").is_dir():
         path = path / "checkpoint"
+    status = run_status(path)
+    if status not in (None, "finished") and not (path / "checkpoint").exists() and path.name != "checkpoint":
+        raise WeightsError(f"{path}: the run is unfinished (status {status}) and has saved no weights yet "
+                           f"(checkpoint/ is written at its first evaluation on dev)")
     for name in ("config.json", "model.safetensors"):
         if not (path / name).is_file():
             raise WeightsError(f"checkpoint file {path / name} not found (expected a run folder or its "
                                "checkpoint/ folder, as written by training/checkpoint.py)")
     return path
+
+
+def run_status(path: Path) -> str | None:
+    """The status in the metrics.json of the run that ``path`` (a run folder or its checkpoint/) belongs to."""
+    folder = path.parent if path.name == "checkpoint" else path
+    try:
+        status = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return status if isinstance(status, str) else None
+
+
+def warn_if_unfinished(directory: Path) -> None:
+    """A checkpoint/ of a run still training (or stopped) holds its best weights so far: say so, and from when."""
+    status = run_status(directory)
+    if status in (None, "finished") or directory.name != "checkpoint":
+        return
+    when = ""
+    try:  # the first evaluation with the best overall dev score, as the trainer keeps it (training/stages.py)
+        metrics = json.loads((directory.parent / "metrics.json").read_text(encoding="utf-8"))
+        records = metrics.get("evaluations") or metrics.get("epochs") or []
+        scored = [e for e in records if isinstance(e, dict) and isinstance(e.get("dev_overall"), (int, float))]
+        best = max(scored, key=lambda e: e["dev_overall"], default=None)
+        if best is not None:
+            when = f", from epoch {best.get('epoch')}" + (f" step {best['step']}" if "step" in best else "")
+    except (OSError, ValueError, AttributeError):
+        pass
+    warnings.warn(f"{directory.parent}: the run is unfinished (status {status}); {directory} holds its best weights "
+                  f"so far{when}", stacklevel=3)
 
 
 def with_heads(bert: BertModel, config: RunConfig, tasks: Sequence[str]) -> MultitaskBert:
@@ -256,7 +371,8 @@ def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], 
 def tokenizer_for(directory: Path, bert: BertModel | None = None) -> BertTokenizer:
     """The WordPiece tokenizer of a model folder: its vocabulary (``vocab_file``), lower-casing as the
     ``tokenizer_config.json`` beside it says (``do_lower_case``; uncased when there is none). With
-    ``bert``, a vocabulary larger than its embedding is a one-line error."""
+    ``bert``, a vocabulary larger than its embedding, or ``VOCAB_PADDING`` or more tokens smaller, is a
+    one-line error."""
     vocab = vocab_file(directory)
     if not vocab.is_file():
         raise WeightsError(f"vocabulary file not found: {vocab}")
@@ -268,4 +384,8 @@ def tokenizer_for(directory: Path, bert: BertModel | None = None) -> BertTokeniz
     if bert is not None and tokenizer.vocab_size > bert.config.vocab_size:
         raise WeightsError(f"{vocab} has {tokenizer.vocab_size} tokens but the model's embedding has "
                            f"{bert.config.vocab_size} rows")
+    if bert is not None and bert.config.vocab_size - tokenizer.vocab_size >= VOCAB_PADDING:
+        raise WeightsError(f"{vocab} has {tokenizer.vocab_size} tokens but the model's embedding has "
+                           f"{bert.config.vocab_size} rows: not the vocabulary the model was trained with (a "
+                           f"truncated file?), so most word pieces would become [UNK]; give its own vocab.txt")
     return tokenizer

@@ -1,0 +1,114 @@
+"""The Python API takes what users pass (issue 28, class 4): ``LoadedRun.encode`` and ``predict``
+take a str, a list, a pandas Series or a numpy array, as sentence-transformers' ``encode`` does;
+class ids are ints; probabilities and logits are one keyword away; a run still training says so."""
+import json
+import shutil
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from test_predict_embed import train
+from training import load_run
+from training.tasks import TASKS
+
+SENTENCES = ["a fine film .", "dull and long .", "a mess ."]
+PAIRS = [("A man plays.", "A man is playing."), ("A cat.", "A stock market.")]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_model_dir):
+    return load_run(train(tmp_path_factory.mktemp("runs"), tiny_model_dir, "api"))
+
+
+def test_encode_takes_a_str_a_list_a_series_and_an_array(run):
+    vectors = run.encode(SENTENCES)
+    one = run.encode(SENTENCES[0])
+    assert vectors.shape == (3, 16) and one.shape == (16,)       # a str is one sentence, not its characters
+    np.testing.assert_allclose(one, run.encode([SENTENCES[0]])[0], rtol=0, atol=1e-6)
+    for given in (pd.Series(SENTENCES), np.array(SENTENCES), tuple(SENTENCES), pd.array(SENTENCES, dtype="string"),
+                  pd.Series(SENTENCES, index=[7, 3, 5])):
+        np.testing.assert_allclose(run.encode(given), vectors, rtol=0, atol=1e-6)
+
+
+def test_encode_normalizes_and_converts_to_a_tensor(run):
+    unit = run.encode(SENTENCES, normalize_embeddings=True)
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-5)
+    tensor = run.encode(SENTENCES, convert_to_tensor=True)
+    assert isinstance(tensor, torch.Tensor) and torch.equal(tensor, torch.from_numpy(run.encode(SENTENCES)))
+    assert isinstance(run.encode("one", convert_to_tensor=True), torch.Tensor)
+
+
+@pytest.mark.parametrize("given, error", [
+    ([SENTENCES[0], 3], "item 1 is a int, not a str"),
+    (np.array([SENTENCES, SENTENCES]), "a 1-D array of strings"),
+    (42, "got int"),
+    (pd.DataFrame({"s": SENTENCES}), "a 1-D array of strings, got DataFrame"),
+    (pd.Series([SENTENCES[0], None]), r"item 1 is a missing value \((nan|None)\), not a str"),
+])
+def test_encode_refuses_what_is_not_sentences_in_one_line(run, given, error):
+    with pytest.raises((TypeError, ValueError), match=error) as caught:
+        run.encode(given)
+    assert "\n" not in str(caught.value)
+
+
+def test_predict_labels_are_ints_and_one_input_gives_one_value(run):
+    classes = run.predict("sst", SENTENCES)
+    assert classes.dtype == np.int64 and classes.shape == (3,) and set(classes) <= set(range(5))
+    single = run.predict("sst", SENTENCES[0])
+    assert isinstance(single, int) and single == classes[0]
+    np.testing.assert_array_equal(run.predict("sst", pd.Series(SENTENCES)), classes)
+    duplicate = run.predict("qqp", PAIRS[0])
+    assert isinstance(duplicate, int) and duplicate in (0, 1)
+    scores = run.predict("sts", PAIRS)
+    assert scores.dtype == np.float32 and ((0 <= scores) & (scores <= 5)).all()
+    assert isinstance(run.predict("sts", PAIRS[1]), float)
+    frame = pd.DataFrame(PAIRS, columns=["sentence1", "sentence2"])
+    for given in (frame, np.array(PAIRS), pd.Series(PAIRS), tuple(PAIRS)):
+        np.testing.assert_array_equal(run.predict("sts", given), scores)
+    with pytest.raises(TypeError, match="got int"):
+        run.predict("sst", 5)
+    with pytest.raises(ValueError, match="item 0 is not a pair of two str"):
+        run.predict("qqp", [SENTENCES[0]])
+
+
+def test_probabilities_and_logits(run):
+    logits = run.predict("sst", SENTENCES, output="logits")
+    probabilities = run.predict("sst", SENTENCES, output="probabilities")
+    assert logits.shape == probabilities.shape == (3, 5)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(probabilities, torch.softmax(torch.from_numpy(logits), -1).numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(probabilities.argmax(axis=1), run.predict("sst", SENTENCES))
+    qqp_logit = run.predict("qqp", PAIRS, output="logits")
+    p_duplicate = run.predict("qqp", PAIRS, output="probabilities")
+    np.testing.assert_allclose(p_duplicate, 1 / (1 + np.exp(-qqp_logit)), rtol=1e-6)
+    assert ((p_duplicate > 0.5) == run.predict("qqp", PAIRS).astype(bool)).all()
+    assert run.predict("sst", SENTENCES[0], output="probabilities").shape == (5,)
+    assert run.predict("sst", [], output="probabilities").shape == (0, 5)
+    assert run.predict("sst", []).dtype == np.int64
+    with pytest.raises(ValueError, match="regression"):
+        run.predict("sts", PAIRS, output="probabilities")
+    with pytest.raises(ValueError, match="output must be one of label, probabilities, logits"):
+        run.predict("sst", SENTENCES, output="scores")
+    assert TASKS["sst"].predict is not None    # the task table itself is left as it was
+
+
+def test_an_unfinished_run_says_so_and_from_which_epoch(tmp_path, tiny_model_dir):
+    run_dir = train(tmp_path, tiny_model_dir, "unfinished", "--epochs", "2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_run(run_dir)                   # a finished run loads quietly
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    best = max(metrics["epochs"], key=lambda e: e["dev_overall"])["epoch"]
+    for status, path in (("running", run_dir), ("failed", run_dir / "checkpoint")):
+        (run_dir / "metrics.json").write_text(json.dumps({**metrics, "status": status}))
+        with pytest.warns(UserWarning, match=rf"unfinished \(status {status}\).*best weights so far, "
+                                             rf"from epoch {best}$") as caught:
+            load_run(path)
+        assert "\n" not in str(caught[0].message) and str(run_dir) in str(caught[0].message)
+    (run_dir / "metrics.json").write_text(json.dumps({**metrics, "status": "running"}))
+    shutil.rmtree(run_dir / "checkpoint")   # still in its first epoch: no weights yet
+    with pytest.raises(Exception, match=r"unfinished \(status running\) and has saved no weights yet"):
+        load_run(run_dir)
