@@ -133,7 +133,7 @@ if ((LIST)); then
 fi
 
 # every row's flags are checked before the first run: a bad flag after -- fails once, here
-"$PYTHON" - "$ROOT" "${BUDGET[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}" <<'PY' || exit 2
+CHECK='
 import contextlib, io, sys
 sys.path.insert(0, sys.argv[1])
 import run_multitask
@@ -146,10 +146,12 @@ for name, flags in grid_rows():
         with contextlib.redirect_stderr(stderr):
             run_multitask.parse_config([*budget, *flags, *extra]).validate()
     except SystemExit:   # a flag that does not parse, the same in every row
-        sys.exit(f"ablate.sh: {stderr.getvalue().strip().splitlines()[-1].split('error: ', 1)[-1]}")
+        message = stderr.getvalue().strip().splitlines()[-1]
+        sys.exit("ablate.sh: " + message.split("error: ", 1)[-1])
     except ValueError as err:
         sys.exit(f"ablate.sh: row {name}: {err}")
-PY
+'
+"$PYTHON" -c "$CHECK" "$ROOT" "${BUDGET[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}" || exit 2
 
 if ((!DRY_RUN)); then
   mkdir -p "$OUT/logs" || die "cannot create $OUT/logs"

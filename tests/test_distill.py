@@ -115,3 +115,24 @@ def test_a_run_stopped_in_multitask_training_resumes_exactly(tmp_path, tiny_mode
                              text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_run(final_state(run_dir), final_state(clean))
+
+
+def test_a_teacher_stopped_midway_is_resumed_by_the_next_sitting(tmp_path, tiny_model_dir, monkeypatch):
+    """--teachers auto finds a teacher that was stopped (a killed sitting) and resumes it with its
+    saved configuration, whatever the paths of this sitting."""
+    from test_resume_inputs import stop_midway
+    from training.extensions.distill import teacher_config, train_teachers
+    from training.trainer import run as train
+
+    config = run_multitask.parse_config(["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir),
+                                         "--batch_size", "4", "--max_length", "24", "--tasks", "sst", "--quiet",
+                                         *FLAGS])
+    folder = tmp_path / "teachers"
+    teacher = teacher_config(config, "sst", folder)
+    teacher.output.keep_training_state, teacher.output.save_every = True, 1
+    train(teacher)
+    stop_midway(folder / "sst")
+    monkeypatch.chdir(tmp_path)   # this sitting names the same folder otherwise (a relative path)
+    assert train_teachers(config, Path("teachers")) == {"sst": Path("teachers") / "sst"}
+    metrics = json.loads((folder / "sst" / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and len(metrics["resumed"]) == 1

@@ -398,7 +398,7 @@ def resumed_config(flags: RunConfig, checkpoint: Checkpoint) -> RunConfig:
     if ignored:
         raise ValueError(f"--resume continues the run with its saved configuration, and these flags differ from it: "
                          f"{', '.join(ignored)}; drop them (to train otherwise, start a new run, e.g. with "
-                         f"--model {config.output.resume or 'RUN'} to start from its weights)")
+                         f"--model {flags.output.resume} to start from its weights)")
     for name in ("resume", "resume_fallback", "quiet", "log_file"):
         setattr(config.output, name, getattr(flags.output, name))
     if flags.data.data_dir:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from data.batching import make_loader
 from data.readers import DataError
 
-from ..config import RunConfig
+from ..config import OutputConfig, RunConfig
 from ..evaluate import predict
 from ..flags import flag
 from ..outputs import write_json
@@ -165,8 +165,9 @@ def train_teachers(config: RunConfig, folder: Path) -> dict[str, Path]:
         status = json.loads((run_dir / "metrics.json").read_text()).get("status") \
             if (run_dir / "metrics.json").is_file() else None
         if status != "finished":
-            if run_dir.exists() and list_checkpoints(run_dir):
-                teacher.output.resume = str(run_dir)
+            if run_dir.exists() and list_checkpoints(run_dir):   # resumed with its saved configuration alone
+                teacher = RunConfig.defaults(output=OutputConfig(resume=str(run_dir), quiet=config.output.quiet,
+                                                                 log_file=config.output.log_file))
             elif run_dir.exists():
                 shutil.rmtree(run_dir)   # ours, stopped before its first checkpoint
             train(teacher)
