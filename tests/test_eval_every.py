@@ -61,26 +61,26 @@ def test_early_stopping_ends_training_after_patience_evaluations_without_gain(tm
     assert sum(e["train_steps"] for e in full["epochs"]) > 6 and "early_stopped" not in full
 
 
-@pytest.mark.parametrize("flags", [["--eval_every", "3"], ["--eval_every", "2", "--early_stopping", "2",
-                                                           "--lr", "1e-12", "--head_lr", "1e-12"]],
+@pytest.mark.parametrize("flags, cut", [(["--eval_every", "3"], 2),   # stopped between two evaluations
+                                        (["--eval_every", "2", "--early_stopping", "2", "--lr", "1e-12",
+                                          "--head_lr", "1e-12"], 5)],  # one step before the stop
                          ids=["eval_every", "early_stopping"])
-def test_a_stopped_run_resumes_exactly(tmp_path, tiny_model_dir, flags):
+def test_a_stopped_run_resumes_exactly(tmp_path, tiny_model_dir, flags, cut):
     clean = tmp_path / "clean"
     subprocess.run(command(*argv(tiny_model_dir, tmp_path, "clean", "--epochs", "2", *flags)), env=env(),
                    check=True, capture_output=True, timeout=300)
-    for cut in (2, 5):    # stopped after an evaluation's step, and between evaluations
-        run_dir = tmp_path / f"stopped-{cut}"
-        shutil.copytree(clean, run_dir)
-        for later in list_checkpoints(run_dir)[cut:]:
-            shutil.rmtree(later)
-        for name in OUTPUTS:
-            (run_dir / name).unlink(missing_ok=True)
-        resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True,
-                                 text=True, timeout=300)
-        assert resumed.returncode == 0, resumed.stderr
-        assert_same_run(final_state(run_dir), final_state(clean))
-        a, b = (json.loads((folder / "metrics.json").read_text()) for folder in (run_dir, clean))
-        assert a.get("early_stopped") == b.get("early_stopped")
+    run_dir = tmp_path / f"stopped-{cut}"
+    shutil.copytree(clean, run_dir)
+    for later in list_checkpoints(run_dir)[cut:]:
+        shutil.rmtree(later)
+    for name in OUTPUTS:
+        (run_dir / name).unlink(missing_ok=True)
+    resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(final_state(run_dir), final_state(clean))
+    a, b = (json.loads((folder / "metrics.json").read_text()) for folder in (run_dir, clean))
+    assert a.get("early_stopped") == b.get("early_stopped")
 
 
 def test_tensorboard_scalars(tmp_path, tiny_model_dir):
