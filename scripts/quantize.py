@@ -57,11 +57,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 from data.batching import make_loader  # noqa: E402
 from data.readers import DataError, read_examples, resolve_data_dir  # noqa: E402
 from minbert.atomic import atomic_path, write_text_atomic  # noqa: E402
-from training.cli import run_command  # noqa: E402
+from training.cli import check_overwrite, run_command  # noqa: E402
 from training.config import DataConfig, add_flags  # noqa: E402
 from training.evaluate import predict  # noqa: E402
 from training.runs import load_run  # noqa: E402
-from training.tools.predict import check_overwrite  # noqa: E402
 from training.tasks import TASKS, overall_score  # noqa: E402
 
 INT8_WEIGHTS = "model-int8.pt"

@@ -2,7 +2,6 @@
 predict, embed and scripts/quantize.py refuse existing outputs without --overwrite, predict never
 writes into the run itself, quantize leaves nothing behind on a run without heads, and the report
 writes only with --out and refuses a run folder given in place of its parent."""
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -10,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import run_multitask
 from minbert import BertConfig
+from test_predict_embed import train
+from test_quantize import quantize
 from training.checkpoint import load_checkpoint, save_checkpoint
 from training.tools import embed, predict, report
 
@@ -20,24 +20,10 @@ FIXTURE_DATA = ROOT / "tests" / "fixtures" / "data"
 FIXTURE_RUNS = ROOT / "tests" / "fixtures" / "runs"
 
 
-def _quantize_module():
-    spec = importlib.util.spec_from_file_location("quantize_no_overwrite", ROOT / "scripts" / "quantize.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-quantize = _quantize_module()
-
-
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, tiny_model_dir):
-    """A tiny trained run (as tests/test_predict_embed.py trains it): metrics.json, CSVs, checkpoint/."""
-    out = tmp_path_factory.mktemp("runs")
-    argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--epochs", "1", "--batch_size", "4",
-            "--max_length", "32", "--out_dir", str(out), "--run_name", "run", "--quiet"]
-    assert run_multitask.main(argv) == 0
-    return out / "run"
+    """A tiny trained run (tests/test_predict_embed.py's): metrics.json, CSVs, checkpoint/."""
+    return train(tmp_path_factory.mktemp("runs"), tiny_model_dir, "run")
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """How every command of the project ends: a user's error is one line on stderr and exit code 1;
-Ctrl-C and SIGTERM (what schedulers and ``docker stop`` send) are one line and 130 / 143.
+Ctrl-C and SIGTERM (what schedulers and ``docker stop`` send) are one line and 130 / 143; a file a
+command would replace is refused unless it was given ``--overwrite`` (``check_overwrite``).
 
 A command's body runs inside ``run_command``. SIGTERM is turned into ``Terminated``, a
 ``KeyboardInterrupt``, so that it unwinds exactly like Ctrl-C: every ``finally`` runs (temporary
@@ -7,9 +8,11 @@ files and half-written checkpoint folders are removed) and a run marks itself "i
 """
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 from data.readers import DataError
@@ -42,6 +45,15 @@ def run_command(body: Callable[[], int | None]) -> int:
         return 128 + signal.SIGINT
     finally:
         _on_sigterm(previous)
+
+
+def check_overwrite(targets: list[Path], overwrite: bool, flag: str = "--out") -> None:
+    """Refuse, naming the first, when any of ``targets`` exists and ``overwrite`` is not set."""
+    existing = [path for path in targets if path.exists()]
+    if existing and not overwrite:
+        more = f" (and {len(existing) - 1} more of the files it would write)" if len(existing) > 1 else ""
+        raise FileExistsError(errno.EEXIST, f"already exists{more}; pass --overwrite to replace it, or choose "
+                                            f"another {flag}", str(existing[0]))
 
 
 def _raise_terminated(signum, frame):

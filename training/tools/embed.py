@@ -20,11 +20,10 @@ import numpy as np
 from data.readers import DataError, read_utf8
 from minbert.atomic import atomic_path
 
-from ..cli import run_command
+from ..cli import check_overwrite, run_command
 from ..config import DataConfig, TrainConfig, add_flags
 from ..device import pick_device
 from ..runs import load_run
-from .predict import check_overwrite
 
 
 def main(argv: Sequence[str] | None = None) -> int:

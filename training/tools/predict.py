@@ -13,7 +13,6 @@ folder or its ``checkpoint/`` (predictions on other data would replace the run's
 from __future__ import annotations
 
 import argparse
-import errno
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -21,7 +20,7 @@ from typing import Sequence
 from data.readers import DataError, read_examples, read_header, resolve_data_dir
 from minbert.atomic import check_folder, make_folder
 
-from ..cli import run_command
+from ..cli import check_overwrite, run_command
 from ..config import DataConfig, TrainConfig, add_flags
 from ..device import pick_device
 from ..outputs import prediction_path, write_json, write_predictions
@@ -92,15 +91,6 @@ def planned_files(tasks: list[str], data_dir: Path) -> tuple[list[tuple[str, str
         raise DataError(f"{data_dir}: none of the files of {', '.join(tasks)} "
                         f"({', '.join(TASKS[n].files[s] for n in tasks for s in ('dev', 'test'))})")
     return planned, missing
-
-
-def check_overwrite(targets: list[Path], overwrite: bool, flag: str = "--out") -> None:
-    """Refuse, naming the first, when any of ``targets`` exists and ``overwrite`` is not set."""
-    existing = [path for path in targets if path.exists()]
-    if existing and not overwrite:
-        more = f" (and {len(existing) - 1} more of the files it would write)" if len(existing) > 1 else ""
-        raise FileExistsError(errno.EEXIST, f"already exists{more}; pass --overwrite to replace it, or choose "
-                                            f"another {flag}", str(existing[0]))
 
 
 def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: int | None,
