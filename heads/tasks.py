@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -73,19 +75,40 @@ class MultitaskBert(nn.Module):
     ``forward(head_name, inputs)`` encodes each tokenised sentence in ``inputs`` (one dict of
     ``input_ids``/``attention_mask``/``token_type_ids`` per sentence), pools each, and passes the
     vectors to the named head. ``embeddings_hook`` is forwarded to ``BertModel``.
+
+    ``private_layers`` K > 0 gives each head but ``home`` a *tower*: its own copy of the encoder's top
+    K layers, over the shared bottom (MT-DNN/PALs-style task-specific top layers; Liu et al. 2019,
+    Stickland & Murray 2019). ``home`` (default: the first head) keeps the encoder's own top layers,
+    so ``bert`` alone is that task's whole encoder. A round-robin step trains one task, so a tower
+    costs no compute per step, only memory.
     """
 
-    def __init__(self, bert: BertModel, heads: dict[str, nn.Module], pooling: str = "cls"):
+    def __init__(self, bert: BertModel, heads: dict[str, nn.Module], pooling: str = "cls",
+                 private_layers: int = 0, home: str | None = None):
         super().__init__()
         if pooling not in POOLING_MODES:
             raise ValueError(f"unknown pooling mode {pooling!r}; choose one of {sorted(POOLING_MODES)}")
+        depth = len(bert.encoder.layer)
+        if not 0 <= private_layers <= depth:
+            raise ValueError(f"private_layers must be in [0, {depth}] (the encoder's layers), got {private_layers}")
         self.bert = bert
         self.heads = nn.ModuleDict(heads)
         self.pooling = pooling
+        self.home = home if home is not None else next(iter(heads), None)
+        top = bert.encoder.layer[depth - private_layers:] if private_layers else []
+        self.towers = nn.ModuleDict({name: copy.deepcopy(nn.ModuleList(top)) for name in heads
+                                     if private_layers and name != self.home})
 
-    def embed(self, encoding: dict, embeddings_hook=None) -> torch.Tensor:
-        outputs = self.bert(encoding["input_ids"], encoding["attention_mask"],
-                            encoding.get("token_type_ids"), embeddings_hook=embeddings_hook)
+    def encoder_parameters(self):
+        """The shared encoder's and the towers' parameters, named (what trains at the encoder's rate)."""
+        yield from self.bert.named_parameters(prefix="bert")
+        yield from self.towers.named_parameters(prefix="towers")
+
+    def embed(self, encoding: dict, embeddings_hook=None, head_name: str | None = None) -> torch.Tensor:
+        """The pooled vector of one tokenised sentence through ``head_name``'s tower (None: ``home``'s)."""
+        outputs = self.bert(encoding["input_ids"], encoding["attention_mask"], encoding.get("token_type_ids"),
+                            embeddings_hook=embeddings_hook,
+                            top_layers=self.towers[head_name] if head_name in self.towers else None)
         return pool(outputs, encoding["attention_mask"], self.pooling)
 
     def forward(self, head_name: str | None | tuple[str, ...], inputs, embeddings_hook=None):
@@ -98,7 +121,7 @@ class MultitaskBert(nn.Module):
         """
         if isinstance(head_name, tuple):
             return tuple(self(name, task_inputs, embeddings_hook) for name, task_inputs in zip(head_name, inputs))
-        vectors = [self.embed(encoding, embeddings_hook) for encoding in inputs]
+        vectors = [self.embed(encoding, embeddings_hook, head_name) for encoding in inputs]
         if head_name is None:
             return vectors
         return self.heads[head_name](*vectors)

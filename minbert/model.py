@@ -44,20 +44,11 @@ class BertModel(nn.Module):
 
     def set_attention(self, impl: str) -> "BertModel":
         """Use attention implementation ``impl`` ("manual", "sdpa" or "auto") in every layer; returns self."""
-        return self._set_in_every(MultiHeadSelfAttention, "impl", impl, ATTENTION_IMPLS, "attention implementation")
+        return set_attention(self, impl)
 
     def set_dropout(self, masks: str) -> "BertModel":
         """Draw every dropout mask the ``masks`` way ("bernoulli" or "uniform", see ``Dropout``); returns self."""
-        return self._set_in_every(Dropout, "masks", masks, DROPOUT_MASKS, "dropout masks")
-
-    def _set_in_every(self, kind: type, attribute: str, value: str, choices: tuple, what: str) -> "BertModel":
-        """Set ``attribute`` to ``value`` (one of ``choices``) on every submodule of type ``kind``."""
-        if value not in choices:
-            raise ValueError(f"unknown {what} {value!r} (one of {', '.join(choices)})")
-        for module in self.modules():
-            if isinstance(module, kind):
-                setattr(module, attribute, value)
-        return self
+        return set_dropout(self, masks)
 
     def set_sparse_word_embeddings(self, sparse: bool = True) -> "BertModel":
         """Make the word-embedding gradient a sparse tensor holding only the rows of the batch's word
@@ -89,15 +80,16 @@ class BertModel(nn.Module):
         save_pretrained(self, directory)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, embeddings_hook=None) -> dict:
+                token_type_ids: torch.Tensor | None = None, embeddings_hook=None, top_layers=None) -> dict:
         """``embeddings_hook``, if given, maps the embeddings output to a new tensor before the
-        encoder (used by adversarial training to add a perturbation there)."""
+        encoder (used by adversarial training to add a perturbation there). ``top_layers``, if given,
+        replace as many of the encoder's top layers (a task's private tower, ``heads.MultitaskBert``)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         hidden = self.embeddings(input_ids, token_type_ids)
         if embeddings_hook is not None:
             hidden = embeddings_hook(hidden)
-        hidden_states = self.encoder(hidden, attention_mask)
+        hidden_states = self.encoder(hidden, attention_mask, top_layers)
         last = hidden_states[-1]
         return {"last_hidden_state": last, "pooler_output": self.pooler(last), "hidden_states": hidden_states}
 
@@ -135,11 +127,13 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor,
+                top_layers: nn.ModuleList | None = None) -> tuple[torch.Tensor, ...]:
         # Additive mask (B, 1, 1, T): 0 at real keys, a huge negative at padding (zero softmax weight).
         additive_mask = (1.0 - attention_mask[:, None, None, :].to(hidden.dtype)) * torch.finfo(hidden.dtype).min
+        layers = self.layer if not top_layers else [*self.layer[:len(self.layer) - len(top_layers)], *top_layers]
         hidden_states = [hidden]
-        for layer in self.layer:
+        for layer in layers:
             hidden = layer(hidden, additive_mask)
             hidden_states.append(hidden)
         return tuple(hidden_states)
@@ -240,6 +234,27 @@ class BertPooler(nn.Module):
 
     def forward(self, last_hidden_state: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(last_hidden_state[:, 0]))
+
+
+def set_attention(model: nn.Module, impl: str) -> nn.Module:
+    """``impl`` in every attention layer of ``model`` (a ``BertModel``, or a model holding one and more
+    layers, such as a multi-task model with private towers); returns ``model``."""
+    return _set_in_every(model, MultiHeadSelfAttention, "impl", impl, ATTENTION_IMPLS, "attention implementation")
+
+
+def set_dropout(model: nn.Module, masks: str) -> nn.Module:
+    """Every dropout mask of ``model`` drawn the ``masks`` way; returns ``model``."""
+    return _set_in_every(model, Dropout, "masks", masks, DROPOUT_MASKS, "dropout masks")
+
+
+def _set_in_every(model: nn.Module, kind: type, attribute: str, value: str, choices: tuple, what: str) -> nn.Module:
+    """Set ``attribute`` to ``value`` (one of ``choices``) on every submodule of type ``kind``."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r} (one of {', '.join(choices)})")
+    for module in model.modules():
+        if isinstance(module, kind):
+            setattr(module, attribute, value)
+    return model
 
 
 ATTENTION_IMPLS = ("manual", "sdpa", "auto")

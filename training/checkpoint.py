@@ -10,7 +10,8 @@ HuggingFace ``transformers`` (``AutoModel``/``AutoTokenizer``) and ``sentence_tr
                              (mean, cls, max). For the others (pooler, first_last, last4_mean, ...)
                              these files are left out, and sentence-transformers falls back to its
                              default, mean pooling: use ``load_run(...).encode`` for the run's vectors.
-    heads.safetensors        the task heads (``heads.<task>.*``)
+    heads.safetensors        the task heads (``heads.<task>.*``) and, with ``--private_layers``, the other
+                             tasks' own top layers (``towers.<task>.*``; ``model.safetensors`` is STS's tower)
     run_config.json          the run configuration (``RunConfig``)
 
 Folders written before this layout (one ``model.safetensors`` with ``bert.*`` and ``heads.*``, and
@@ -31,6 +32,9 @@ from minbert.weights import from_hf_names, to_hf_names
 from .outputs import write_json
 
 ENCODER, HEADS, RUN_CONFIG = "model.safetensors", "heads.safetensors", "run_config.json"
+# With --private_layers, the task whose tower is the encoder itself (``heads.MultitaskBert``): the exported
+# encoder, what transformers, sentence-transformers and ``encode`` read, is then the sentence-similarity model.
+EXPORTED_TOWER = "sts"
 # our pooling mode -> sentence-transformers' Pooling flag
 SENTENCE_TRANSFORMERS_POOLING = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token",
                                  "max": "pooling_mode_max_tokens"}

@@ -35,6 +35,8 @@ class ModelConfig:
                                                             "model's config.json value)", type=float)
     option: str = flag("finetune", "finetune: update BERT and heads; pretrain: BERT frozen, heads only",
                        choices=["finetune", "pretrain"])
+    private_layers: int = flag(0, "give each task its own copy of the encoder's top K layers over the shared bottom "
+                                  "(0: all shared); STS keeps the encoder's own, the tower that checkpoint/ exports")
 
 
 @dataclass
@@ -242,6 +244,11 @@ class RunConfig:
             (m.attention_probs_dropout_prob is None or 0 <= m.attention_probs_dropout_prob < 1,
              "--attention_probs_dropout_prob must be in [0, 1)"),
             (m.temp > 0, "--temp must be positive"),
+            (m.private_layers >= 0, "--private_layers must not be negative"),
+            (m.private_layers == 0 or len(self.task_names()) > 1,
+             "--private_layers needs two or more --tasks (one task's layers are all its own already)"),
+            (m.private_layers == 0 or not self.speed.compile,
+             "--private_layers and --compile do not go together (only the shared encoder is compiled); choose one"),
             (self.output.save_every >= 0, "--save_every must not be negative"),
             (self.output.keep_checkpoints >= 1, "--keep_checkpoints must be at least 1"),
             (not (self.speed.sparse_embeddings is True and self.speed.compile),

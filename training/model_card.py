@@ -13,7 +13,7 @@ from pathlib import Path
 
 from minbert.atomic import write_text_atomic
 
-from .checkpoint import ENCODER, HEADS, SENTENCE_TRANSFORMERS_POOLING
+from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
 from .config import RunConfig
 from .tasks import TASKS
 
@@ -138,6 +138,11 @@ def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path) 
              f"- Tasks trained: {trained}",
              f"- Extensions: {', '.join(f'`--{e}`' for e in extensions) if extensions else 'none'}"
              + (f" (stages run before multi-task training: {', '.join(stages)})" if stages else "")]
+    if model.get("private_layers"):
+        home = EXPORTED_TOWER if EXPORTED_TOWER in tasks else tasks[0]
+        lines.append(f"- Private layers: each task has its own top {model['private_layers']} encoder layers. "
+                     f"`{ENCODER}` is the {home} tower (what `encode`, transformers and sentence-transformers "
+                     f"use); the others' top layers are `towers.<task>.*` in `{HEADS}`, read by `load_run` alone")
     data = metrics.get("data") or {}
     rows = ", ".join(f"{name} {r.get('rows')}" + (f" ({r['skipped']} skipped)" if r.get("skipped") else "")
                      for name, r in data.items() if isinstance(r, dict))

@@ -25,9 +25,10 @@ from heads import MultitaskBert, pooled_size
 from heads.pooling import TOKEN_REDUCTIONS, applied_reduction, layers_read, pool
 from minbert import BertConfig, BertModel, BertTokenizer, WeightsError
 from minbert.errors import first_line
+from minbert.model import set_attention
 from minbert.weights import resolve_model_dir
 
-from .checkpoint import RUN_CONFIG, load_checkpoint, saved_run_config
+from .checkpoint import EXPORTED_TOWER, RUN_CONFIG, load_checkpoint, saved_run_config
 from .config import ModelConfig, RunConfig
 from .device import to_device
 from .evaluate import TaskPredictions, predict
@@ -51,9 +52,12 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
     else:
         bert = BertModel.from_pretrained(model_dir, **overrides)
     check_pooling_depth(config.model.pooling, bert.config, model_dir / "config.json")
+    if config.model.private_layers > bert.config.num_hidden_layers:
+        raise ValueError(f"--private_layers {config.model.private_layers} is more than the "
+                         f"{bert.config.num_hidden_layers} layers of {model_dir / 'config.json'}")
     model = with_heads(bert, config, config.task_names())
     if config.model.option == "pretrain":
-        for p in model.bert.parameters():
+        for _, p in model.encoder_parameters():
             p.requires_grad_(False)
     return model
 
@@ -229,7 +233,7 @@ def load_run(path: str | Path) -> LoadedRun:
     except RuntimeError as err:
         raise WeightsError(f"{weights}: the weights do not fit the model of {config_file.name}: "
                            f"{' '.join(str(err).split())[:300]}") from None
-    model.bert.set_attention(config.speed.attention)
+    set_attention(model, config.speed.attention)
     return LoadedRun(directory, config, model.eval(), tokenizer_for(directory, bert))
 
 
@@ -324,7 +328,8 @@ def with_heads(bert: BertModel, config: RunConfig, tasks: Sequence[str]) -> Mult
                            "choose another --pooling, e.g. mean or cls")
     width = pooled_size(bert.config.hidden_size, config.model.pooling)
     return MultitaskBert(bert, {name: TASKS[name].head(width, config.model) for name in tasks},
-                         config.model.pooling)
+                         config.model.pooling, config.model.private_layers if tasks else 0,
+                         home=EXPORTED_TOWER if EXPORTED_TOWER in tasks else None)
 
 
 def model_max_length(max_length: int, bert: BertModel) -> int:

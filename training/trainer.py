@@ -20,6 +20,7 @@ from data.readers import DataError, Example, read_header, resolve_data_dir
 from heads import MultitaskBert
 from minbert import BertConfig, BertTokenizer
 from minbert.errors import first_line
+from minbert.model import set_attention, set_dropout
 
 from .adamw import ParamSet, build_adamw
 from .checkpoint import save_checkpoint
@@ -236,7 +237,7 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
     t, model = config.train, inputs.model.to(device)
     weightings = [w for w in (e.loss_weighting(config) for e in enabled(config)) if w is not None]
     weighting = weightings[0].to(device) if weightings else None
-    optimizer = build_adamw(config, [ParamSet(model.bert.named_parameters()),
+    optimizer = build_adamw(config, [ParamSet(model.encoder_parameters()),
                                      ParamSet(model.heads.named_parameters(), lr=t.head_lr),
                                      ParamSet(weighting.named_parameters() if weighting else [], lr=t.head_lr,
                                               decay=False)], lr=t.lr)
@@ -262,9 +263,9 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
 def set_speed(model: MultitaskBert, config: RunConfig, place: Distributed, device: torch.device) -> torch.nn.Module:
     """The encoder's speed settings (``SpeedConfig``); returns the model to call in training (its
     DistributedDataParallel wrapper under torchrun)."""
-    model.bert.set_attention(config.speed.attention)
+    set_attention(model, config.speed.attention)   # the whole model: the encoder and any private towers
     model.bert.set_sparse_word_embeddings(config.speed.sparse(place.enabled))
-    model.bert.set_dropout(config.speed.dropout_masks)
+    set_dropout(model, config.speed.dropout_masks)
     if config.speed.compile:
         model.bert.compile(dynamic=True)  # in place: parameter names (and checkpoints) are unchanged
     forward_model = wrap_model(model, place, device)
