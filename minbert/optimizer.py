@@ -252,6 +252,10 @@ def _blocks(*tensors: torch.Tensor):
         yield tuple(t[start : start + CPU_BLOCK] for t in flat)
 
 
+# Biases and LayerNorm weights: HF's ``LayerNorm`` and our layers' ``attention_norm`` / ``output_norm``
+NO_DECAY_SUFFIXES = ("bias", "LayerNorm.weight", "_norm.weight")
+
+
 def decay_groups(named_parameters: Iterable[tuple[str, torch.nn.Parameter]], weight_decay: float,
                  **options) -> list[dict]:
     """Two parameter groups for ``AdamW``: weights with ``weight_decay``, and biases and LayerNorm
@@ -261,7 +265,7 @@ def decay_groups(named_parameters: Iterable[tuple[str, torch.nn.Parameter]], wei
     groups are left out."""
     decay, no_decay = [], []
     for name, parameter in named_parameters:
-        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(parameter)
+        (no_decay if name.endswith(NO_DECAY_SUFFIXES) else decay).append(parameter)
     groups = [{"params": decay, "weight_decay": weight_decay, **options},
               {"params": no_decay, "weight_decay": 0.0, **options}]
     return [group for group in groups if group["params"]]

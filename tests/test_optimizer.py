@@ -388,6 +388,9 @@ def test_decay_groups_leave_biases_and_layer_norms_undecayed():
     decay, no_decay = decay_groups(model.named_parameters(), 0.01, lr=0.5)
     names = {id(p): name for name, p in model.named_parameters()}
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0 and decay["lr"] == no_decay["lr"] == 0.5
-    assert {names[id(p)] for p in no_decay["params"]} == {
-        name for name, _ in model.named_parameters() if name.endswith(".bias") or ".LayerNorm." in name}
+    norms = {id(p) for module in model.modules() if isinstance(module, torch.nn.LayerNorm)
+             for p in module.parameters()}          # every LayerNorm, by type: the embeddings' and each layer's two
+    expected = {name for name, p in model.named_parameters() if name.endswith(".bias") or id(p) in norms}
+    assert {names[id(p)] for p in no_decay["params"]} == expected
+    assert "encoder.layer.0.attention_norm.weight" in expected and "encoder.layer.0.output_norm.weight" in expected
     assert "embeddings.word_embeddings.weight" in {names[id(p)] for p in decay["params"]}
