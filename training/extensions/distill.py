@@ -176,12 +176,13 @@ def train_teachers(config: RunConfig, folder: Path) -> dict[str, Path]:
 
 
 def teacher_config(config: RunConfig, task: str, folder: Path) -> RunConfig:
-    """This run's recipe on ``task`` alone, with no extension, as ``folder/<task>``."""
+    """This run's recipe on ``task`` alone, with no extension and no private layers, as ``folder/<task>``."""
     teacher = RunConfig.from_dict(config.to_dict())
     size = config.batch_sizes()[task]
     teacher.train.tasks = task
     teacher.data.task_batch_sizes = str(size) if config.data.task_batch_sizes else None
     teacher.extensions = {name: type(settings)() for name, settings in teacher.extensions.items()}
+    teacher.model.private_layers = 0   # one task: every layer is its own
     teacher.output.out_dir, teacher.output.run_name, teacher.output.resume = str(folder), task, None
     teacher.output.keep_training_state = False
     return teacher
