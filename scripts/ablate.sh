@@ -35,7 +35,7 @@
 set -u
 
 # ---- the grid and its budget, from the registry of extensions (training/extensions) ----------------
-# python -m training.tools.grid prints the rows: the PT and FT baselines, the CLS control, each
+# python -m training.tools.grid prints the rows: the PT, FT and single-task baselines, the CLS control, each
 # extension alone on CLS and on MEAN, every pair on MEAN, the variants, everything but the costly
 # extensions on MEAN, and everything on CLS and on MEAN. --budget prints every run's budget (one
 # multi-task epoch of 30 steps, 20 batches of every extension's stage), --stage_steps the flags that
@@ -44,9 +44,12 @@ set -u
 # rows come on top. Other jobs on the same cores make every row slower.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
-mapfile -t GRID < <(cd "$ROOT" && "$PYTHON" -m training.tools.grid)
-mapfile -t BUDGET < <(cd "$ROOT" && "$PYTHON" -m training.tools.grid --budget)
-mapfile -t STAGE_STEPS < <(cd "$ROOT" && "$PYTHON" -m training.tools.grid --stage_steps)
+mapfile -t LISTED < <(cd "$ROOT" && "$PYTHON" -m training.tools.grid --all)   # rows %% budget %% stage flags %%
+GRID=() BUDGET=() STAGE_STEPS=() section=0
+for line in "${LISTED[@]+"${LISTED[@]}"}"; do
+  if [[ $line == "%%" ]]; then section=$((section + 1)); continue; fi
+  case $section in 0) GRID+=("$line") ;; 1) BUDGET+=("$line") ;; 2) STAGE_STEPS+=("$line") ;; esac
+done
 ((${#GRID[@]} > 0 && ${#BUDGET[@]} > 0)) ||
   { echo "ablate.sh: could not list the grid (python -m training.tools.grid)" >&2; exit 2; }
 OUT="predictions/ablate"

@@ -25,7 +25,7 @@ from training.extensions import EXTENSIONS
 from training.tasks import TASKS
 from training.tools.bootstrap import resample_counts, weighted_metric
 from training.tools.grid import VARIANTS, grid_rows
-from training.tools.report import (collect_runs, columns, compare_to_ft, csv_columns, find_flag, main,
+from training.tools.report import (collect_runs, columns, compare_to_baselines, csv_columns, find_flag, main,
                                    render_markdown, seed_group_key, write_csv)
 
 COLUMNS = columns()
@@ -344,7 +344,7 @@ def test_seed_group_key_ignores_only_the_seed_and_how_a_run_reports():
 
 def test_bootstrap_excludes_zero_for_a_better_row_and_not_for_an_equal_one(seeds):
     rows = collect_runs(seeds.out)
-    footer, notes = compare_to_ft(rows, resamples=1000, seed=0)
+    footer, notes = compare_to_baselines(rows, resamples=1000, seed=0)
     assert notes == []
     rows = by_run(rows)
     better = rows["ablate-mean-preqqp"].vs_ft
@@ -381,7 +381,7 @@ def test_interval_is_that_of_a_bootstrap_written_out_by_hand(seeds):
 
     differences = [score("mean-ucl", b) - score("ft", b) for b in range(resamples)]
     rows = collect_runs(seeds.out)
-    compare_to_ft(rows, resamples=resamples, seed=0)
+    compare_to_baselines(rows, resamples=resamples, seed=0)
     interval = by_run(rows)["ablate-mean-ucl"].vs_ft
     assert (interval.low, interval.high) == pytest.approx(tuple(np.percentile(differences, [2.5, 97.5])), abs=1e-12)
 
@@ -425,7 +425,7 @@ def test_csv_has_each_metric_std_and_the_interval_ends(seeds, tmp_path, capsys):
     assert main([str(seeds.out), "--out", str(tmp_path / "t")]) == 0
     capsys.readouterr()
     rows = by_run(collect_runs(seeds.out))
-    compare_to_ft(list(rows.values()))
+    compare_to_baselines(list(rows.values()))
     lines = read_csv_rows(tmp_path / "t.csv")
     line, row = lines["ablate-mean-preqqp"], rows["ablate-mean-preqqp"]
     assert line["seeds"] == "3"
@@ -519,8 +519,9 @@ def test_ablate_grid_rows_come_from_the_extension_table():
     assert rows == [[name, *flags] for name, flags in grid_rows()]
     names = [row[0] for row in rows]
     n, variants = len(EXTENSIONS), [v for e in EXTENSIONS for v in e.variants] + list(VARIANTS)
-    assert len(rows) == 3 + 2 * n + n * (n - 1) // 2 + len(variants) + 1 + 3 and len(set(names)) == len(rows)
-    assert names[:3] == ["pt", "ft", "cls"] and "--option" in rows[0] and "pretrain" in rows[0]
+    assert len(rows) == 6 + 2 * n + n * (n - 1) // 2 + len(variants) + 1 + 3 and len(set(names)) == len(rows)
+    assert names[:6] == ["pt", "ft", "st-sst", "st-qqp", "st-sts", "cls"] and rows[0][1:3] == ["--option", "pretrain"]
+    assert rows[2:5] == [[f"st-{t}", *rows[1][1:], "--tasks", t] for t in ("sst", "qqp", "sts")]   # FT's recipe, alone
     costly = "-".join(e.short for e in EXTENSIONS if e.costly)
     assert "mean-preqqp" in names and "mean-ucl-preqqp" in names and f"mean-all-but-{costly}" in names
     assert costly.startswith("smart")
@@ -536,8 +537,8 @@ def test_ablate_grid_rows_come_from_the_extension_table():
     assert set(published[1:]) == {"--pooling", "mean", "--pre_qqp", "--joint_loss", "--smart", "--scl"}
     for name, flags in variants:   # each variant parses, and differs from its extension's own row
         config = run_multitask.parse_config(flags)
-        assert config.smart.smart_bregman or config.train.rr == "exhaust" or config.joint_loss.loss_weighting != "fixed", \
-            name
+        assert (config.smart.smart_bregman or config.train.rr == "exhaust" or config.model.private_layers
+                or config.joint_loss.loss_weighting != "fixed"), name
 
 
 def test_ablate_stage_steps_and_a_whole_epoch_budget(tmp_path):

@@ -1,5 +1,6 @@
-"""Paired bootstrap of the overall dev score: is a row's difference to its FT baseline more than the
-luck of which dev examples happen to be in the dev set?
+"""Paired bootstrap of the overall dev score, and of each task's: is a row's difference to its FT
+baseline (or a task's to its single-task row) more than the luck of which dev examples happen to be
+in the dev set?
 
 A resample draws each task's dev examples with replacement, as many as the task has, each task on
 its own. Every run is scored on the same draws, so a row and its baseline are compared example by
@@ -50,10 +51,11 @@ class TaskDev(NamedTuple):
 
 @dataclass(frozen=True)
 class Scores:
-    """A run's overall dev score on the full dev sets and on each resample."""
+    """A run's overall dev score on the full dev sets and on each resample, and each task's metric."""
     observed: float
     resampled: np.ndarray           # shape (resamples,)
     examples: tuple                 # (task, dev ids) scored: pairing needs the same ones
+    tasks: dict                     # task -> (metric on its dev set, metric on each resample)
 
 
 @dataclass(frozen=True)
@@ -83,22 +85,35 @@ def score_runs(runs: Iterable[DevSource], resamples: int, seed: int) -> tuple[di
         batches.setdefault((run.tasks, _folder_key(run.data_dir)), []).append(run)
     scores = {}
     for (tasks, _), batch in batches.items():
-        observed = [overall_score({t: TASKS[t].metric(loaded[run][t].predictions, loaded[run][t].labels)
-                                   for t in tasks}) for run in batch]
+        observed = [{t: TASKS[t].metric(loaded[run][t].predictions, loaded[run][t].labels) for t in tasks}
+                    for run in batch]
         per_task = {t: _resampled_metric(TASKS[t], [loaded[run][t] for run in batch], resamples, seed) for t in tasks}
         resampled = overall_score(per_task)   # unit scores averaged element-wise: shape (runs, resamples)
-        for run, score, curve in zip(batch, observed, resampled):
-            scores[run.folder] = Scores(score, curve, tuple((t, loaded[run][t].ids) for t in tasks))
+        for i, run in enumerate(batch):
+            scores[run.folder] = Scores(overall_score(observed[i]), resampled[i],
+                                        tuple((t, loaded[run][t].ids) for t in tasks),
+                                        {t: (observed[i][t], per_task[t][i]) for t in tasks})
     return scores, failed
 
 
-def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 0.95) -> Difference:
+def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 0.95,
+                      task: str | None = None) -> Difference:
     """Row minus baseline, each the mean over its seeds, on the dev sets and on every resample; the
-    interval is the resampled differences' central ``level`` percentile range."""
-    if any(s.examples != baseline[0].examples for s in (*row, *baseline)):
-        raise Unavailable("not the same tasks and dev examples as the baseline")
-    observed = np.mean([s.observed for s in row]) - np.mean([s.observed for s in baseline])
-    differences = np.mean([s.resampled for s in row], axis=0) - np.mean([s.resampled for s in baseline], axis=0)
+    interval is the resampled differences' central ``level`` percentile range. The overall score, or
+    ``task``'s metric alone (a multi-task row against that task's single-task row: a task's draws
+    depend only on the seed, the task and its dev examples, so they pair across runs of other tasks)."""
+    if task is None:
+        if any(s.examples != baseline[0].examples for s in (*row, *baseline)):
+            raise Unavailable("not the same tasks and dev examples as the baseline")
+        pairs = [[(s.observed, s.resampled) for s in seeds] for seeds in (row, baseline)]
+    else:
+        ids = dict(baseline[0].examples).get(task)
+        if ids is None or any(dict(s.examples).get(task) != ids for s in (*row, *baseline)):
+            raise Unavailable(f"not the same {task} dev examples as its single-task row")
+        pairs = [[s.tasks[task] for s in seeds] for seeds in (row, baseline)]
+    (row_observed, row_resampled), (base_observed, base_resampled) = (zip(*seeds) for seeds in pairs)
+    observed = np.mean(row_observed) - np.mean(base_observed)
+    differences = np.mean(row_resampled, axis=0) - np.mean(base_resampled, axis=0)
     low, high = np.percentile(differences, [50 * (1 - level), 50 * (1 + level)])
     return Difference(float(observed), float(low), float(high))
 

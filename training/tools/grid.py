@@ -4,11 +4,14 @@
     python -m training.tools.grid                  # one row a line: "<name> <run_multitask.py flags...>"
     python -m training.tools.grid --budget         # the budget flags of every run, one a line
     python -m training.tools.grid --stage_steps    # the flags that ablate.sh --stage_steps sets, one a line
+    python -m training.tools.grid --all            # the three, each ended by a line "%%" (ablate.sh reads it)
 
 ``scripts/ablate.sh`` runs these rows: the PT (frozen encoder) and FT (fine-tuning, MEAN) baselines,
-the CLS control, each extension alone on CLS and on MEAN, every pair on MEAN, the extensions'
-variants and the ``--rr exhaust`` one, the published best, all but the costly extensions on MEAN, and
-all on CLS and on MEAN. Pooling is always given so the table does not depend on the default.
+one ST row per task (FT's recipe on that task alone, the single-task baselines the report compares
+each multi-task row with, task by task), the CLS control, each extension alone on CLS and on MEAN,
+every pair on MEAN, the extensions' variants, the model and scheduler variants (``VARIANTS``), the
+published best, all but the costly extensions on MEAN, and all on CLS and on MEAN. Pooling is always
+given so the table does not depend on the default.
 """
 from __future__ import annotations
 
@@ -17,11 +20,15 @@ import sys
 
 from ..extensions import EXTENSIONS
 from ..extensions.base import Extension
+from ..tasks import DEFAULT_TASKS
 
 # The multi-task budget of every run (the extensions add theirs): one epoch of 30 round-robin steps.
 BUDGET = {"--epochs": "1", "--max_steps_per_epoch": "30"}
-# Settings of the round-robin scheduler other than its default, a row of its own on MEAN pooling.
-VARIANTS: tuple[tuple[str, list[str]], ...] = (("mean-rr-exhaust", ["--rr", "exhaust"]),)
+# Settings of the model and the round-robin scheduler other than their defaults, a row each on MEAN pooling:
+# task-private top layers (docs/flags.md, "Private layers"), alone and under teacher annealing.
+VARIANTS: tuple[tuple[str, list[str]], ...] = (
+    ("mean-rr-exhaust", ["--rr", "exhaust"]), ("mean-private2", ["--private_layers", "2"]),
+    ("mean-distill-private2", ["--distill", "--private_layers", "2"]))
 # The best combination of the CS224N default-project reports this grid follows.
 PUBLISHED = ("published", ["--pre_qqp", "--joint_loss", "--smart", "--scl"])
 
@@ -32,7 +39,8 @@ def grid_rows() -> list[tuple[str, list[str]]]:
         name = name or "-".join([pooling, *(e.short for e in extensions)])
         return name, ["--pooling", pooling, *(f"--{e.name}" for e in extensions)]
 
-    rows = [("pt", ["--option", "pretrain", "--pooling", "mean"]), row("mean", (), "ft"), row("cls", ())]
+    rows = [("pt", ["--option", "pretrain", "--pooling", "mean"]), row("mean", (), "ft"),
+            *((f"st-{task}", ["--pooling", "mean", "--tasks", task]) for task in DEFAULT_TASKS), row("cls", ())]
     rows += [row(pooling, (e,)) for pooling in ("cls", "mean") for e in EXTENSIONS]
     rows += [row("mean", pair) for pair in itertools.combinations(EXTENSIONS, 2)]
     variants = [variant for e in EXTENSIONS for variant in e.variants] + list(VARIANTS)
@@ -51,14 +59,15 @@ def budget() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--budget"]:
-        lines = [word for flag, value in budget().items() for word in (flag, value)]
-    elif argv == ["--stage_steps"]:
-        lines = [e.steps_flag for e in EXTENSIONS if e.steps_flag]
-    elif not argv:
-        lines = [" ".join([name, *flags]) for name, flags in grid_rows()]
+    sections = {"": [" ".join([name, *flags]) for name, flags in grid_rows()],
+                "--budget": [word for flag, value in budget().items() for word in (flag, value)],
+                "--stage_steps": [e.steps_flag for e in EXTENSIONS if e.steps_flag]}
+    if argv == ["--all"]:   # the three, each ended by a line "%%": what ablate.sh reads in one start
+        lines = [line for section in sections.values() for line in (*section, "%%")]
+    elif len(argv) <= 1 and (argv[0] if argv else "") in sections:
+        lines = sections[argv[0] if argv else ""]
     else:
-        print("usage: python -m training.tools.grid [--budget | --stage_steps]", file=sys.stderr)
+        print("usage: python -m training.tools.grid [--budget | --stage_steps | --all]", file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0

@@ -19,13 +19,17 @@ wall time and status. The rules (docs/ablation.md, "Reading the table", says why
   section are one row, their *seeds*, named without the ``-s<seed>`` suffix of ``scripts/ablate.sh
   --seeds``: metrics are their mean ± the sample std (ddof 1), the wall time their mean.
 - Flags are looked up by name in any section of the saved config; an absent flag is off, and a run
-  without a readable config shows blank flag cells. ``(PT)`` marks ``--option pretrain``, ``(FT)``
-  ``--option finetune`` with every extension off (any pooling).
+  without a readable config shows blank flag cells. ``(PT)`` marks ``--option pretrain``, ``(ST)`` a
+  run of one task (``--tasks sst``: a single-task baseline), ``(FT)`` ``--option finetune`` with every
+  extension off on two or more tasks (any pooling).
 - Δ vs FT = the row's average minus its baseline's (the FT row of the same pooling, else the first FT
   row by name), both recomputed from the dev prediction files matched by id to the gold labels of the
   run's data folder (or ``--data_dir``). 95% CI = paired bootstrap (``training.tools.bootstrap``), the
   2.5th to 97.5th percentile of the resampled differences; ``*`` when it excludes 0. Both are blank
   for the baselines, with ``--bootstrap 0``, and where files cannot be read (a note on stderr says why).
+- ``<TASK> vs alone`` (only when the folder has ST rows): a multi-task row's dev metric of that task
+  minus that of the task's ST row (same pooling, else the first by name), seeds' means, with the paired
+  bootstrap interval of that task's metric alone.
 - Finished runs come first, by average (highest first) or by name; every other run follows by name,
   never pooled, with its status and blank metrics.
 - Markdown shows mean ± std to 3 decimals and wall time in minutes; the CSV has full precision, each
@@ -55,12 +59,14 @@ from .bootstrap import Difference, DevSource, Unavailable, paired_difference, pl
 
 ON, OFF = "✓", "×"
 FINISHED = "finished"
-LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT = fine-tuning with no extension. "
+LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT = fine-tuning with no extension; "
+          "ST = one task trained alone. "
           "seeds = runs differing only in --seed, pooled: metrics are their mean ± sample std, wall time their "
           "mean. average = mean of the tasks' dev scores, a Pearson r counted as (r + 1) / 2 (the CS224N score for "
           "SST, QQP and STS). Unfinished runs are listed last with blank metrics.")
 FLAG_COLUMNS = [e.column for e in EXTENSIONS]
 DELTA, INTERVAL = "Δ vs FT", "95% CI"
+ALONE = "vs alone"   # "<TASK> vs alone": a task's Δ against its single-task (ST) row, with the interval
 # What the seeds of one row may differ in besides the seed: where and how a run reports or is stored.
 SEED_FREE_SECTIONS = ("output",)
 SEED_FREE_FIELDS = {"train": ("seed", "device")}
@@ -70,17 +76,28 @@ def metric_column(task: str) -> str:
     return f"{task.upper()} {'Pearson' if TASKS[task].metric_name == 'pearson' else 'acc'}"
 
 
-def columns(tasks=DEFAULT_TASKS) -> list[str]:
-    """The Markdown table's header for runs of ``tasks``."""
+def alone_column(task: str) -> str:
+    return f"{task.upper()} {ALONE}"
+
+
+def columns(tasks=DEFAULT_TASKS, alone=()) -> list[str]:
+    """The Markdown table's header for runs of ``tasks``, with a "vs alone" column for each of ``alone``."""
     return ["run", "pooling", *FLAG_COLUMNS, "seeds", *map(metric_column, tasks), "average", DELTA, INTERVAL,
-            "wall (min)", "status"]
+            *map(alone_column, alone), "wall (min)", "status"]
 
 
-def csv_columns(tasks=DEFAULT_TASKS) -> list[str]:
-    """The CSV's header: as ``columns``, with each metric's std and the interval's ends in columns of their own."""
+def csv_columns(tasks=DEFAULT_TASKS, alone=()) -> list[str]:
+    """The CSV's header: as ``columns``, with each metric's std and each interval's ends in columns of their own."""
     metrics = [name for column in [*map(metric_column, tasks), "average"] for name in (column, f"{column} std")]
-    return ["run", "pooling", *FLAG_COLUMNS, "seeds", *metrics, DELTA, f"{INTERVAL} low", f"{INTERVAL} high",
-            f"{INTERVAL} excludes 0", "wall (min)", "status"]
+    versus = [name for column in [DELTA, *map(alone_column, alone)] for name in _difference_columns(column)]
+    return ["run", "pooling", *FLAG_COLUMNS, "seeds", *metrics, *versus, "wall (min)", "status"]
+
+
+def _difference_columns(column: str) -> list[str]:
+    """Δ vs FT keeps its historical names; a "vs alone" column gets its own four."""
+    if column == DELTA:
+        return [DELTA, f"{INTERVAL} low", f"{INTERVAL} high", f"{INTERVAL} excludes 0"]
+    return [column, f"{column} low", f"{column} high", f"{column} excludes 0"]
 
 
 @dataclass
@@ -105,27 +122,28 @@ class RunRow:
     dev_std: dict[str, float | None] = field(default_factory=dict)
     average_std: float | None = None
     vs_ft: Difference | None = None
+    vs_alone: dict[str, Difference] = field(default_factory=dict)   # task -> Δ against its ST row
 
     @property
     def complete(self) -> bool:
         return self.status == FINISHED and self.average is not None
 
-    def markdown_cells(self, tasks=DEFAULT_TASKS) -> list[str]:
-        """The cells under ``columns(tasks)``: 3 decimals, mean ± std."""
+    def markdown_cells(self, tasks=DEFAULT_TASKS, alone=()) -> list[str]:
+        """The cells under ``columns(tasks, alone)``: 3 decimals, mean ± std."""
         metrics = [_mean_std(self.dev.get(task), self.dev_std.get(task)) for task in tasks]
         d = self.vs_ft
-        comparison = ["", ""] if d is None else \
-            [f"{d.observed:+.3f}", f"[{d.low:+.3f}, {d.high:+.3f}]" + (" *" if d.excludes_zero else "")]
-        return [*self._label_cells(), *metrics, _mean_std(self.average, self.average_std), *comparison,
+        comparison = ["", ""] if d is None else [f"{d.observed:+.3f}", _interval(d)]
+        versus = [_difference(self.vs_alone.get(task)) for task in alone]
+        return [*self._label_cells(), *metrics, _mean_std(self.average, self.average_std), *comparison, *versus,
                 "" if self.wall_minutes is None else f"{self.wall_minutes:.1f}", self.status]
 
-    def csv_cells(self, tasks=DEFAULT_TASKS) -> list[str]:
-        """The cells under ``csv_columns(tasks)``, numbers at full precision."""
+    def csv_cells(self, tasks=DEFAULT_TASKS, alone=()) -> list[str]:
+        """The cells under ``csv_columns(tasks, alone)``, numbers at full precision."""
         metrics = [_full(value) for task in tasks for value in (self.dev.get(task), self.dev_std.get(task))]
-        d = self.vs_ft
-        comparison = ["", "", "", ""] if d is None else \
-            [_full(d.observed), _full(d.low), _full(d.high), ON if d.excludes_zero else OFF]
-        return [*self._label_cells(), *metrics, _full(self.average), _full(self.average_std), *comparison,
+        versus = [cell for d in (self.vs_ft, *(self.vs_alone.get(task) for task in alone))
+                  for cell in (["", "", "", ""] if d is None else
+                               [_full(d.observed), _full(d.low), _full(d.high), ON if d.excludes_zero else OFF])]
+        return [*self._label_cells(), *metrics, _full(self.average), _full(self.average_std), *versus,
                 _full(self.wall_minutes), self.status]
 
     def _label_cells(self) -> list[str]:
@@ -138,6 +156,12 @@ def table_tasks(rows: list[RunRow]) -> list[str]:
     """The tasks any of the rows has dev metrics for, in task-table order (the benchmark's three if none)."""
     seen = {task for row in rows for task in row.dev}
     return [task for task in TASKS if task in seen] or list(DEFAULT_TASKS)
+
+
+def alone_tasks(rows: list[RunRow]) -> list[str]:
+    """The tasks any row is compared with a single-task row on, in task-table order."""
+    seen = {task for row in rows for task in row.vs_alone}
+    return [task for task in TASKS if task in seen]
 
 
 def collect_runs(folder: str | Path, sort: str = "average") -> list[RunRow]:
@@ -200,23 +224,25 @@ def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
     return done + sorted(rest, key=lambda r: r.run)
 
 
-def compare_to_ft(rows: list[RunRow], resamples: int = 1000, seed: int = 0,
-                  data_dir: str | Path | None = None) -> tuple[str, list[str]]:
-    """Set ``vs_ft`` of every finished row but the baselines (paired bootstrap against the FT row of the
-    same pooling, else the first FT row by name); return the footer line naming them and the notes
-    on rows left without an interval. ``data_dir`` replaces the runs' own data folders."""
+def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 0,
+                         data_dir: str | Path | None = None) -> tuple[str, list[str]]:
+    """Set ``vs_ft`` of every finished multi-task row but the FT baselines (paired bootstrap against the FT
+    row of the same pooling, else the first FT row by name) and ``vs_alone`` of every finished multi-task
+    row, for each task that has an ST row (chosen the same way); return the footer naming them and the
+    notes on rows left without an interval. ``data_dir`` replaces the runs' own data folders."""
     if resamples == 0:
         return f"{DELTA} and {INTERVAL}: not computed (--bootstrap 0).", []
-    fts = sorted((row for row in rows if row.complete and row.baseline == "FT"), key=lambda row: row.run)
-    if not fts:
+    done = [row for row in rows if row.complete]
+    fts = _baselines(done, lambda row: row.baseline == "FT")
+    alone = {task: _baselines(done, lambda row: row.baseline == "ST" and task in row.dev) for task in TASKS}
+    alone = {task: by_pooling for task, by_pooling in alone.items() if by_pooling}
+    multitask = [row for row in done if row.baseline != "ST"]
+    if not fts and not alone:
         return f"{DELTA} and {INTERVAL}: no finished FT row to compare with.", []
-    ft_of = {}
-    for ft in fts:
-        ft_of.setdefault(ft.pooling, ft)
-    pairs = [(row, ft_of.get(row.pooling, fts[0])) for row in rows if row.complete]
-    pairs = [(row, ft) for row, ft in pairs if row is not ft]
+    pairs = [(row, _pick(fts, row), None) for row in multitask if fts and _pick(fts, row) is not row]
+    pairs += [(row, _pick(alone[task], row), task) for row in multitask for task in row.dev if task in alone]
     runs = {run.folder: DevSource(run.folder, str(data_dir) if data_dir else run.data_dir, tuple(run.dev))
-            for row, ft in pairs for run in (*row.seed_runs, *ft.seed_runs)}
+            for row, base, _ in pairs for run in (*row.seed_runs, *base.seed_runs)}
     scores, failed = score_runs(runs.values(), resamples, seed)
 
     def seed_scores(row: RunRow, role: str = ""):
@@ -226,41 +252,75 @@ def compare_to_ft(rows: list[RunRow], resamples: int = 1000, seed: int = 0,
         return [scores[run.folder] for run in row.seed_runs]
 
     notes = []
-    for row, ft in pairs:
+    for row, base, task in pairs:
         try:
-            row.vs_ft = paired_difference(seed_scores(row), seed_scores(ft, f"baseline {ft.run}: "))
+            difference = paired_difference(seed_scores(row), seed_scores(base, f"baseline {base.run}: "), task=task)
         except Unavailable as err:
-            notes.append(f"note: {row.run}: no {DELTA}: {err}")
-    against = (f"{fts[0].run}" if len(ft_of) == 1 else "the FT row of the same pooling ("
-               + ", ".join(f"{pooling or '?'}: {ft.run}" for pooling, ft in ft_of.items()) + f"; else {fts[0].run})")
-    footer = (f"{DELTA} = average minus that of {against}, both from the dev prediction files; {INTERVAL} = paired "
-              f"bootstrap percentile interval ({resamples} resamples of each task's dev examples, seed {seed}); "
-              f"* = the interval excludes 0.")
-    return footer, notes
+            notes.append(f"note: {row.run}: no {DELTA if task is None else alone_column(task)}: {err}")
+            continue
+        if task is None:
+            row.vs_ft = difference
+        else:
+            row.vs_alone[task] = difference
+    sentences = [f"{INTERVAL} = paired bootstrap percentile interval ({resamples} resamples of each task's dev "
+                 f"examples, seed {seed}); * = the interval excludes 0."]
+    if fts:
+        sentences.insert(0, f"{DELTA} = average minus that of {_named(fts, 'FT')}, both from the dev prediction "
+                            f"files;")
+    else:
+        sentences.insert(0, f"{DELTA}: no finished FT row to compare with.")
+    if alone:
+        sentences.append(f"<TASK> {ALONE} = that task's dev metric minus that of its single-task row ("
+                         + "; ".join(f"{task}: {_named(chosen, 'ST')}" for task, chosen in alone.items())
+                         + "), with the same interval of that task's metric alone.")
+    return " ".join(sentences), notes
+
+
+def _baselines(rows: list[RunRow], is_one) -> dict:
+    """Pooling -> the first baseline row of that pooling by name, ``None`` -> the first of all (or {})."""
+    found = sorted((row for row in rows if is_one(row)), key=lambda row: row.run)
+    by_pooling = {}
+    for row in found:
+        by_pooling.setdefault(row.pooling, row)
+    return {**by_pooling, None: found[0]} if found else {}
+
+
+def _pick(baselines: dict, row: RunRow) -> RunRow:
+    return baselines.get(row.pooling, baselines[None])
+
+
+def _named(baselines: dict, kind: str) -> str:
+    """The baseline rows in words: one name, or each pooling's with the fallback."""
+    poolings = {pooling: row for pooling, row in baselines.items() if pooling is not None}
+    if len(poolings) == 1:
+        return baselines[None].run
+    return (f"the {kind} row of the same pooling (" + ", ".join(f"{pooling or '?'}: {row.run}" for pooling, row in
+                                                      poolings.items()) + f"; else {baselines[None].run})")
 
 
 def render_markdown(rows: list[RunRow], footer: str = "") -> str:
     """A Markdown table (metrics to 3 decimals, wall time to 0.1 minute) followed by the legend and ``footer``."""
-    tasks = table_tasks(rows)
-    header = columns(tasks)
+    tasks, alone = table_tasks(rows), alone_tasks(rows)
+    header = columns(tasks, alone)
     align = {"run": "---", "pooling": ":-:", "status": "---", **{c: ":-:" for c in FLAG_COLUMNS}}
     lines = [_md_line(header), _md_line([align.get(c, "--:") for c in header])]
-    lines += [_md_line(row.markdown_cells(tasks)) for row in rows]
+    lines += [_md_line(row.markdown_cells(tasks, alone)) for row in rows]
     return "\n".join(lines) + "\n\n" + LEGEND + "\n" + ("\n" + footer + "\n" if footer else "")
 
 
 def render_compact(rows: list[RunRow], footer: str = "") -> str:
-    """The terminal view: run, seeds, each task's mean ± std, the average, Δ vs FT and its interval,
-    aligned in plain text (the Markdown table's other columns are in ``--out``'s files)."""
-    tasks = table_tasks(rows)
-    header = ["run", "seeds", *(task.upper() for task in tasks), "average", DELTA, INTERVAL, "status"]
+    """The terminal view: run, seeds, each task's mean ± std, the average, Δ vs FT and its interval, each
+    task's Δ vs alone, aligned in plain text (the Markdown table's other columns are in ``--out``'s files)."""
+    tasks, alone = table_tasks(rows), alone_tasks(rows)
+    header = ["run", "seeds", *(task.upper() for task in tasks), "average", DELTA, INTERVAL,
+              *map(alone_column, alone), "status"]
     lines = [header]
     for row in rows:
-        named = dict(zip(columns(tasks), row.markdown_cells(tasks)))
+        named = dict(zip(columns(tasks, alone), row.markdown_cells(tasks, alone)))
         status = "" if row.complete else row.status if len(row.status) <= 40 else row.status[:39] + "…"
         lines.append([named["run"], named["seeds"] or ("1" if row.complete else ""),
                       *(named[metric_column(t)] for t in tasks), named["average"], named[DELTA], named[INTERVAL],
-                      status])
+                      *(named[alone_column(t)] for t in alone), status])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     text = "\n".join("  ".join(cell.ljust(w) if i in (0, len(header) - 1) else cell.rjust(w) for i, (cell, w) in
                                 enumerate(zip(line, widths))).rstrip() for line in lines)
@@ -271,9 +331,9 @@ def write_csv(rows: list[RunRow], path: str | Path) -> None:
     """The Markdown table's rows, numbers at full precision (UTF-8, ✓/×)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    tasks = table_tasks(rows)
-    writer.writerow(csv_columns(tasks))
-    writer.writerows(row.csv_cells(tasks) for row in rows)
+    tasks, alone = table_tasks(rows), alone_tasks(rows)
+    writer.writerow(csv_columns(tasks, alone))
+    writer.writerows(row.csv_cells(tasks, alone) for row in rows)
     write_text_atomic(path, buffer.getvalue())
 
 
@@ -319,7 +379,7 @@ def execute(args: argparse.Namespace) -> int:
     rows = sort_rows(pool_seeds(runs), args.sort)
     if not rows:
         print(f"note: no run folders in {', '.join(map(str, args.folders))}", file=sys.stderr)
-    footer, notes = compare_to_ft(rows, args.bootstrap, args.bootstrap_seed, args.data_dir)
+    footer, notes = compare_to_baselines(rows, args.bootstrap, args.bootstrap_seed, args.data_dir)
     for note in notes:
         print(note, file=sys.stderr)
     markdown = render_markdown(rows, footer)
@@ -358,7 +418,7 @@ def read_run(folder: Path) -> RunRow:
     pooling, data_dir = find_flag(config, "pooling"), data.get("data_dir") or find_flag(config, "data_dir")
     wall = _number(data.get("wall_seconds"))
     row = RunRow(folder.name, _status(data), flags, None if pooling is None else str(pooling).upper(),
-                 _baseline(find_flag(config, "option", "finetune"), flags),
+                 _baseline(find_flag(config, "option", "finetune"), flags, find_flag(config, "tasks")),
                  wall_minutes=None if wall is None else wall / 60.0, folder=folder,
                  data_dir=str(data_dir) if data_dir else None, seed=find_flag(config, "seed"),
                  group_key=seed_group_key(config))
@@ -400,8 +460,13 @@ def _status(data: dict) -> str:
     return str(status)
 
 
-def _baseline(option, flags: dict[str, bool]) -> str:
-    return "PT" if option == "pretrain" else "FT" if option == "finetune" and not any(flags.values()) else ""
+def _baseline(option, flags: dict[str, bool], tasks) -> str:
+    """PT (frozen encoder), ST (one task trained alone), FT (fine-tuning, no extension, several tasks) or ""."""
+    if option == "pretrain":
+        return "PT"
+    if isinstance(tasks, str) and len([t for t in tasks.split(",") if t.strip()]) == 1:
+        return "ST"
+    return "FT" if option == "finetune" and not any(flags.values()) else ""
 
 
 def _is_on(value) -> bool:
@@ -421,6 +486,15 @@ def _mean(values: list[float]) -> float:
 def _std(values: list[float]) -> float | None:
     """The sample std (ddof 1); None for one value, which has no spread to show."""
     return float(np.std(values, ddof=1)) if len(values) >= 2 else None
+
+
+def _interval(d: Difference) -> str:
+    return f"[{d.low:+.3f}, {d.high:+.3f}]" + (" *" if d.excludes_zero else "")
+
+
+def _difference(d: Difference | None) -> str:
+    """``+0.004 [-0.002, +0.010]`` (`` *`` when the interval excludes 0); blank when there is none."""
+    return "" if d is None else f"{d.observed:+.3f} {_interval(d)}"
 
 
 def _mean_std(mean: float | None, std: float | None) -> str:

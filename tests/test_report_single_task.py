@@ -1,0 +1,137 @@
+"""The report's single-task baselines: a run of one task is an ST row (never FT, no Δ vs FT), and every
+multi-task row gets, per task with an ST row, its difference to it with a paired bootstrap interval of
+that task's metric, checked against numpy on the same draws written out one resample at a time."""
+import csv
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_report import N_DEV, SEEDS, dev_scores, markdown_rows, predictions, write_dev_files
+from training.tasks import TASKS
+from training.tools.bootstrap import resample_counts
+from training.tools.report import collect_runs, columns, compare_to_baselines, main, render_markdown
+
+
+def write_run(out: Path, name: str, seed: int, pred: dict, gold: dict, data_dir: Path, smart: bool = False,
+              lr: float = 1e-4):
+    """A finished run folder of the tasks in ``pred``: metrics.json and its dev prediction files."""
+    folder = out / name
+    folder.mkdir()
+    for task_name, values in pred.items():
+        task = TASKS[task_name]
+        rows = [f"{i},{v:.4f}" if task.label_type == "score" else f"{i},{int(v)}"
+                for i, v in zip(gold[task_name][0], values)]
+        (folder / f"{task.output_prefix}-dev-output.csv").write_text(
+            "\n".join([f"id,{task.prediction_column}", *rows]) + "\n", encoding="utf-8")
+    config = {"model": {"pooling": "mean", "option": "finetune"}, "smart": {"smart": smart},
+              "train": {"seed": seed, "tasks": ",".join(pred), "epochs": 1, "lr": lr}, "output": {"run_name": name}}
+    dev = {task: score for task, score in dev_scores({**pred_all(gold), **pred}, gold).items() if task in pred}
+    (folder / "metrics.json").write_text(json.dumps({"run_name": name, "status": "finished", "config": config,
+                                                     "data_dir": str(data_dir), "dev": dev, "wall_seconds": 60.0}))
+
+
+def pred_all(gold: dict) -> dict:
+    """Gold-equal predictions of every task: fill-ins so that dev_scores can score a subset."""
+    return {task: values.astype(float) for task, (_, values) in gold.items()}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """FT (skill 0.5), SMART (skill 0.8), a row whose SST predictions are the SST-alone run's, and ST rows for
+    SST (skill 0.6) and STS (skill 0.5), 3 seeds each; no ST row for QQP."""
+    root = tmp_path_factory.mktemp("single-task")
+    gold = write_dev_files(root / "data")
+    out = root / "runs"
+    out.mkdir()
+    pred = {}
+    for seed in SEEDS:
+        pred["st-sst", seed] = {"sst": predictions(gold, 0.6, seed + 300)["sst"]}
+        pred["st-sts", seed] = {"sts": predictions(gold, 0.5, seed + 400)["sts"]}
+        pred["ft", seed] = predictions(gold, 0.5, seed)
+        pred["smart", seed] = predictions(gold, 0.8, seed + 100)
+        pred["copy", seed] = {**predictions(gold, 0.5, seed + 200), "sst": pred["st-sst", seed]["sst"]}
+        for row in ("st-sst", "st-sts", "ft", "copy"):
+            write_run(out, f"{row}-s{seed}", seed, pred[row, seed], gold, root / "data",
+                      smart=row == "copy", lr=2e-4 if row == "copy" else 1e-4)
+        write_run(out, f"smart-s{seed}", seed, pred["smart", seed], gold, root / "data", smart=True)
+    rows = collect_runs(out)
+    footer, notes = compare_to_baselines(rows, resamples=200, seed=0)
+    return {"rows": {row.run: row for row in rows}, "footer": footer, "notes": notes, "gold": gold, "pred": pred,
+            "out": out, "table": render_markdown(rows, footer)}
+
+
+def sst_accuracy(pred: np.ndarray, gold: np.ndarray) -> float:
+    return float(np.mean(pred == gold))
+
+
+def test_a_run_of_one_task_is_an_st_row_with_no_delta_vs_ft(study):
+    rows = study["rows"]
+    assert rows["st-sst"].baseline == rows["st-sts"].baseline == "ST" and rows["ft"].baseline == "FT"
+    assert rows["st-sst"].vs_ft is None and rows["st-sst"].vs_alone == {} and study["notes"] == []
+    assert rows["smart"].vs_ft is not None and "minus that of ft," in study["footer"]   # FT, not an ST row
+    assert "st-sst (ST)" in study["table"] and "ft (FT)" in study["table"]
+
+
+def test_each_multitask_row_gets_its_per_task_difference_to_the_single_task_row(study):
+    rows, pred, gold = study["rows"], study["pred"], study["gold"]["sst"][1]
+    for name in ("ft", "smart"):
+        by_hand = statistics.mean(sst_accuracy(pred[name, s]["sst"], gold) for s in SEEDS) \
+            - statistics.mean(sst_accuracy(pred["st-sst", s]["sst"], gold) for s in SEEDS)
+        d = rows[name].vs_alone["sst"]
+        assert d.observed == pytest.approx(by_hand, abs=1e-12) and d.low <= d.observed <= d.high
+        assert set(rows[name].vs_alone) == {"sst", "sts"}       # no ST row for QQP: no comparison
+    assert rows["smart"].vs_alone["sst"].excludes_zero and rows["smart"].vs_alone["sst"].low > 0
+    copy = rows["copy"].vs_alone["sst"]                          # the ST run's very SST predictions
+    assert copy.observed == copy.low == copy.high == 0 and not copy.excludes_zero
+
+
+def test_the_task_interval_is_a_bootstrap_written_out_by_hand(study):
+    pred, gold = study["pred"], study["gold"]["sst"][1]
+    resamples = 200
+    draws = np.concatenate(list(resample_counts(0, "sst", N_DEV, resamples))).astype(int)
+    differences = []
+    for b in range(resamples):
+        picked = np.repeat(np.arange(N_DEV), draws[b])
+        mean = {row: statistics.mean(sst_accuracy(pred[row, s]["sst"][picked], gold[picked]) for s in SEEDS)
+                for row in ("ft", "st-sst")}
+        differences.append(mean["ft"] - mean["st-sst"])
+    d = study["rows"]["ft"].vs_alone["sst"]
+    assert (d.low, d.high) == pytest.approx(tuple(np.percentile(differences, [2.5, 97.5])), abs=1e-12)
+
+
+def test_the_table_shows_a_vs_alone_column_per_compared_task(study):
+    lines = markdown_rows(study["table"])
+    header = lines[0]
+    assert header == columns(["sst", "qqp", "sts"], ["sst", "sts"])
+    assert "SST vs alone" in header and "STS vs alone" in header and "QQP vs alone" not in header
+    cells = {line[0]: dict(zip(header, line)) for line in lines[2:]}
+    d = study["rows"]["smart"].vs_alone["sst"]
+    assert cells["smart"]["SST vs alone"] == f"{d.observed:+.3f} [{d.low:+.3f}, {d.high:+.3f}] *"
+    assert cells["st-sst (ST)"]["SST vs alone"] == ""
+    assert "SST vs alone = " not in study["footer"] and "that task's dev metric minus that of its single-task" \
+        in study["footer"] and "sst: st-sst" in study["footer"]
+
+
+def test_the_csv_and_terminal_view_carry_the_per_task_columns(study, tmp_path, capsys):
+    assert main([str(study["out"]), "--bootstrap", "200", "--out", str(tmp_path / "t")]) == 0
+    printed = capsys.readouterr().out
+    assert "SST vs alone" in printed.splitlines()[0]
+    with open(tmp_path / "t.csv", encoding="utf-8", newline="") as f:
+        table = list(csv.DictReader(f))
+    smart = next(row for row in table if row["run"] == "smart")
+    d = study["rows"]["smart"].vs_alone["sst"]
+    assert float(smart["SST vs alone"]) == d.observed and float(smart["SST vs alone low"]) == d.low
+    assert smart["SST vs alone excludes 0"] == "✓"
+
+
+def test_without_st_rows_the_columns_are_as_before(study, tmp_path):
+    out = tmp_path / "runs"
+    out.mkdir()
+    for seed in SEEDS:
+        write_run(out, f"ft-s{seed}", seed, study["pred"]["ft", seed], study["gold"], study["out"].parent / "data")
+    rows = collect_runs(out)
+    compare_to_baselines(rows, resamples=50, seed=0)
+    assert markdown_rows(render_markdown(rows))[0] == columns()
