@@ -16,7 +16,7 @@ from training.tools.report import collect_runs, columns, compare_to_baselines, m
 
 
 def write_run(out: Path, name: str, seed: int, pred: dict, gold: dict, data_dir: Path, smart: bool = False,
-              lr: float = 1e-4):
+              lr: float = 1e-4, private_layers: int = 0):
     """A finished run folder of the tasks in ``pred``: metrics.json and its dev prediction files."""
     folder = out / name
     folder.mkdir()
@@ -26,7 +26,8 @@ def write_run(out: Path, name: str, seed: int, pred: dict, gold: dict, data_dir:
                 for i, v in zip(gold[task_name][0], values)]
         (folder / f"{task.output_prefix}-dev-output.csv").write_text(
             "\n".join([f"id,{task.prediction_column}", *rows]) + "\n", encoding="utf-8")
-    config = {"model": {"pooling": "mean", "option": "finetune"}, "smart": {"smart": smart},
+    config = {"model": {"pooling": "mean", "option": "finetune", "private_layers": private_layers},
+              "smart": {"smart": smart},
               "train": {"seed": seed, "tasks": ",".join(pred), "epochs": 1, "lr": lr}, "output": {"run_name": name}}
     dev = {task: score for task, score in dev_scores({**pred_all(gold), **pred}, gold).items() if task in pred}
     (folder / "metrics.json").write_text(json.dumps({"run_name": name, "status": "finished", "config": config,
@@ -57,6 +58,7 @@ def study(tmp_path_factory):
             write_run(out, f"{row}-s{seed}", seed, pred[row, seed], gold, root / "data",
                       smart=row == "copy", lr=2e-4 if row == "copy" else 1e-4)
         write_run(out, f"smart-s{seed}", seed, pred["smart", seed], gold, root / "data", smart=True)
+        write_run(out, f"private-s{seed}", seed, pred["ft", seed], gold, root / "data", private_layers=2)
     rows = collect_runs(out)
     footer, notes = compare_to_baselines(rows, resamples=200, seed=0)
     return {"rows": {row.run: row for row in rows}, "footer": footer, "notes": notes, "gold": gold, "pred": pred,
@@ -72,6 +74,7 @@ def test_a_run_of_one_task_is_an_st_row_with_no_delta_vs_ft(study):
     assert rows["st-sst"].baseline == rows["st-sts"].baseline == "ST" and rows["ft"].baseline == "FT"
     assert rows["st-sst"].vs_ft is None and rows["st-sst"].vs_alone == {} and study["notes"] == []
     assert rows["smart"].vs_ft is not None and "minus that of ft," in study["footer"]   # FT, not an ST row
+    assert rows["private"].baseline == "" and rows["private"].vs_ft.observed == 0   # private layers: not FT
     assert "st-sst (ST)" in study["table"] and "ft (FT)" in study["table"]
 
 

@@ -21,7 +21,7 @@ wall time and status. The rules (docs/ablation.md, "Reading the table", says why
 - Flags are looked up by name in any section of the saved config; an absent flag is off, and a run
   without a readable config shows blank flag cells. ``(PT)`` marks ``--option pretrain``, ``(ST)`` a
   run of one task (``--tasks sst``: a single-task baseline), ``(FT)`` ``--option finetune`` with every
-  extension off on two or more tasks (any pooling).
+  extension off and no ``--private_layers`` on two or more tasks (any pooling).
 - Δ vs FT = the row's average minus its baseline's (the FT row of the same pooling, else the first FT
   row by name), both recomputed from the dev prediction files matched by id to the gold labels of the
   run's data folder (or ``--data_dir``). 95% CI = paired bootstrap (``training.tools.bootstrap``), the
@@ -418,7 +418,8 @@ def read_run(folder: Path) -> RunRow:
     pooling, data_dir = find_flag(config, "pooling"), data.get("data_dir") or find_flag(config, "data_dir")
     wall = _number(data.get("wall_seconds"))
     row = RunRow(folder.name, _status(data), flags, None if pooling is None else str(pooling).upper(),
-                 _baseline(find_flag(config, "option", "finetune"), flags, find_flag(config, "tasks")),
+                 _baseline(find_flag(config, "option", "finetune"), flags, find_flag(config, "tasks"),
+                           find_flag(config, "private_layers", 0)),
                  wall_minutes=None if wall is None else wall / 60.0, folder=folder,
                  data_dir=str(data_dir) if data_dir else None, seed=find_flag(config, "seed"),
                  group_key=seed_group_key(config))
@@ -460,13 +461,14 @@ def _status(data: dict) -> str:
     return str(status)
 
 
-def _baseline(option, flags: dict[str, bool], tasks) -> str:
-    """PT (frozen encoder), ST (one task trained alone), FT (fine-tuning, no extension, several tasks) or ""."""
+def _baseline(option, flags: dict[str, bool], tasks, private_layers) -> str:
+    """PT (frozen encoder), ST (one task trained alone), FT (fine-tuning, no extension, one shared encoder,
+    several tasks) or ""."""
     if option == "pretrain":
         return "PT"
     if isinstance(tasks, str) and len([t for t in tasks.split(",") if t.strip()]) == 1:
         return "ST"
-    return "FT" if option == "finetune" and not any(flags.values()) else ""
+    return "FT" if option == "finetune" and not any(flags.values()) and not private_layers else ""
 
 
 def _is_on(value) -> bool:
