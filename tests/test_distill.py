@@ -3,7 +3,6 @@ computation, λ's schedule, teachers trained or given (the same student either w
 predictions, and exact resumption."""
 import json
 import math
-import shutil
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 import run_multitask
-from test_resume import OUTPUTS, argv, assert_same_run, command, env, final_state
+from test_resume import argv, assert_same_run, command, env, final_state, resume_after_cut
 from training.extensions.distill import TeacherTargets, mix
 from training.resume import list_checkpoints
 from training.tasks import TASKS
@@ -79,7 +78,7 @@ def test_teachers_trained_or_given_make_the_same_student(tmp_path, tiny_model_di
     assert given["dev"] == auto["dev"]
     a, b = (load_file(str(tmp_path / name / "checkpoint" / "model.safetensors")) for name in ("auto", "given"))
     assert all(torch.equal(a[k], b[k]) for k in a)
-    plain = run(tmp_path, tiny_model_dir, "plain", "--epochs", "2")
+    run(tmp_path, tiny_model_dir, "plain", "--epochs", "2")
     c = load_file(str(tmp_path / "plain" / "checkpoint" / "model.safetensors"))
     assert any(not torch.equal(a[k], c[k]) for k in a)     # the teachers changed the student
 
@@ -103,17 +102,7 @@ def test_a_run_stopped_in_multitask_training_resumes_exactly(tmp_path, tiny_mode
     subprocess.run(command(*argv(tiny_model_dir, tmp_path, "clean", *FLAGS)), env=env(), check=True,
                    capture_output=True, timeout=300)
     run_dir = tmp_path / "stopped"
-    shutil.copytree(clean, run_dir)
-    checkpoints = list_checkpoints(run_dir)
-    keep = checkpoints[len(checkpoints) // 3]
-    assert json.loads((keep / "state.json").read_text())["stage"] == "multitask"
-    for later in checkpoints[len(checkpoints) // 3 + 1:]:
-        shutil.rmtree(later)
-    for name in OUTPUTS:
-        (run_dir / name).unlink()
-    resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True,
-                             text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
+    assert resume_after_cut(clean, run_dir, len(list_checkpoints(clean)) // 3) == "multitask"
     assert_same_run(final_state(run_dir), final_state(clean))
 
 

@@ -2,7 +2,6 @@
 keep the best weights and survive --resume exactly; early stopping ends training and says so; every
 run writes event files with its losses, learning rate and dev scores."""
 import json
-import shutil
 import subprocess
 
 import pytest
@@ -11,7 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import run_multitask
 from safetensors.torch import load_file
 
-from test_resume import OUTPUTS, argv, assert_same_run, command, env
+from test_resume import OUTPUTS, argv, assert_same_run, command, env, resume_after_cut
 from training.resume import list_checkpoints
 
 
@@ -70,14 +69,7 @@ def test_a_stopped_run_resumes_exactly(tmp_path, tiny_model_dir, flags, cut):
     subprocess.run(command(*argv(tiny_model_dir, tmp_path, "clean", "--epochs", "2", *flags)), env=env(),
                    check=True, capture_output=True, timeout=300)
     run_dir = tmp_path / f"stopped-{cut}"
-    shutil.copytree(clean, run_dir)
-    for later in list_checkpoints(run_dir)[cut:]:
-        shutil.rmtree(later)
-    for name in OUTPUTS:
-        (run_dir / name).unlink(missing_ok=True)
-    resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True,
-                             text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
+    resume_after_cut(clean, run_dir, cut - 1)
     assert_same_run(final_state(run_dir), final_state(clean))
     a, b = (json.loads((folder / "metrics.json").read_text()) for folder in (run_dir, clean))
     assert a.get("early_stopped") == b.get("early_stopped")

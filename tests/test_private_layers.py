@@ -4,7 +4,6 @@ the layers it copies, a task's step moves its tower and the shared bottom only, 
 of before, the run's checkpoint reloads to the predictions it wrote, resumption is exact, and bad
 values are one-line errors."""
 import json
-import shutil
 import subprocess
 
 import pytest
@@ -14,7 +13,7 @@ from safetensors.torch import load_file
 import run_multitask
 from heads import MultitaskBert, PairHead, SentimentHead
 from minbert import BertConfig, BertModel
-from test_resume import FIXTURE_DATA, OUTPUTS, argv, assert_same_run, command, env, final_state
+from test_resume import FIXTURE_DATA, argv, assert_same_run, command, env, final_state, resume_after_cut
 from training.resume import list_checkpoints
 from training.runs import load_run
 from training.tasks import TASKS
@@ -121,14 +120,7 @@ def test_a_stopped_run_resumes_exactly(tmp_path, tiny_model_dir):
     subprocess.run(command(*argv(tiny_model_dir, tmp_path, "clean", *flags)), env=env(), check=True,
                    capture_output=True, timeout=300)
     stopped = tmp_path / "stopped"
-    shutil.copytree(clean, stopped)
-    for later in list_checkpoints(stopped)[3:]:
-        shutil.rmtree(later)
-    for name in OUTPUTS:
-        (stopped / name).unlink(missing_ok=True)
-    resumed = subprocess.run(command("--resume", str(stopped), "--quiet"), env=env(), capture_output=True,
-                             text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
+    resume_after_cut(clean, stopped, 2)
     assert_same_run(final_state(stopped), final_state(clean))
     assert any(k.startswith("towers.") for k in load_file(str(list_checkpoints(clean)[-1] / "model.safetensors")))
     heads = [load_file(str(run / "checkpoint" / "heads.safetensors")) for run in (stopped, clean)]

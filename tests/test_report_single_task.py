@@ -3,6 +3,7 @@ multi-task row gets, per task with an ST row, its difference to it with a paired
 that task's metric, checked against numpy on the same draws written out one resample at a time."""
 import csv
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -138,3 +139,37 @@ def test_without_st_rows_the_columns_are_as_before(study, tmp_path):
     rows = collect_runs(out)
     compare_to_baselines(rows, resamples=50, seed=0)
     assert markdown_rows(render_markdown(rows))[0] == columns()
+
+
+def test_a_one_task_run_without_saved_tasks_is_st_and_a_one_task_pt_run_is_compared_with_nothing(study, tmp_path):
+    out = tmp_path / "runs"
+    out.mkdir()
+    data, gold, pred = study["out"].parent / "data", study["gold"], study["pred"]
+    write_run(out, "ft", SEEDS[0], pred["ft", SEEDS[0]], gold, data)
+    write_run(out, "old-sst", SEEDS[0], pred["st-sst", SEEDS[0]], gold, data)
+    write_run(out, "pt-sst", SEEDS[0], pred["st-sst", SEEDS[0]], gold, data)
+    old = json.loads((out / "old-sst" / "metrics.json").read_text())
+    del old["config"]["train"]["tasks"]          # saved before --tasks: one task in dev tells
+    (out / "old-sst" / "metrics.json").write_text(json.dumps(old))
+    pt = json.loads((out / "pt-sst" / "metrics.json").read_text())
+    pt["config"]["model"]["option"] = "pretrain"
+    (out / "pt-sst" / "metrics.json").write_text(json.dumps(pt))
+    rows = {row.run: row for row in collect_runs(out)}
+    footer, notes = compare_to_baselines(list(rows.values()), resamples=50, seed=0)
+    assert rows["old-sst"].baseline == "ST" and rows["pt-sst"].baseline == "PT" and notes == []
+    assert rows["pt-sst"].vs_ft is None and rows["pt-sst"].vs_alone == {} and set(rows["ft"].vs_alone) == {"sst"}
+
+
+def test_other_dev_ids_leave_the_cell_blank_with_a_note(study, tmp_path, capsys):
+    out, data = tmp_path / "runs", tmp_path / "other-data"
+    out.mkdir()
+    shutil.copytree(study["out"].parent / "data", data)
+    sst_dev = data / TASKS["sst"].files["dev"]
+    sst_dev.write_text(sst_dev.read_text(encoding="utf-8").replace("\tsst", "\tx-sst"), encoding="utf-8")
+    gold = {**study["gold"], "sst": (["x-" + i for i in study["gold"]["sst"][0]], study["gold"]["sst"][1])}
+    write_run(out, "ft", SEEDS[0], study["pred"]["ft", SEEDS[0]], study["gold"], study["out"].parent / "data")
+    write_run(out, "st-sst", SEEDS[0], study["pred"]["st-sst", SEEDS[0]], gold, data)
+    assert main([str(out), "--bootstrap", "50"]) == 0
+    captured = capsys.readouterr()
+    assert "note: ft: no SST vs alone: not the same sst dev examples as its single-task row" in captured.err
+    assert "SST vs alone" not in captured.out and "Traceback" not in captured.err

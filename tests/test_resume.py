@@ -51,6 +51,24 @@ def final_state(run_dir: Path) -> dict:
             "outputs": {name: (run_dir / name).read_text() for name in OUTPUTS}}
 
 
+def resume_after_cut(clean: Path, run_dir: Path, keep: int) -> str:
+    """Copy ``clean`` to ``run_dir`` as if stopped right after its checkpoint number ``keep`` (an index of
+    ``list_checkpoints``) and before the predictions were written, then ``--resume`` it in a subprocess,
+    like the clean run (the same thread count, so the same arithmetic). Returns the kept checkpoint's stage."""
+    shutil.copytree(clean, run_dir)
+    checkpoints = list_checkpoints(run_dir)
+    kept = checkpoints[keep]
+    for later in checkpoints[checkpoints.index(kept) + 1:]:
+        shutil.rmtree(later)
+    for name in OUTPUTS:
+        (run_dir / name).unlink(missing_ok=True)
+    stage = json.loads((kept / "state.json").read_text())["stage"]
+    resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    return stage
+
+
 def assert_same_run(a: dict, b: dict):
     assert a["last_step"] == b["last_step"]
     for key in ("last", "best"):
@@ -148,20 +166,8 @@ def test_resume_from_any_checkpoint_of_any_stage(tiny_model_dir, tmp_path, clean
     uninterrupted run — also from the end of the first epoch (18) and of the last (-1)."""
     clean = clean_runs["every_stage"]
     run_dir = tmp_path / "every_stage"
-    shutil.copytree(clean, run_dir)
-    checkpoints = list_checkpoints(run_dir)
-    keep = checkpoints[which]
-    for later in checkpoints[checkpoints.index(keep) + 1:]:
-        shutil.rmtree(later)
-    for name in OUTPUTS:  # as if the crash came before the predictions were written
-        (run_dir / name).unlink()
-    stage = json.loads((keep / "state.json").read_text())["stage"]
+    stage = resume_after_cut(clean, run_dir, which)
     assert stage == {1: "ucl", 5: "scl", 9: "pre_qqp", 15: "multitask", 18: "multitask", -1: "multitask"}[which]
-
-    # in a subprocess, like the clean run: the same thread count, so the same arithmetic
-    resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True, text=True,
-                             timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
     assert_same_run(final_state(run_dir), final_state(clean))
 
 

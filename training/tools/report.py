@@ -6,9 +6,10 @@ and dev predictions.
     python -m training.tools.report predictions/ --out results/table --sort name --bootstrap 0 --full
 
 The folders given are parents of run folders (a run folder itself is an error). The terminal gets a
-compact view (run, seeds, each task's mean ± std, average, Δ vs FT and its interval; ``--full``: the
-whole Markdown table). Nothing is written unless ``--out PREFIX`` is given: then the whole table as
-``PREFIX.md`` and ``PREFIX.csv``, and ``PREFIX-forest.png`` (replaced if they exist).
+compact view (run, seeds, each task's mean ± std, average, Δ vs FT and its interval, each task's
+"vs alone" cell; ``--full``: the whole Markdown table). Nothing is written unless ``--out PREFIX`` is
+given: then the whole table as ``PREFIX.md`` and ``PREFIX.csv``, and ``PREFIX-forest.png`` (replaced if
+they exist).
 
 Columns: run, pooling, one on/off column per extension (``training.extensions.EXTENSIONS``), seeds, one dev
 metric per task trained, the average (``training.tasks.overall_score``), Δ vs FT with its 95 % interval,
@@ -20,16 +21,18 @@ wall time and status. The rules (docs/ablation.md, "Reading the table", says why
   --seeds``: metrics are their mean ± the sample std (ddof 1), the wall time their mean.
 - Flags are looked up by name in any section of the saved config; an absent flag is off, and a run
   without a readable config shows blank flag cells. ``(PT)`` marks ``--option pretrain``, ``(ST)`` a
-  run of one task (``--tasks sst``: a single-task baseline), ``(FT)`` ``--option finetune`` with every
-  extension off and no ``--private_layers`` on two or more tasks (any pooling).
+  run of one task (``--tasks sst``, else one task in ``dev``: a single-task baseline), ``(FT)``
+  ``--option finetune`` with every extension off and no ``--private_layers`` on two or more tasks (any
+  pooling).
 - Δ vs FT = the row's average minus its baseline's (the FT row of the same pooling, else the first FT
   row by name), both recomputed from the dev prediction files matched by id to the gold labels of the
   run's data folder (or ``--data_dir``). 95% CI = paired bootstrap (``training.tools.bootstrap``), the
   2.5th to 97.5th percentile of the resampled differences; ``*`` when it excludes 0. Both are blank
-  for the baselines, with ``--bootstrap 0``, and where files cannot be read (a note on stderr says why).
-- ``<TASK> vs alone`` (only when the folder has ST rows): a multi-task row's dev metric of that task
-  minus that of the task's ST row (same pooling, else the first by name), seeds' means, with the paired
-  bootstrap interval of that task's metric alone.
+  for the baselines and one-task rows (no note), with ``--bootstrap 0``, and where files cannot be read
+  (a note on stderr says why).
+- ``<TASK> vs alone`` (only when the folder has ST rows): a row of two or more tasks (FT too) gets that
+  task's dev metric minus that of the task's ST row (same pooling, else the first by name), seeds'
+  means, with the paired bootstrap interval of that task's metric alone (a note when the dev ids differ).
 - Finished runs come first, by average (highest first) or by name; every other run follows by name,
   never pooled, with its status and blank metrics.
 - Markdown shows mean ± std to 3 decimals and wall time in minutes; the CSV has full precision, each
@@ -108,7 +111,7 @@ class RunRow:
     status: str
     flags: dict[str, bool] | None = None   # extension flag name -> on/off, None without a readable config
     pooling: str | None = None
-    baseline: str = ""                     # "PT", "FT" or ""
+    baseline: str = ""                     # "PT", "FT", "ST" or ""
     dev: dict[str, float | None] = field(default_factory=dict)   # task -> dev metric (the seeds' mean)
     average: float | None = None
     wall_minutes: float | None = None
@@ -236,7 +239,7 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     fts = _baselines(done, lambda row: row.baseline == "FT")
     alone = {task: _baselines(done, lambda row: row.baseline == "ST" and task in row.dev) for task in TASKS}
     alone = {task: by_pooling for task, by_pooling in alone.items() if by_pooling}
-    multitask = [row for row in done if row.baseline != "ST"]
+    multitask = [row for row in done if row.baseline != "ST" and len(row.dev) >= 2]
     if not fts and not alone:
         return f"{DELTA} and {INTERVAL}: no finished FT row to compare with.", []
     pairs = [(row, _pick(fts, row), None) for row in multitask if fts and _pick(fts, row) is not row]
@@ -430,6 +433,8 @@ def read_run(folder: Path) -> RunRow:
             row.average = overall_score(row.dev)
         else:
             row.status = "finished, dev metrics missing"
+        if len(row.dev) == 1 and find_flag(config, "tasks") is None and row.baseline != "PT":
+            row.baseline = "ST"   # no --tasks saved (an older or hand-made run): its dev metrics tell
     return row
 
 
