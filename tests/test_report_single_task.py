@@ -72,6 +72,8 @@ def sst_accuracy(pred: np.ndarray, gold: np.ndarray) -> float:
 
 def test_a_run_of_one_task_is_an_st_row_with_no_delta_vs_ft(study):
     rows = study["rows"]
+    order = list(rows)                                            # collect_runs' order: ST rows last
+    assert order[-2:] == ["st-sts", "st-sst"] and order.index("ft") < order.index("st-sts")
     assert rows["st-sst"].baseline == rows["st-sts"].baseline == "ST" and rows["ft"].baseline == "FT"
     assert rows["st-sst"].vs_ft is None and rows["st-sst"].vs_alone == {} and study["notes"] == []
     assert rows["smart"].vs_ft is not None and "minus that of ft," in study["footer"]   # FT, not an ST row

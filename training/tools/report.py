@@ -33,8 +33,8 @@ wall time and status. The rules (docs/ablation.md, "Reading the table", says why
 - ``<TASK> vs alone`` (only when the folder has ST rows): a row of two or more tasks (FT too) gets that
   task's dev metric minus that of the task's ST row (same pooling, else the first by name), seeds'
   means, with the paired bootstrap interval of that task's metric alone (a note when the dev ids differ).
-- Finished runs come first, by average (highest first) or by name; every other run follows by name,
-  never pooled, with its status and blank metrics.
+- Finished runs come first, by average (highest first) or by name, the ST rows after the others;
+  every other run follows by name, never pooled, with its status and blank metrics.
 - Markdown shows mean ± std to 3 decimals and wall time in minutes; the CSV has full precision, each
   std and the interval's ends in columns of their own. ``<prefix>-forest.png`` (with matplotlib and
   ``--out``) draws each row's Δ vs FT and interval.
@@ -218,12 +218,14 @@ def seed_group_key(config) -> str | None:
 
 
 def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
-    """Finished runs first (by average, highest first, or by name), then the rest by name."""
+    """Finished runs first (by average, highest first, or by name), the single-task rows after the others
+    (one task's score is no average to rank with them), then the rest by name."""
     if sort not in ("average", "name"):
         raise ValueError(f"sort must be 'average' or 'name', got {sort!r}")
     done = [r for r in rows if r.complete]
     rest = [r for r in rows if not r.complete]
-    done.sort(key=(lambda r: (-r.average, r.run)) if sort == "average" else (lambda r: r.run))
+    done.sort(key=(lambda r: (r.baseline == "ST", -r.average, r.run)) if sort == "average"
+              else (lambda r: (r.baseline == "ST", r.run)))
     return done + sorted(rest, key=lambda r: r.run)
 
 
