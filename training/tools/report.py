@@ -421,22 +421,22 @@ def read_run(folder: Path) -> RunRow:
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
     flags = {e.name: _is_on(find_flag(config, e.name)) for e in EXTENSIONS}
     pooling, data_dir = find_flag(config, "pooling"), data.get("data_dir") or find_flag(config, "data_dir")
-    wall = _number(data.get("wall_seconds"))
-    row = RunRow(folder.name, _status(data), flags, None if pooling is None else str(pooling).upper(),
-                 _baseline(find_flag(config, "option", "finetune"), flags, find_flag(config, "tasks"),
+    wall, status = _number(data.get("wall_seconds")), _status(data)
+    dev = data.get("dev") if status == FINISHED and isinstance(data.get("dev"), dict) else {}
+    dev = {task: _number(value) for task, value in dev.items() if task in TASKS}
+    saved_tasks = find_flag(config, "tasks")   # without it (an older or hand-made run) its dev metrics tell
+    tasks = [t for t in saved_tasks.split(",") if t.strip()] if isinstance(saved_tasks, str) else list(dev)
+    row = RunRow(folder.name, status, flags, None if pooling is None else str(pooling).upper(),
+                 _baseline(find_flag(config, "option", "finetune"), flags, len(tasks),
                            find_flag(config, "private_layers", 0)),
-                 wall_minutes=None if wall is None else wall / 60.0, folder=folder,
+                 dev=dev, wall_minutes=None if wall is None else wall / 60.0, folder=folder,
                  data_dir=str(data_dir) if data_dir else None, seed=find_flag(config, "seed"),
                  group_key=seed_group_key(config))
-    if row.status == FINISHED:
-        dev = data.get("dev") if isinstance(data.get("dev"), dict) else {}
-        row.dev = {task: _number(value) for task, value in dev.items() if task in TASKS}
-        if row.dev and None not in row.dev.values():
-            row.average = overall_score(row.dev)
+    if status == FINISHED:
+        if dev and None not in dev.values():
+            row.average = overall_score(dev)
         else:
             row.status = "finished, dev metrics missing"
-        if len(row.dev) == 1 and find_flag(config, "tasks") is None and row.baseline != "PT":
-            row.baseline = "ST"   # no --tasks saved (an older or hand-made run): its dev metrics tell
     return row
 
 
@@ -468,12 +468,12 @@ def _status(data: dict) -> str:
     return str(status)
 
 
-def _baseline(option, flags: dict[str, bool], tasks, private_layers) -> str:
+def _baseline(option, flags: dict[str, bool], task_count: int, private_layers) -> str:
     """PT (frozen encoder), ST (one task trained alone), FT (fine-tuning, no extension, one shared encoder,
     several tasks) or ""."""
     if option == "pretrain":
         return "PT"
-    if isinstance(tasks, str) and len([t for t in tasks.split(",") if t.strip()]) == 1:
+    if task_count == 1:
         return "ST"
     return "FT" if option == "finetune" and not any(flags.values()) and not private_layers else ""
 
