@@ -2,20 +2,58 @@
 
 Write to a temporary file in the same folder, flush it to disk, then rename it over the target
 (``os.replace`` is atomic on POSIX), so a crash never leaves a truncated checkpoint or CSV behind.
+Ctrl-C and SIGTERM wait until the write is done (``signals_deferred``): a signal that could be
+handled never leaves a temporary file behind, only SIGKILL can (``--resume`` removes those).
 """
 from __future__ import annotations
 
 import errno
 import os
+import signal
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 
+DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends, then deliver them to the handlers that were there.
+
+    A signal handler raises wherever the main thread happens to be, also between creating a
+    temporary file and the ``try`` that removes it, or halfway through removing a folder. Writes of
+    a second or two are better finished than interrupted. Outside the main thread (which alone
+    receives signals) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    # a handler installed outside Python (getsignal gives None) cannot be put back, so is left alone
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+                for sig in DEFERRED_SIGNALS if signal.getsignal(sig) is not None}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(caught):  # each signal once, in the order it came
+            signal.raise_signal(sig)
+
+
 @contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path to write; on success it replaces ``target``, on error it is removed."""
+    with signals_deferred():
+        with _atomic_path(target) as tmp:
+            yield tmp
+
+
+@contextmanager
+def _atomic_path(target: Path) -> Iterator[Path]:
     target = Path(target)
     if target.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a folder, a file name is expected here", str(target))

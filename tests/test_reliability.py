@@ -21,7 +21,7 @@ import run_multitask
 from test_bad_input import RUN_NAME, box, snapshot  # noqa: F401 (box: the fixture)
 from training.loop import per_second
 from training.runs import pretrained_run
-from training.resume import TrainingClock, TrainingDiverged, latest_checkpoint, list_checkpoints
+from training.resume import Checkpoint, TrainingClock, TrainingDiverged, latest_checkpoint, list_checkpoints
 from training.tools import embed, evaluate_embeddings, predict, report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,6 +144,33 @@ def test_a_checkpoint_of_non_finite_weights_is_never_written(tmp_path):
     with pytest.raises(TrainingDiverged, match=r"step 2: non-finite weights \(weight\); the last good checkpoint"):
         clock.step_done()
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000001"]
+    assert not leftovers(tmp_path)
+
+
+def test_sigterm_while_a_checkpoint_is_written_lets_it_finish_then_stops(tmp_path, monkeypatch):
+    """The signal comes in the middle of writing the weights: the checkpoint is still renamed into
+    place whole, the old one pruned, no temporary folder is left, and only then the run stops."""
+    from training import resume
+    model = torch.nn.Linear(2, 2)
+    clock = TrainingClock(model, tmp_path, {}, save_every=1, keep=1)
+    clock.step_done()
+
+    def save_then_signal(*args, **kwargs):
+        save_file(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(resume, "save_file", save_then_signal)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            clock.step_done()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000002"]
+    assert Checkpoint(list_checkpoints(tmp_path)[0]).step == 2
     assert not leftovers(tmp_path)
 
 

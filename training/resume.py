@@ -36,6 +36,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from minbert.atomic import signals_deferred
 from minbert.errors import first_line
 
 from .checkpoint import ENCODER, HEADS, model_state
@@ -139,6 +140,14 @@ class TrainingClock:
         root.mkdir(parents=True, exist_ok=True)
         final = root / f"step-{self.step:08d}"
         tmp = root / f".tmp-step-{self.step:08d}-{os.getpid()}"
+        with signals_deferred():  # a signal mid-write would leave the temporary folder, or half of an old one
+            self._write(tmp, final, root)
+            for old in list_checkpoints(self.run_dir)[:-self.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def _write(self, tmp: Path, final: Path, root: Path) -> None:
+        """Fill ``tmp``, flush it, rename it to ``final``; ``tmp`` is gone afterwards whatever happens."""
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
@@ -164,9 +173,6 @@ class TrainingClock:
             _fsync(root)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        for old in list_checkpoints(self.run_dir)[:-self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
-        return final
 
     def last_good(self) -> str:
         """Where the last good state is, for a message that stops the run."""
