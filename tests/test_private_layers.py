@@ -90,7 +90,7 @@ def test_a_run_saves_the_sts_tower_as_its_encoder_and_reloads_to_its_predictions
         predicted = loaded.predict_examples(task, examples)
         assert TASKS[task].metric(predicted.predictions, predicted.labels) == pytest.approx(dev[task], abs=1e-6)
     card = (checkpoint / "README.md").read_text(encoding="utf-8")
-    assert "`model.safetensors` is the sts tower" in card
+    assert "each task has its own top encoder layer. `model.safetensors` is the sts tower" in card
 
 
 @pytest.mark.parametrize("flags, message", [

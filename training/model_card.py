@@ -140,7 +140,8 @@ def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path) 
              + (f" (stages run before multi-task training: {', '.join(stages)})" if stages else "")]
     if model.get("private_layers"):
         home = EXPORTED_TOWER if EXPORTED_TOWER in tasks else tasks[0]
-        lines.append(f"- Private layers: each task has its own top {model['private_layers']} encoder layers. "
+        k = model["private_layers"]
+        lines.append(f"- Private layers: each task has its own top {'encoder layer' if k == 1 else f'{k} encoder layers'}. "
                      f"`{ENCODER}` is the {home} tower (what `encode`, transformers and sentence-transformers "
                      f"use); the others' top layers are `towers.<task>.*` in `{HEADS}`, read by `load_run` alone")
     data = metrics.get("data") or {}
