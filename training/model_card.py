@@ -141,7 +141,8 @@ def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path) 
     if model.get("private_layers"):
         home = EXPORTED_TOWER if EXPORTED_TOWER in tasks else tasks[0]
         k = model["private_layers"]
-        lines.append(f"- Private layers: each task has its own top {'encoder layer' if k == 1 else f'{k} encoder layers'}. "
+        top = "top encoder layer" if k == 1 else f"top {k} encoder layers"
+        lines.append(f"- Private layers: each task has its own {top}. "
                      f"`{ENCODER}` is the {home} tower (what `encode`, transformers and sentence-transformers "
                      f"use); the others' top layers are `towers.<task>.*` in `{HEADS}`, read by `load_run` alone")
     data = metrics.get("data") or {}
