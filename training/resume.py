@@ -141,12 +141,12 @@ class TrainingClock:
         final = root / f"step-{self.step:08d}"
         tmp = root / f".tmp-step-{self.step:08d}-{os.getpid()}"
         with signals_deferred():  # a signal mid-write would leave the temporary folder, or half of an old one
-            self._write(tmp, final, root)
+            self._write(tmp, final)
             for old in list_checkpoints(self.run_dir)[:-self.keep]:
                 shutil.rmtree(old, ignore_errors=True)
         return final
 
-    def _write(self, tmp: Path, final: Path, root: Path) -> None:
+    def _write(self, tmp: Path, final: Path) -> None:
         """Fill ``tmp``, flush it, rename it to ``final``; ``tmp`` is gone afterwards whatever happens."""
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -170,7 +170,7 @@ class TrainingClock:
             if final.exists():  # the same step saved twice (a save_every step that ends an epoch)
                 shutil.rmtree(final)
             os.rename(tmp, final)
-            _fsync(root)
+            _fsync(final.parent)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -97,10 +97,9 @@ def csv_columns(tasks=DEFAULT_TASKS, alone=()) -> list[str]:
 
 
 def _difference_columns(column: str) -> list[str]:
-    """Δ vs FT keeps its historical names; a "vs alone" column gets its own four."""
-    if column == DELTA:
-        return [DELTA, f"{INTERVAL} low", f"{INTERVAL} high", f"{INTERVAL} excludes 0"]
-    return [column, f"{column} low", f"{column} high", f"{column} excludes 0"]
+    """Δ vs FT's interval keeps its historical names ("95% CI low", ...); a "vs alone" column names its own."""
+    interval = INTERVAL if column == DELTA else column
+    return [column, f"{interval} low", f"{interval} high", f"{interval} excludes 0"]
 
 
 @dataclass
@@ -267,13 +266,10 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
             row.vs_ft = difference
         else:
             row.vs_alone[task] = difference
-    sentences = [f"{INTERVAL} = paired bootstrap percentile interval ({resamples} resamples of each task's dev "
+    sentences = [f"{DELTA} = average minus that of {_named(fts, 'FT')}, both from the dev prediction files;"
+                 if fts else f"{DELTA}: no finished FT row to compare with.",
+                 f"{INTERVAL} = paired bootstrap percentile interval ({resamples} resamples of each task's dev "
                  f"examples, seed {seed}); * = the interval excludes 0."]
-    if fts:
-        sentences.insert(0, f"{DELTA} = average minus that of {_named(fts, 'FT')}, both from the dev prediction "
-                            f"files;")
-    else:
-        sentences.insert(0, f"{DELTA}: no finished FT row to compare with.")
     if alone:
         sentences.append(f"<TASK> {ALONE} = that task's dev metric minus that of its single-task row ("
                          + "; ".join(f"{task}: {_named(chosen, 'ST')}" for task, chosen in alone.items())
