@@ -3,24 +3,7 @@
 This package imports neither ``heads`` nor ``training``; the tokenizer is passed in.
 """
 from .batching import ExampleCollator, ExampleDataset, make_collate, make_loader
-from .readers import (
-    BadRow,
-    DataError,
-    Example,
-    ReadReport,
-    read_examples,
-    resolve_data_dir,
-)
+from .readers import BadRow, DataError, Example, ReadReport, read_examples, resolve_data_dir
 
-__all__ = [
-    "BadRow",
-    "DataError",
-    "Example",
-    "ExampleCollator",
-    "ExampleDataset",
-    "ReadReport",
-    "make_collate",
-    "make_loader",
-    "read_examples",
-    "resolve_data_dir",
-]
+__all__ = ["BadRow", "DataError", "Example", "ExampleCollator", "ExampleDataset", "ReadReport", "make_collate",
+           "make_loader", "read_examples", "resolve_data_dir"]

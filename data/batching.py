@@ -6,8 +6,7 @@ the two sentences separately. Padding is dynamic (to the longest sentence in the
 collate function is a small top-level class so DataLoader worker processes can pickle it.
 
 With ``bucket=True`` the batches are also length-bucketed (``BucketBatchSampler``): examples of
-similar length go together, so dynamic padding pads little. Training stays random — examples are
-shuffled, sorted only within chunks of ~50 batches, and the batches are shuffled again.
+similar length go together, so dynamic padding pads little, and training batches stay random.
 """
 from __future__ import annotations
 
@@ -45,10 +44,8 @@ def make_loader(examples: Sequence[Example], tokenizer: BertTokenizer, max_lengt
     """A DataLoader in the main process; shuffling draws from a generator seeded with ``seed``, so
     two loaders with one seed yield the same batches, epoch after epoch (each epoch's order differs).
 
-    ``bucket=True`` batches examples of similar length together (``BucketBatchSampler``). Without
-    shuffling that changes the order of the examples (shortest first), so predictions come back
-    in a different order than the file; every batch carries its examples' ``ids``.
-
+    ``bucket=True``: length-bucketed batches (``BucketBatchSampler``); unshuffled, the examples come
+    shortest first, not in file order (every batch carries its examples' ``ids``).
     ``shard=(rank, world_size)`` (data-parallel training): every process draws the same global
     batches of ``batch_size`` and keeps its own slice of each (``ShardedBatchSampler``), so the
     processes together see exactly the batches of a single-process run.
@@ -86,15 +83,13 @@ class ShardedBatchSampler(Sampler[list[int]]):
 
 def example_lengths(examples: Sequence[Example], tokenizer: BertTokenizer | None = None,
                     max_length: int | None = None) -> list[int]:
-    """The bucketing key of each example: the length of its longest text.
-
-    With a tokenizer, in word pieces including [CLS] and [SEP], capped at ``max_length`` — exactly
-    the padded width that text needs; without one, in characters (a rough proxy). Measured on the
-    training sets here (shuffled buckets of 32, tokens after padding / real tokens; dynamic padding
-    without buckets: 2.06 SST, 2.43 QQP, 2.42 STS): word pieces 1.04 / 1.20 / 1.13, characters
-    1.29 / 1.53 / 1.41, whitespace-split words (summed over a pair) 1.34 / 1.63 / 1.46. For pairs
-    the longer text is a better key than the sum of both (QQP: 1.20 vs 1.41 in word pieces).
-    Tokenizing once more for the key costs ~60 µs a sentence (1 s for all of QQP train).
+    """The bucketing key of each example: the length of its longest text, in word pieces with [CLS]
+    and [SEP] capped at ``max_length`` (exactly the padded width it needs) given a tokenizer, else in
+    characters (a rough proxy). Tokens after padding / real tokens on the SST / QQP / STS training
+    sets, shuffled buckets of 32: word pieces 1.04 / 1.20 / 1.13, characters 1.29 / 1.53 / 1.41,
+    whitespace words (summed over a pair) 1.34 / 1.63 / 1.46; no buckets 2.06 / 2.43 / 2.42. The
+    longer text of a pair beats the sum of both (QQP: 1.20 vs 1.41 in word pieces). Tokenizing once
+    more for the key costs ~60 µs a sentence (1 s for all of QQP train).
     """
     if tokenizer is None:
         return [max(len(text) for text in ex.texts) for ex in examples]
@@ -107,11 +102,8 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     Shuffled (training): each epoch, a random permutation of all examples is cut into chunks of
     ``chunk_batches`` batches; each chunk is sorted by length and cut into batches; then the order
-    of all batches is shuffled. Batches are short-with-short and long-with-long, yet which examples
-    meet, and in which order batches come, changes every epoch. All randomness comes from
-    ``generator``, so a seeded generator makes epochs repeatable. Only the very last batch of the
-    epoch can be smaller than ``batch_size``.
-
+    of all batches is shuffled, so which examples meet, and when, changes every epoch. All draws
+    come from ``generator`` (seeded: repeatable epochs). Only the epoch's last batch can be short.
     Not shuffled (evaluation): all examples sorted by length (stable, so ties keep file order) and
     cut into batches in that order — the order of predictions differs from the file's.
     """
@@ -131,8 +123,7 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         if not self.shuffle:
-            order = torch.sort(self.lengths, stable=True).indices
-            yield from _cut(order.tolist(), self.batch_size)
+            yield from _cut(torch.sort(self.lengths, stable=True).indices.tolist(), self.batch_size)
             return
         permutation = torch.randperm(len(self.lengths), generator=self.generator)
         chunk = self.batch_size * self.chunk_batches
@@ -153,8 +144,7 @@ class ExampleCollator:
     """Picklable collate: one ``tokenizer.encode_batch`` per text column, plus stacked labels."""
 
     def __init__(self, tokenizer: BertTokenizer, max_length: int):
-        self.tokenizer = tokenizer
-        self.max_length = max_length
+        self.tokenizer, self.max_length = tokenizer, max_length
 
     def __call__(self, batch: list[Example]) -> dict:
         if not batch:

@@ -17,7 +17,7 @@ import random
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .readers import BadRow, DataError, Example, ReadReport, column_indices, csv_records, read_utf8
+from .readers import BadRow, DataError, Example, ReadReport, read_table, read_utf8
 
 TRIPLE_COLUMNS = ("sent0", "sent1", "hard_neg")
 
@@ -48,28 +48,7 @@ def read_triples(path: str | Path) -> tuple[list[Example], ReadReport]:
     fields, bad quoting). A missing or empty file, non-UTF-8 bytes, a missing column, or a header
     with no data rows raise ``DataError``.
     """
-    path = Path(path)
-    rows = csv_records(path, read_utf8(path), delimiter=",")
-    header_line, header = next(rows, (0, None))
-    if not header:
-        raise DataError(f"{path}: file is empty (expected a header row {','.join(TRIPLE_COLUMNS)})")
-    if isinstance(header, BadRow):
-        raise DataError(f"{path}, line {header_line}: header row: {header.reason}")
-    index = column_indices(path, header, TRIPLE_COLUMNS)
-    examples: list[Example] = []
-    report = ReadReport(path=path, n_rows=0)
-    for line, row in rows:
-        if not row:  # blank line
-            continue
-        report.n_rows += 1
-        parsed = row if isinstance(row, BadRow) else _parse_triple(row, line, len(header), index)
-        if isinstance(parsed, BadRow):
-            report.bad_rows.append(parsed)
-        else:
-            examples.append(parsed)
-    if report.n_rows == 0:
-        raise DataError(f"{path}: header only, no data rows")
-    return examples, report
+    return read_table(Path(path), ",", TRIPLE_COLUMNS, f"a header row {','.join(TRIPLE_COLUMNS)}", _parse_triple)
 
 
 def sentences_from_examples(*example_lists: Iterable[Example]) -> list[Example]:
@@ -128,11 +107,15 @@ def triples_from_pairs(qqp: Sequence[Example], sts: Sequence[Example], sts_min_s
     triples: list[Example] = []
     n_related = 0
     for a, p in qqp_positives + sts_positives:
-        negative = _related_negative(a, p, related)
-        if negative is None:
-            negative = _random_negative(a, p, pool, related, rng)
-        else:
+        # rule 2: a QQP non-paraphrase of the anchor, else of the positive
+        negative = next((other for s in (a, p) for other in related.get(s, ()) if other not in (a, p)), None)
+        if negative is not None:
             n_related += 1
+        elif len(pool) - (a in related) - (p in related) <= 0:  # a != p, so nothing else to draw
+            raise DataError("triples_from_pairs: no QQP pair labelled 0 offers a hard negative other than the "
+                            "pair itself; give QQP pairs with label 0")
+        while negative is None or negative in (a, p):  # rule 3: a seeded uniform draw from the pool
+            negative = pool[rng.randrange(len(pool))]
         triples.append(Example(id=f"i{len(triples)}", texts=(a, p, negative), label=None, line=0))
     if log is not None:
         log(f"supervised SimCSE triples: {len(triples)} ({len(qqp_positives)} QQP paraphrases, "
@@ -141,34 +124,18 @@ def triples_from_pairs(qqp: Sequence[Example], sts: Sequence[Example], sts_min_s
     return triples
 
 
-def _parse_triple(row: list[str], line: int, n_header: int, index: dict[str, int]) -> Example | BadRow:
+def _parse_triple(row: list[str], line: int, header: list[str], index: dict[str, int]) -> Example | BadRow:
     """One CSV record as a triple, or the first problem with it."""
-    if len(row) > n_header:
-        return BadRow(line, "row", f"{len(row)} fields, header has {n_header}")
+    if len(row) > len(header):
+        return BadRow(line, "row", f"{len(row)} fields, header has {len(header)}")
     texts = []
     for name in TRIPLE_COLUMNS:
         i = index[name]
         if i >= len(row):
-            return BadRow(line, name, f"too few fields (got {len(row)}, header has {n_header})")
+            return BadRow(line, name, f"too few fields (got {len(row)}, header has {len(header)})")
         text = row[i].strip()
         if not text:
             return BadRow(line, name, "empty sentence")
         texts.append(text)
     return Example(id=f"L{line}", texts=tuple(texts), label=None, line=line)
 
-
-def _related_negative(a: str, p: str, related: dict[str, list[str]]) -> str | None:
-    """Rule 2 of ``triples_from_pairs``: a QQP non-paraphrase of the anchor, else of the positive."""
-    return next((other for sentence in (a, p) for other in related.get(sentence, ()) if other not in (a, p)), None)
-
-
-def _random_negative(a: str, p: str, pool: list[str], in_pool: dict[str, list[str]], rng: random.Random) -> str:
-    """Rule 3 of ``triples_from_pairs``: a seeded uniform draw from ``pool`` (distinct sentences;
-    ``in_pool`` has the same keys, for O(1) membership) that is neither ``a`` nor ``p``."""
-    if len(pool) - (a in in_pool) - (p in in_pool) <= 0:  # a != p, so nothing else to draw
-        raise DataError("triples_from_pairs: no QQP pair labelled 0 offers a hard negative other than the "
-                        "pair itself; give QQP pairs with label 0")
-    while True:
-        candidate = pool[rng.randrange(len(pool))]
-        if candidate != a and candidate != p:
-            return candidate

@@ -87,16 +87,26 @@ def read_examples(path: str | Path, text_columns: Sequence[str], label_column: s
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data file not found: {path}. {HOW_TO_SUPPLY}")
-    rows = csv_records(path, read_utf8(path), delimiter="\t")
+    wanted = [id_column, *text_columns] + ([label_column] if label_column is not None else [])
+    label_of = partial(_parse_label, label_type=label_type, num_classes=num_classes, score_range=score_range)
+    parse = partial(_parse_row, text_columns=text_columns, label_column=label_column, id_column=id_column,
+                    label_of=label_of)
+    return read_table(path, "\t", wanted, "a tab-separated header row", parse, strict, id_column)
+
+
+def read_table(path: Path, delimiter: str, wanted: Sequence[str], expected_header: str,
+               parse: Callable[[list[str], int, list[str], dict[str, int]], Example | BadRow],
+               strict: bool = False, id_column: str = "id") -> tuple[list[Example], ReadReport]:
+    """The rows of a delimited file whose header names the ``wanted`` columns, each turned by
+    ``parse(row, line, header, index)`` into an ``Example`` or a ``BadRow``; rule and errors as in
+    ``read_examples`` (``expected_header`` completes the empty-file message)."""
+    rows = csv_records(path, read_utf8(path), delimiter=delimiter)
     header_line, header = next(rows, (0, None))
     if not header:
-        raise DataError(f"{path}: file is empty (expected a tab-separated header row)")
+        raise DataError(f"{path}: file is empty (expected {expected_header})")
     if isinstance(header, BadRow):
         raise DataError(f"{path}, line {header_line}: header row: {header.reason}")
-    wanted = [id_column, *text_columns] + ([label_column] if label_column is not None else [])
     index = column_indices(path, header, wanted)
-
-    label_of = partial(_parse_label, label_type=label_type, num_classes=num_classes, score_range=score_range)
     examples: list[Example] = []
     report = ReadReport(path=path, n_rows=0)
     first_line: dict[str, int] = {}  # id -> line of the row kept with it
@@ -104,8 +114,7 @@ def read_examples(path: str | Path, text_columns: Sequence[str], label_column: s
         if not row:  # a blank line, which pandas skips too
             continue
         report.n_rows += 1
-        parsed = row if isinstance(row, BadRow) else _parse_row(
-            row, line, header, index, text_columns, label_column, id_column, label_of)
+        parsed = row if isinstance(row, BadRow) else parse(row, line, header, index)
         if isinstance(parsed, Example) and parsed.id in first_line:
             # ids key the prediction files, so a second row with the same id is a bad row
             parsed = BadRow(line, id_column, f"duplicate id {clip(repr(parsed.id))} (first on line "
@@ -218,18 +227,16 @@ def _parse_row(row: list[str], line: int, header: list[str], index: dict[str, in
     example_id = row[index[id_column]].strip()
     if not example_id:
         return BadRow(line, id_column, "empty id")
-    texts = []
-    for name in text_columns:
-        text = row[index[name]].strip()
+    texts = tuple(row[index[name]].strip() for name in text_columns)
+    for name, text in zip(text_columns, texts):
         if not text:
             return BadRow(line, name, "empty sentence")
-        texts.append(text)
     label: int | float | None = None
     if label_column is not None:
         label = label_of(row[index[label_column]])
         if isinstance(label, str):
             return BadRow(line, label_column, label)
-    return Example(id=example_id, texts=tuple(texts), label=label, line=line)
+    return Example(id=example_id, texts=texts, label=label, line=line)
 
 
 def _parse_label(raw: str, label_type: str, num_classes: int | None,

@@ -1,24 +1,18 @@
-"""Scored sentence-pair files for STS-style evaluation: CS224N ``sts-*.csv``, SentEval STS12–16,
-SentEval STS-B and SICK-R, each read into ``PairSubset`` rows (two sentence lists and the gold scores).
+"""Scored sentence-pair files for STS-style evaluation (docs/embeddings.md), read into ``PairSubset``
+rows (two sentence lists and the gold scores). ``find_datasets`` takes files or folders; each is one
+*dataset*, split into *subsets* (a file is one subset):
 
-Layouts (``find_datasets`` takes files or folders; each names one *dataset*, split into *subsets*):
+- CS224N ``sts-*.csv``: tab-separated, columns ``sentence1``, ``sentence2``, ``similarity``;
+- SentEval STS12–16: ``STS.input.<name>.txt`` (tab-separated pairs) + ``STS.gs.<name>.txt`` (a score a
+  line; blank = an unscored pair, skipped), either file naming that subset; a folder's ``<name>``s;
+- SentEval STS-B ``sts-{train,dev,test}.csv``: no header, no quoting, 7 tab-separated columns genre, file,
+  year, id, score, sentence1, sentence2 (extra ones ignored, as SentEval reads them); a folder's splits.
+  CS224N files share these names, so a file's layout is told by its content (``file_layout``);
+- SICK-R ``SICK_*.txt``: tab-separated, columns ``sentence_A``, ``sentence_B``, ``relatedness_score``;
+  a folder's ``SICK*.txt`` files;
+- a folder of such folders (SentEval's ``data/downstream/STS``): each subfolder is a dataset.
 
-- a CS224N STS file (tab-separated, columns ``sentence1``, ``sentence2``, ``similarity``): one subset;
-- a SentEval STS12–16 folder (``STS.input.<name>.txt``: tab-separated sentence pairs, and
-  ``STS.gs.<name>.txt``: one gold score per line, a blank line = an unscored pair, skipped): each
-  ``<name>`` is a subset. One ``STS.input.<name>.txt`` (or ``STS.gs``) file: that one subset;
-- SentEval STS-B (the STS benchmark's ``sts-{train,dev,test}.csv``: tab-separated, no header, 7
-  columns genre, file, year, id, score, sentence1, sentence2; extra columns ignored, no quoting, as
-  SentEval reads them): a file is one subset, a folder holding them is a dataset with its splits
-  (``train``, ``dev``, ``test``) as subsets. The CS224N files share these names, so a file's layout
-  is told by its content (``file_layout``);
-- SICK-R (``SICK_*.txt``, tab-separated, columns ``sentence_A``, ``sentence_B``, ``relatedness_score``):
-  a file is one subset, a folder's ``SICK*.txt`` files are its subsets;
-- a folder holding none of these but subfolders that do (SentEval's ``data/downstream/STS``): each
-  subfolder is a dataset.
-
-Malformed rows are skipped and listed in each subset's ``ReadReport``; every failure is a one-line
-``DataError``.
+Malformed rows are skipped and listed in each subset's ``ReadReport``; every failure is a one-line ``DataError``.
 """
 from __future__ import annotations
 
@@ -26,7 +20,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -142,16 +136,12 @@ def read_stsb(path: Path) -> PairSubset:
     path = Path(path)
     split = STSB_FILE.match(path.name)
     pairs = _ScoredPairs(path)
-    for line, row in enumerate(read_utf8(path).splitlines(), start=1):
-        if not row.strip():
-            continue
-        pairs.report.n_rows += 1
-        fields = row.split("\t")
+    for line, fields in pairs.rows(read_utf8(path).splitlines(), start=1):
         if len(fields) < STSB_COLUMNS:
             reason = f"{len(fields)} tab-separated fields, want {STSB_COLUMNS}"
             pairs.report.bad_rows.append(BadRow(line, "row", reason))
-            continue
-        pairs.add(line, fields[5], fields[6], fields[4], ("sentence1", "sentence2", "score"))
+        else:
+            pairs.add(line, fields[5], fields[6], fields[4], ("sentence1", "sentence2", "score"))
     return pairs.subset(split.group(1) if split else path.stem)
 
 
@@ -213,15 +203,11 @@ def read_sick(path: Path) -> PairSubset:
     header = lines[0].split("\t")
     index = column_indices(path, header, SICK_COLUMNS)
     pairs = _ScoredPairs(path)
-    for line, row in enumerate(lines[1:], start=2):
-        if not row.strip():
-            continue
-        pairs.report.n_rows += 1
-        fields = row.split("\t")
+    for line, fields in pairs.rows(lines[1:], start=2):
         if len(fields) <= max(index.values()):
             pairs.report.bad_rows.append(BadRow(line, "row", f"{len(fields)} fields, header has {len(header)}"))
-            continue
-        pairs.add(line, *(fields[index[c]] for c in SICK_COLUMNS), SICK_COLUMNS)
+        else:
+            pairs.add(line, *(fields[index[c]] for c in SICK_COLUMNS), SICK_COLUMNS)
     return pairs.subset(path.stem)
 
 
@@ -233,6 +219,13 @@ class _ScoredPairs:
         self.path = path
         self.first, self.second, self.gold = [], [], []
         self.report = ReadReport(path=path, n_rows=0)
+
+    def rows(self, lines: list[str], start: int) -> Iterator[tuple[int, list[str]]]:
+        """``(line, tab-separated fields)`` of each non-blank line, counted as a row of the report."""
+        for line, row in enumerate(lines, start=start):
+            if row.strip():
+                self.report.n_rows += 1
+                yield line, row.split("\t")
 
     def add(self, line: int, a: str, b: str, score: str, columns: Sequence[str]) -> None:
         """``columns``: the file's names of the two sentences and the score, for the report."""

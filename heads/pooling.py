@@ -1,14 +1,12 @@
-"""Sentence vectors from BERT's hidden states: one function, ``pool``, and a table of modes.
+"""Sentence vectors from BERT's hidden states: one function, ``pool``, and a table of modes
+(docs/flags.md, "Pooling modes").
 
-Layer-combining modes (``first_last``, ``last4_mean``, ``all_mean``, ``second_last``, ...) combine
-layers token by token, then reduce over the real tokens with ``reduction`` ("mean", the papers'
-default, or "max"), as the SimCSE "first-last avg." baseline (Gao et al. 2021, §7 and Table 10;
-Su et al. 2021, BERT-whitening). The seven-way pooling study (last, second-to-last, all layers,
-first-last, last two, last four averaged or concatenated; × mean/max) is a loop over both.
-``first_last`` and ``all_mean`` count the *embeddings output* as a layer, as SimCSE's released code
-first did (its maintainers later took the first Transformer layer, princeton-nlp/SimCSE#133).
-``cls`` and ``pooler`` pick one vector; ``mean``/``max`` are the last layer with the reduction
-their name says (the study's last-layer rows). ``applied_reduction`` tells which a mode used.
+Layer-combining modes combine layers token by token, then reduce over the real tokens with
+``reduction`` ("mean", the papers' default, or "max"), as the SimCSE "first-last avg." baseline
+(Gao et al. 2021, §7 and Table 10; Su et al. 2021, BERT-whitening). ``first_last`` and ``all_mean``
+count the *embeddings output* as a layer, as SimCSE's released code first did (its maintainers later
+took the first Transformer layer, princeton-nlp/SimCSE#133). ``cls`` and ``pooler`` pick one vector;
+``mean``/``max`` are the last layer with that reduction. ``applied_reduction`` tells which a mode used.
 """
 from __future__ import annotations
 
@@ -96,7 +94,6 @@ POOLING_MODES: dict[str, PoolingMode] = {
     "cls": PoolingMode(lambda hs, pooler, mask, reduce: hs[-1][:, 0], picks_vector=True),
     # tanh(W h_[CLS] + b): the NSP pooler output.
     "pooler": PoolingMode(lambda hs, pooler, mask, reduce: pooler, picks_vector=True),
-    # The last layer, averaged / max-pooled over tokens (the study's "last layer" rows).
     "mean": PoolingMode(lambda hs, pooler, mask, reduce: masked_mean(hs[-1], mask), fixed_reduction="mean"),
     "max": PoolingMode(lambda hs, pooler, mask, reduce: masked_max(hs[-1], mask), fixed_reduction="max"),
     # Average of the embeddings output and the last layer, then reduce over tokens.
@@ -106,7 +103,6 @@ POOLING_MODES: dict[str, PoolingMode] = {
     "all_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs, mask, reduce)),
     "last2_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs[-2:], mask, reduce), layers=2),
     "last4_mean": PoolingMode(lambda hs, pooler, mask, reduce: _combine(hs[-4:], mask, reduce), layers=4),
-    # Each of the last four layers reduced over tokens, side by side (4H wide).
     "last4_concat": PoolingMode(lambda hs, pooler, mask, reduce: torch.cat([reduce(h, mask) for h in hs[-4:]], dim=-1),
                                 layers=4),
 }

@@ -1,12 +1,5 @@
-"""Task heads on top of one shared BERT, and the multi-task model that routes a task to its head.
-
-- ``SentimentHead``: dropout + linear over the pooled sentence vector (SST, 5 classes).
-- ``PairHead``: a siamese head over two pooled vectors u, v, in two kinds:
-    * ``concat``: linear([u; v; |u − v|]) (Sentence-BERT, Reimers & Gurevych 2019, §3),
-    * ``cosine``: (cos(u, v) − b) / τ with a learned threshold b for binary logits,
-      or 5·cos(u, v) for similarity scores.
-  It outputs a logit (QQP, ``output="logit"``) or a similarity on 0..5 (STS, ``output="score"``).
-"""
+"""Task heads on top of one shared BERT (``SentimentHead`` for SST, the siamese ``PairHead`` for QQP
+and STS), and the multi-task model that routes a task to its head."""
 from __future__ import annotations
 
 import copy
@@ -35,9 +28,11 @@ class SentimentHead(nn.Module):
 
 
 class PairHead(nn.Module):
-    """Scores a sentence pair from its two sentence vectors.
+    """Scores a sentence pair from its two sentence vectors u, v.
 
-    ``output="logit"``: one unnormalised log-odds per pair (train with BCE-with-logits).
+    ``kind="concat"``: z = linear([u; v; |u − v|]) (Sentence-BERT, Reimers & Gurevych 2019, §3);
+    ``kind="cosine"``: z = (cos(u, v) − b) / τ with a learned threshold b.
+    ``output="logit"``: z, one unnormalised log-odds per pair (QQP; train with BCE-with-logits).
     ``output="score"``: a similarity on the STS scale 0..5 — ``5·sigmoid(z)`` for ``concat``,
     ``5·cos(u, v)`` for ``cosine`` (trained with MSE).
     """

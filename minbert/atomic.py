@@ -47,30 +47,24 @@ def signals_deferred() -> Iterator[None]:
 @contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path to write; on success it replaces ``target``, on error it is removed."""
-    with signals_deferred():
-        with _atomic_path(target) as tmp:
-            yield tmp
-
-
-@contextmanager
-def _atomic_path(target: Path) -> Iterator[Path]:
     target = Path(target)
-    if target.is_dir():
-        raise IsADirectoryError(errno.EISDIR, "is a folder, a file name is expected here", str(target))
-    make_folder(target.parent)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    umask = os.umask(0)  # reading the umask means setting it; put it straight back
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a written file gets the usual permissions
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with signals_deferred():
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a folder, a file name is expected here", str(target))
+        make_folder(target.parent)
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        umask = os.umask(0)  # reading the umask means setting it; put it straight back
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a written file gets the usual permissions
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            yield tmp
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def make_folder(path: str | Path) -> None:

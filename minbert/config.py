@@ -84,12 +84,10 @@ class BertConfig:
 
     @classmethod
     def from_hf(cls, values: dict) -> "BertConfig":
-        """A HuggingFace ``config.json``'s values: a BERT's, or a DistilBERT's."""
-        return cls.from_distilbert(values) if values.get("model_type") == "distilbert" else cls.from_dict(values)
-
-    @classmethod
-    def from_distilbert(cls, values: dict) -> "BertConfig":
-        """A DistilBERT ``config.json`` (Sanh et al. 2019: a BERT without token types and pooler)."""
+        """A HuggingFace ``config.json``'s values: a BERT's, or a DistilBERT's (Sanh et al. 2019: a BERT
+        without token types and pooler)."""
+        if values.get("model_type") != "distilbert":
+            return cls.from_dict(values)
         ours = {bert: values[distil] for bert, distil in DISTILBERT_CONFIG.items() if distil in values}
         return cls.from_dict({**values, **ours, "type_vocab_size": 1, "model_type": "distilbert"})
 

@@ -1,15 +1,9 @@
 """A BERT encoder written out (Devlin et al. 2019; Vaswani et al. 2017 for the Transformer layer).
 
 Read top to bottom: ``BertModel`` (embeddings -> stack of ``BertLayer`` -> pooler), then the blocks.
-Parameter names follow HuggingFace's closely; ``minbert.weights`` maps the few that differ.
-
-Attention (``ATTENTION_IMPLS``, ``BertModel.set_attention``): ``"manual"``, softmax(QKᵀ/√d + mask)·V
-written out (the reference), or ``"sdpa"``, the same formula in PyTorch's fused
-``scaled_dot_product_attention``. ``"auto"`` (default) takes sdpa except on the CPU while attention
-dropout is active: there the fused kernel falls back to an unfused path measured ~5% slower than
-ours (B=32, L=48, MiniLM, 2 threads); in eval it wins. ``tests/test_speed_paths.py`` checks that
-the paths agree. Dropout masks (``Dropout``, ``BertModel.set_dropout``): one uniform draw per
-element (default, cheaper on the CPU) or ``F.dropout``'s Bernoulli draws ("bernoulli", the reference).
+Parameter names follow HuggingFace's closely; ``minbert.weights`` maps the few that differ. The faster
+paths (``set_attention``, ``set_dropout``) are checked against the written-out ones in
+``tests/test_speed_paths.py`` (docs/performance.md).
 """
 from __future__ import annotations
 
@@ -170,7 +164,9 @@ class MultiHeadSelfAttention(nn.Module):
         Attention(Q, K, V) = softmax(Q Kᵀ / √d_k + mask) V,   d_k = hidden_size / heads,
 
     for every head in parallel, the heads' outputs concatenated back to ``hidden_size``. ``impl``:
-    "manual" (written out below), "sdpa" (fused, same mask and dropout) or "auto" (module docstring).
+    "manual" (written out below, the reference), "sdpa" (PyTorch's fused ``scaled_dot_product_attention``,
+    same mask and dropout) or "auto": sdpa except on the CPU with attention dropout active, where the fused
+    kernel falls back to an unfused path ~5% slower than ours (B=32, L=48, MiniLM, 2 threads).
     """
 
     def __init__(self, config: BertConfig, impl: str = "auto"):
@@ -207,13 +203,10 @@ class MultiHeadSelfAttention(nn.Module):
 
 
 class Dropout(nn.Dropout):
-    """Dropout (Srivastava et al. 2014): in training, zero each element with probability p and
-    scale the survivors by 1/(1-p). ``masks`` says how the mask is drawn:
-
-    * "uniform" (default): keep where u ≥ p, u ~ U[0, 1) from one ``torch.rand``: the same distribution
-      from another random stream, cheaper on the CPU (forward + backward on a (32, 12, 48, 48)
-      attention tensor: 4.3 ms instead of 8.1 ms, 2 threads);
-    * "bernoulli": ``F.dropout``, PyTorch's Bernoulli draws (the reference).
+    """Dropout (Srivastava et al. 2014): in training, zero each element with probability p and scale the
+    survivors by 1/(1-p). ``masks``: "bernoulli" is ``F.dropout`` (the reference); "uniform" (default) keeps
+    where u ≥ p, u ~ U[0, 1) from one ``torch.rand``: the same distribution from another random stream, cheaper
+    on the CPU (forward + backward on a (32, 12, 48, 48) attention tensor: 4.3 instead of 8.1 ms, 2 threads).
     """
 
     masks = "uniform"

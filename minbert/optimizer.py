@@ -1,57 +1,30 @@
 """AdamW: Adam with decoupled weight decay, written out step by step.
 
-References
-----------
-* Kingma & Ba (2015), "Adam: A Method for Stochastic Optimization", ICLR.
-  Algorithm 1 (moment estimates) and the "more efficient" ordering of §2, where the two
-  bias corrections are folded into the step size:
+* Kingma & Ba (2015), "Adam: A Method for Stochastic Optimization", ICLR: the moment estimates of
+  Algorithm 1, with the bias corrections folded into the step size (the "more efficient" ordering of §2):
 
-      m_t = β1 · m_{t-1} + (1 - β1) · g_t                      (first moment)
-      v_t = β2 · v_{t-1} + (1 - β2) · g_t²                     (second moment)
-      α_t = α · sqrt(1 - β2^t) / (1 - β1^t)                    (bias-corrected step size)
-      θ_t = θ_{t-1} - α_t · m_t / (sqrt(v_t) + ε)
+      m_t = β1 · m_{t-1} + (1 - β1) · g_t,    v_t = β2 · v_{t-1} + (1 - β2) · g_t²
+      α_t = α · sqrt(1 - β2^t) / (1 - β1^t),  θ_t = θ_{t-1} - α_t · m_t / (sqrt(v_t) + ε)
 
-* Loshchilov & Hutter (2019), "Decoupled Weight Decay Regularization", ICLR.
-  Algorithm 2 (AdamW): the weight decay is applied to the parameters directly instead of
-  being added to the gradient, so it is not rescaled by the adaptive denominator:
+* Loshchilov & Hutter (2019), "Decoupled Weight Decay Regularization", ICLR, Algorithm 2: the decay
+  θ ← θ - α·λ·θ acts on the parameters, not the gradient, so the adaptive denominator does not rescale
+  it. As in ``torch.optim.AdamW`` and the BERT code, α is folded in (the paper's schedule multiplier η_t
+  is α / α_0) and the decay precedes the Adam update.
 
-      θ_{t-1} ← θ_{t-1} - α · λ · θ_{t-1}
+ε is added to sqrt(v_t) before the bias correction; ``torch.optim.AdamW`` adds it after
+(sqrt(v_t) / sqrt(1 - β2^t) + ε): the same for ε = 0, else only ε's effective size early in training differs.
 
-  As in ``torch.optim.AdamW`` (and the original BERT code), the learning rate α is folded
-  into the decay (the schedule multiplier η_t of the paper is α / α_0 here), and the decay
-  is applied before the Adam update of the same step.
+Three routes to the update (flags and timings: docs/performance.md): ``_step_loop``, the reference, one
+line per equation (``_update``), in cache-sized blocks on the CPU (MiniLM step, 2 threads: 72 -> 66 ms);
+``_step_foreach``, each line on a whole tensor list, bit-identical to the loop (fast on CUDA, not on the
+CPU); ``_step_fused``, PyTorch's kernel, one pass over memory instead of seven (MiniLM, 2 threads: 18
+instead of 70 ms), given ε/sqrt(1 - β2^t) so that it computes our ε placement; not bit-identical (it orders
+the arithmetic differently).
 
-Note on ε: the efficient form adds ε to sqrt(v_t) *before* the bias correction, whereas
-``torch.optim.AdamW`` adds it after (sqrt(v_t) / sqrt(1 - β2^t) + ε): identical for ε = 0, they
-differ only in ε's effective size early in training. ``correct_bias=False``: α_t = α.
-
-Three ways to compute the same update; the first two agree bit for bit (same element-wise kernels,
-same order):
-
-* ``_step_loop``, the readable reference: parameter after parameter, one line per equation
-  (``_update``). On the CPU a large tensor goes in blocks of ``CPU_BLOCK`` elements, every line on
-  one block before the next, so θ, g, m, v stay in cache between lines. MiniLM, one step, 2
-  threads: 72 -> 66 ms (the 30522 × 384 word embeddings 51 -> 43 ms); 1 thread 136 -> 111 ms.
-* ``_step_foreach``: each line on a group's whole tensor list (``torch._foreach_*``), paying Python
-  and dispatch overhead per group. Multi-tensor kernels on CUDA; on the CPU PyTorch sweeps tensor
-  by tensor, slower than the blocked loop (77 ms above).
-* ``fused``: PyTorch's one-pass kernel, via the functional ``torch.optim.adamw.adamw(...,
-  fused=True)`` (what ``torch.optim.AdamW(fused=True)`` calls), given ε/sqrt(1 - β2^t) so that it
-  computes our ε placement. One pass over memory instead of seven: 18 ms instead of 70 ms for the
-  optimizer part of a MiniLM step (B=32, 2 threads). Not bit-identical to the loop (the kernel
-  orders the arithmetic differently); ``correct_bias=False`` always takes the loop.
-
-The default (``fused=None``, ``foreach=None``) is the fused kernel where PyTorch has one (CPU or
-CUDA). ``fused=False`` takes foreach when a group's parameters share one non-CPU device and dtype,
-else the blocked loop; ``foreach=True`` / ``False`` force one of these two (so no fused kernel).
-
-Sparse gradients (``nn.Embedding(sparse=True)``, ``BertModel.set_sparse_word_embeddings``) take
-``_step_rows``: *lazy* Adam (as TensorFlow Addons' ``LazyAdam``) applies ``_update`` only to the rows
-with a gradient this step (the batch's word pieces); other rows (parameters, moments, weight decay)
-wait until their token appears again. Dense AdamW would still move them (their moments are not
-zero), so this is a different optimizer, not a faster route to the same numbers; t is the
-parameter's global step count, so the bias correction is dense Adam's. It pays on the 30522 × 384
-word embeddings, of which a batch of 32 sentences touches a few percent.
+Sparse gradients (``BertModel.set_sparse_word_embeddings``) take ``_step_rows``: *lazy* Adam (as TF
+Addons' ``LazyAdam``) updates only the rows with a gradient this step; the other rows (parameters,
+moments, weight decay) wait until their token appears again, where dense AdamW would still move them:
+a different optimizer, not a faster route to the same numbers. t is the parameter's step count, as in dense Adam.
 """
 from __future__ import annotations
 
@@ -71,31 +44,16 @@ FUSED_DEVICES = ("cpu", "cuda")  # where PyTorch has a fused AdamW kernel: the d
 class AdamW(Optimizer):
     """Adam with decoupled weight decay (Loshchilov & Hutter 2019, Algorithm 2).
 
-    Args:
-        params: parameters to optimise, or a list of parameter-group dicts.
-        lr: learning rate α.
-        betas: (β1, β2), decay rates of the first and second moment estimates, each in [0, 1).
-        eps: ε added to the denominator sqrt(v_t) for numerical stability.
-        weight_decay: decoupled weight decay λ (multiplied by the learning rate).
-        correct_bias: apply Adam's bias correction (Kingma & Ba 2015, §2 efficient form).
-        foreach: True = ``torch._foreach_*`` update, False = per-parameter loop (cache-blocked on the
-            CPU), None = foreach when a group's parameters share one non-CPU device and dtype, else
-            the loop; a value given here turns the default fused kernel off.
-        fused: True = PyTorch's fused kernel, False = ``foreach`` decides, None (default) = fused on
-            the CPU or CUDA unless ``foreach`` is given.
+    ``weight_decay`` λ is multiplied by the learning rate; ``correct_bias=False`` takes α_t = α (never fused).
+    ``foreach``: True = ``torch._foreach_*`` update, False = per-parameter loop, None = foreach when a group's
+    parameters share one non-CPU device and dtype, else the loop; a value given turns the fused kernel off.
+    ``fused``: True = PyTorch's fused kernel, False = ``foreach`` decides, None (default) = fused on the
+    CPU or CUDA unless ``foreach`` is given.
     """
 
-    def __init__(
-        self,
-        params: Iterable,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-        correct_bias: bool = True,
-        foreach: bool | None = None,
-        fused: bool | None = None,
-    ):
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0, correct_bias: bool = True,
+                 foreach: bool | None = None, fused: bool | None = None):
         if not lr >= 0.0:
             raise ValueError(f"Invalid learning rate: {lr} (must be >= 0)")
         if len(betas) != 2:
@@ -166,8 +124,7 @@ class AdamW(Optimizer):
                 _update(*block, group, step_size)
 
     def _step_rows(self, group: dict, p: torch.Tensor) -> None:
-        """Lazy update of a parameter with a sparse (row) gradient: ``_update`` on the rows present,
-        gathered into dense blocks and written back (see the module docstring)."""
+        """Lazy Adam (module docstring) for a sparse row gradient: ``_update`` on copies of its rows, written back."""
         if p.grad.sparse_dim() != 1:
             raise ValueError("AdamW takes sparse gradients of whole rows (sparse_dim 1, as from "
                              f"nn.Embedding(sparse=True)), got sparse_dim {p.grad.sparse_dim()}")
@@ -198,8 +155,7 @@ class AdamW(Optimizer):
                         weight_decay=group["weight_decay"], eps=eps, amsgrad=False, maximize=False)
 
     def _step_foreach(self, group: dict, params: list[torch.Tensor]) -> None:
-        """The same update as ``_step_loop``, each line applied to a whole list of tensors at once
-        (one list per device and dtype, as the ``_foreach`` ops require)."""
+        """The same update as ``_step_loop``, each line on a whole tensor list (one per device and dtype)."""
         lr, weight_decay = group["lr"], group["weight_decay"]
         beta1, beta2 = group["betas"]
         by_kind: dict[tuple, list[torch.Tensor]] = {}

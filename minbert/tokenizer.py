@@ -18,11 +18,7 @@ from tokenizers.processors import TemplateProcessing
 
 
 class BertTokenizer:
-    """Encode sentences (or sentence pairs) into padded id tensors.
-
-    ``encode_batch`` pads to the longest sequence in the batch (dynamic padding) and
-    truncates to ``max_length`` tokens including the special tokens.
-    """
+    """Encode sentences (or sentence pairs) into padded id tensors."""
 
     def __init__(self, vocab_file: str | Path, lowercase: bool = True):
         self.vocab_file = vocab_file = Path(vocab_file)
@@ -54,18 +50,15 @@ class BertTokenizer:
 
     def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
                      max_length: int = 128) -> dict[str, torch.Tensor]:
-        """``input_ids``, ``attention_mask`` and ``token_type_ids`` as (B, T) long tensors, T the
-        longest encoded sequence of this batch (at most ``max_length``)."""
+        """``input_ids``, ``attention_mask`` and ``token_type_ids`` as (B, T) long tensors, padded to the
+        batch's longest sequence (dynamic padding), truncated to ``max_length`` tokens with the special ones."""
         if max_length < 3:
             raise ValueError(f"max_length must be at least 3, got {max_length}")
         self._tok.enable_truncation(max_length=max_length, strategy="longest_first")
         self._tok.enable_padding(pad_id=self.pad_token_id, pad_token="[PAD]")
-        if pairs is None:
-            encodings = self._tok.encode_batch(list(texts))
-        else:
-            if len(pairs) != len(texts):
-                raise ValueError("texts and pairs must have the same length")
-            encodings = self._tok.encode_batch(list(zip(texts, pairs)))
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError("texts and pairs must have the same length")
+        encodings = self._tok.encode_batch(list(texts) if pairs is None else list(zip(texts, pairs)))
         return {
             "input_ids": torch.tensor([e.ids for e in encodings], dtype=torch.long),
             "attention_mask": torch.tensor([e.attention_mask for e in encodings], dtype=torch.long),

@@ -168,9 +168,10 @@ def from_hf_names(state: dict[str, torch.Tensor], model_type: str = "bert") -> d
     return out
 
 
-def _rename(key: str, to_hf: bool) -> str:
-    for hf, ours in _RENAMES:
-        old, new = (ours, hf) if to_hf else (hf, ours)
+def _rename(key: str, to_hf: bool, renames: list[tuple[str, str]] = _RENAMES) -> str:
+    """``key`` with the first matching fragment of ``renames`` replaced (theirs -> ours, or back)."""
+    for theirs, ours in renames:
+        old, new = (ours, theirs) if to_hf else (theirs, ours)
         if old in key:
             return key.replace(old, new, 1)
     return key
@@ -192,11 +193,7 @@ _DISTILBERT_RENAMES = [
 def _rename_distilbert(key: str, to_hf: bool) -> str:
     stack = ("encoder.layer.", "transformer.layer.") if to_hf else ("transformer.layer.", "encoder.layer.")
     if key.startswith(stack[0]):
-        key = stack[1] + key[len(stack[0]):]
-        for distil, ours in _DISTILBERT_RENAMES:
-            old, new = (ours, distil) if to_hf else (distil, ours)
-            if old in key:
-                return key.replace(old, new, 1)
+        return _rename(stack[1] + key[len(stack[0]):], to_hf, _DISTILBERT_RENAMES)
     return key
 
 
@@ -216,12 +213,11 @@ def _size_disagreements(config: BertConfig, state: dict[str, torch.Tensor]) -> l
     """The config.json fields the weights contradict, e.g. ``hidden_size 32 in config.json, 16 in the
     weights``: a one-line cause instead of a list of every parameter whose shape follows from it."""
     found = {}
-    if (w := state.get("embeddings.word_embeddings.weight")) is not None and w.dim() == 2:
-        found["vocab_size"], found["hidden_size"] = w.shape
-    if (w := state.get("embeddings.position_embeddings.weight")) is not None and w.dim() == 2:
-        found["max_position_embeddings"] = w.shape[0]
-    if (w := state.get("encoder.layer.0.intermediate.weight")) is not None and w.dim() == 2:
-        found["intermediate_size"] = w.shape[0]
+    for key, names in (("embeddings.word_embeddings.weight", ("vocab_size", "hidden_size")),
+                       ("embeddings.position_embeddings.weight", ("max_position_embeddings",)),
+                       ("encoder.layer.0.intermediate.weight", ("intermediate_size",))):
+        if (w := state.get(key)) is not None and w.dim() == 2:
+            found.update(zip(names, w.shape))
     layers = {int(m.group(1)) for k in state if (m := re.match(r"encoder\.layer\.(\d+)\.", k))}
     if layers:
         found["num_hidden_layers"] = max(layers) + 1

@@ -1,18 +1,7 @@
-"""A run's ``checkpoint/``: a standard model folder that three readers load — ours (``load_run``),
-HuggingFace ``transformers`` (``AutoModel``/``AutoTokenizer``) and ``sentence_transformers``
-(``SentenceTransformer``) — plus what only we read:
-
-    config.json              the encoder's BERT config, flat, with ``model_type: bert``
-    model.safetensors        the encoder under HuggingFace's parameter names
-    vocab.txt, tokenizer_config.json       the tokenizer (``do_lower_case``)
-    modules.json, sentence_bert_config.json, 1_Pooling/config.json
-                             sentence-transformers: encoder + the run's pooling, for the modes it has
-                             (mean, cls, max). For the others (pooler, first_last, last4_mean, ...)
-                             these files are left out, and sentence-transformers falls back to its
-                             default, mean pooling: use ``load_run(...).encode`` for the run's vectors.
-    heads.safetensors        the task heads (``heads.<task>.*``) and, with ``--private_layers``, the other
-                             tasks' own top layers (``towers.<task>.*``; ``model.safetensors`` is STS's tower)
-    run_config.json          the run configuration (``RunConfig``)
+"""A run's ``checkpoint/``: a standard model folder that ours (``load_run``), HuggingFace ``transformers``
+and ``sentence_transformers`` load, plus what only we read (``heads.safetensors``: the task heads and,
+with ``--private_layers``, the other tasks' towers; ``run_config.json``). The files, and the pooling
+modes sentence-transformers lacks: docs/outputs.md, '``checkpoint/`` in other libraries'.
 
 Folders written before this layout (one ``model.safetensors`` with ``bert.*`` and ``heads.*``, and
 a ``config.json`` of ``{"bert": ..., "run": ...}``) are still read.
@@ -42,8 +31,7 @@ SENTENCE_TRANSFORMERS_POOLING = {"mean": "pooling_mode_mean_tokens", "cls": "poo
 
 def save_checkpoint(directory: Path, state: dict[str, torch.Tensor], bert_config: BertConfig, run_config: dict,
                     tokenizer: BertTokenizer | None = None) -> None:
-    """Write the folder described above from the whole model's ``state`` (``bert.*``, ``heads.*``),
-    each file atomically (a reader never sees a half-written file)."""
+    """Write the folder from the whole model's ``state`` (``bert.*``, ``heads.*``), each file atomically."""
     directory.mkdir(parents=True, exist_ok=True)
     encoder = {k.removeprefix("bert."): v.contiguous().cpu() for k, v in state.items() if k.startswith("bert.")}
     _save(to_hf_names(encoder, bert_config.model_type), directory / ENCODER)

@@ -1,10 +1,8 @@
 """How every command of the project ends: a user's error is one line on stderr and exit code 1;
 Ctrl-C and SIGTERM (what schedulers and ``docker stop`` send) are one line and 130 / 143; a file a
 command would replace is refused unless it was given ``--overwrite`` (``check_overwrite``).
-
-A command's body runs inside ``run_command``. SIGTERM is turned into ``Terminated``, a
-``KeyboardInterrupt``, so that it unwinds exactly like Ctrl-C: every ``finally`` runs (temporary
-files and half-written checkpoint folders are removed) and a run marks itself "interrupted".
+In ``run_command`` SIGTERM raises ``Terminated``, a ``KeyboardInterrupt``, so it unwinds like Ctrl-C:
+every ``finally`` runs (temporary files and half-written checkpoints removed), a run marks itself "interrupted".
 """
 from __future__ import annotations
 

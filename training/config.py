@@ -1,9 +1,6 @@
-"""Run configuration: one dataclass per concern, each field one command-line flag.
-
-The core sections are here; each extension's section lives in its own module
-(``training/extensions``) and ``RunConfig.extensions`` holds them by the extension's name
-(``config.smart``, ``config.ucl``, ...). ``run_multitask.py`` builds its argument parser from the
-fields (``training/flags.py``), so every flag has exactly one home.
+"""Run configuration: one dataclass per concern, each field one command-line flag (``training/flags.py``).
+The core sections are here; each extension's lives in its own module (``training/extensions``), held
+in ``RunConfig.extensions`` by the extension's name (``config.smart``, ``config.ucl``, ...).
 """
 from __future__ import annotations
 
@@ -79,9 +76,8 @@ class TrainConfig:
     device: str = flag("auto", "where to train", choices=["auto", "cpu", "cuda"])
 
     def optimizer_groups(self, named_parameters, **options) -> list[dict]:
-        """AdamW parameter groups of these parameters: no weight decay on biases and LayerNorm weights
-        (``minbert.decay_groups``) unless ``--decay_bias_norm``, then one group. ``options`` (e.g.
-        ``lr``) go in every group; an empty group is left out."""
+        """AdamW groups: no weight decay on biases and LayerNorm weights (``minbert.decay_groups``) unless
+        ``--decay_bias_norm``, then one group. ``options`` (e.g. ``lr``) go in every group; none is empty."""
         if not self.decay_bias_norm:
             return decay_groups(named_parameters, self.weight_decay, **options)
         params = [p for _, p in named_parameters]
@@ -167,9 +163,6 @@ class RunConfig:
         """Every settings section by name: the core ones, then the extensions' in registry order."""
         return {name: getattr(self, name) for name in CORE_SECTIONS} | self.extensions
 
-    def section(self, name: str):
-        return self.sections()[name]
-
     def to_dict(self) -> dict:
         """Section -> field -> value, as saved in metrics.json and run_config.json."""
         return {name: dataclasses.asdict(section) for name, section in self.sections().items()}
@@ -182,17 +175,15 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
-        """Inverse of ``to_dict``: the one reader of a saved run configuration. Fields are found by
-        name in whichever section they were saved (a flag's name is unique), so configurations saved
-        by versions with other sections read too. Names it does not know are ignored; a field it
-        lacks is one the saving version did not have, so it takes the value that does what that
-        version did (``ABSENT_MEANS``), else its default; a field saved under an older name is read
-        (``RENAMED``)."""
+        """Inverse of ``to_dict``, the one reader of a saved configuration. A field is found by name in
+        whichever section it was saved (flag names are unique), so other versions' layouts read too;
+        unknown names are ignored, an absent field takes ``ABSENT_MEANS`` (what the saving version
+        did), else its default, and an older name is read through ``RENAMED``."""
         values = saved_values(data)
         for old, (new, convert) in RENAMED.items():
             if old in values and new not in values:
                 values[new] = convert(values.pop(old))
-        values = {key: value for key, value in ABSENT_MEANS.items() if key not in values} | values
+        values = ABSENT_MEANS | values
         for key in ("para_head", "sts_head"):
             if values.get(key) == "projected":
                 raise ValueError(f"--{key} projected {REMOVED_IN}")

@@ -1,10 +1,6 @@
-"""``curves.png``: a run's training at a glance, drawn from its metrics.json after every evaluation.
-
-Top row: the multi-task training loss of each task against that task's batches (the mean of every
-10), one axis per kind of loss (cross-entropy of the classification tasks, squared error of STS:
-their scales differ tenfold), and the loss of each stage before it (SimCSE, pre-QQP, ...) on an axis of
-its own when there are any. Bottom row: the learning rate of every stage, each task's dev metric and
-the overall score, and each task's dev loss, by epoch or, with ``--eval_every``, by step.
+"""``curves.png``, drawn from a run's metrics.json after every evaluation. Top row: each task's training
+loss (one axis per kind of loss: their scales differ tenfold) and the stages' losses; bottom row: the
+learning rates, dev metrics and dev losses, by epoch or (``--eval_every``) step.
 """
 from __future__ import annotations
 

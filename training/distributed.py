@@ -2,17 +2,11 @@
 
     torchrun --nproc_per_node=2 run_multitask.py --data_dir ../shared/data/multitask ...
 
-``torchrun`` starts N copies of the script and sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the
-rendezvous address; without it this module does nothing (one process, no wrapper). With it:
-
-- every process joins one process group: ``gloo`` on CPU, ``nccl`` on CUDA (GPU ``LOCAL_RANK``);
-- the model is wrapped in ``DistributedDataParallel``, which averages gradients during ``backward``;
-  ``find_unused_parameters`` because a round-robin step uses one task head;
-- ``--batch_size`` stays the *global* batch: every process draws the same batches and trains on its
-  slice (``data.batching.ShardedBatchSampler``), so N processes follow a single-process run's steps
-  (up to float rounding and the dropout masks, which differ per process);
-- every process evaluates the whole dev set (so they agree on the best epoch and adaptive loss
-  weights without more messages); only process 0 logs and writes files.
+Without torchrun (no ``WORLD_SIZE``) this module does nothing. With it, ``gloo`` on CPU, ``nccl`` on
+CUDA; the model is wrapped in ``DistributedDataParallel`` (``find_unused_parameters``: a round-robin
+step uses one task head); ``--batch_size`` stays the global batch, each process training on its slice
+(``data.batching.ShardedBatchSampler``). Every process evaluates the whole dev set, so they agree on
+the best epoch without more messages; only process 0 logs and writes. More: docs/long-runs.md.
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""What a run read, file by file: size and SHA-256 of the task files and of the model's files,
-recorded in metrics.json (``inputs``) when the run starts. ``--resume`` compares them before it
-trains on: a run whose data or weights changed in between would otherwise finish with exit 0 on
-other inputs than it began with. Files are keyed by name (``sst-train.csv``, ``model/vocab.txt``),
-not by path, so data moved elsewhere resumes with ``--data_dir`` where its content is the same.
+"""Size and SHA-256 of every task and model file a run reads, recorded in metrics.json (``inputs``),
+which ``--resume`` checks: a run whose inputs changed would otherwise finish on other inputs than it
+began with. Keyed by name (``sst-train.csv``, ``model/vocab.txt``), not path: data moved elsewhere resumes.
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Settings dataclasses whose fields are command-line flags.
-
-A field made with ``flag`` carries its help (and ``choices`` / ``type``) in its metadata;
-``add_flags`` turns a dataclass into one argparse group and ``section_from_args`` fills it back, so a
-flag has exactly one home: a field of one settings dataclass (``training/config.py`` for the core,
-the extension's own module for an extension).
+"""Settings dataclasses whose fields are command-line flags. A field made with ``flag`` carries its
+help (and ``choices`` / ``type``); ``add_flags`` turns a dataclass into one argparse group and
+``section_from_args`` fills it back, so a flag has exactly one home: a field of one settings
+dataclass (``training/config.py`` for the core, the extension's own module for an extension).
 """
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
-"""The training loop: every stage of a run (SimCSE, label-contrastive, pre-QQP, multi-task) and the
-sentence fine-tuning tool train through ``TrainingLoop.train(objective)``. An *objective* says what
-is trained: its batches, loss, optimizer and what happens when an epoch ends (the multi-task
-objective evaluates on dev there). The loop owns how, once for all:
-
-- the resume clock: steps done before a crash are replayed without computing, checkpoints are
-  written every ``--save_every`` steps and at every epoch end (``training/resume.py``);
-- the step: autocast, backward, the optimizer step through the gradient scaler (``--amp``), and the
-  hooks between them: the objective's own (e.g. all-reducing learned loss weights across
-  processes, SMART's EMA update), gradient clipping and a
-  learning-rate schedule;
-- loss curves, timing, examples per second, the progress bar and one log line per epoch.
+"""The training loop: every stage of a run and the sentence fine-tuning tool train through
+``TrainingLoop.train(objective)``. An *objective* says what is trained (batches, loss, optimizer,
+what happens at an epoch's end); the loop owns how, once for all: the resume clock (steps done
+before a crash replayed without computing, checkpoints every ``--save_every`` steps and at epoch
+ends; ``training/resume.py``), the step (autocast, backward, the scaled optimizer step and the hooks
+between them: the objective's own, gradient clipping, the learning-rate schedule), and the loss
+curves, timing, progress bar and epoch log lines.
 """
 from __future__ import annotations
 
@@ -72,11 +67,15 @@ class Objective:
 
     def result(self, progress: dict) -> dict:
         """What the stage reports (metrics.json ``stages``): batches, seconds, loss curve(s)."""
-        curves = {name: data["points"] for name, data in progress["curves"].items()}
+        curves = self.curves(progress)
         return {"batches": sum(e["train_steps"] for e in progress["epochs"]),
                 "seconds": round(sum(e["train_seconds"] for e in progress["epochs"]), 1),
                 "loss_curve": next(iter(curves.values()), []) if len(curves) <= 1 else curves,
                 "lr_curve": progress["lr"]}
+
+    @staticmethod
+    def curves(progress: dict) -> dict:
+        return {name: data["points"] for name, data in progress["curves"].items()}
 
 
 class TrainingLoop:

@@ -1,7 +1,6 @@
 """Training objectives beyond the per-task losses of ``training.tasks``: SimCSE's InfoNCE, the
-label-contrastive loss, and the ways the joint multi-task loss weighs one task against another. How
-the terms are weighed is a choice worth an ablation; every choice sits behind one interface
-(``LossWeighting``, chosen by name with ``make_loss_weighting``), so the trainer has one code path.
+label-contrastive loss, and the joint loss's task weightings, each behind one interface
+(``LossWeighting``, chosen by name with ``make_loss_weighting``) so the trainer has one code path.
 """
 from __future__ import annotations
 
@@ -113,9 +112,8 @@ def make_loss_weighting(kind: str, task_names: list[str], weights: dict[str, flo
 
 
 class LossWeighting(nn.Module):
-    """Combines per-task losses into the one scalar the optimizer steps on. ``forward`` takes the losses
-    of any non-empty subset of the tasks (the joint step passes all, a round-robin step may pass one);
-    a task with base weight 0 contributes nothing."""
+    """Per-task losses into one scalar. ``forward`` takes the losses of any non-empty subset of the
+    tasks (the joint step passes all); a task with base weight 0 contributes nothing."""
 
     def __init__(self, base_weights: dict[str, float]):
         super().__init__()
@@ -128,10 +126,10 @@ class LossWeighting(nn.Module):
         return _total([self.weights[i] * losses[name] for i, name in self._present(losses)], losses)
 
     def update(self, dev_metrics: dict[str, float]) -> None:
-        """Called after each epoch's dev evaluation; only adaptive weighting uses it."""
+        """Called after each dev evaluation; only adaptive weighting uses it."""
 
     def current_weights(self) -> dict[str, float]:
-        """The multiplier each task's loss gets now (for logging to metrics.json)."""
+        """The multiplier each task's loss gets now (logged to metrics.json)."""
         return {name: float(w) for name, w in zip(self.task_names, self.weights)}
 
     def _present(self, losses: dict[str, torch.Tensor]) -> list[tuple[int, str]]:
@@ -173,10 +171,7 @@ class AdaptiveWeighting(LossWeighting):
         shortfall = torch.tensor([1.0 - _unit_score(name, dev_metrics[name]) for name in self.task_names],
                                  dtype=self.base_weights.dtype, device=self.base_weights.device)
         raw = self.base_weights * shortfall
-        if raw.sum() > 0:
-            self.weights.copy_(raw * self.base_weights.sum() / raw.sum())
-        else:
-            self.weights.copy_(self.base_weights)
+        self.weights.copy_(raw * self.base_weights.sum() / raw.sum() if raw.sum() > 0 else self.base_weights)
 
 
 class LearnedWeighting(LossWeighting):

@@ -11,6 +11,8 @@ import json
 import shlex
 from pathlib import Path
 
+from safetensors import safe_open
+
 from minbert.atomic import write_text_atomic
 
 from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
@@ -54,9 +56,8 @@ def command(config: dict) -> str:
     words = ["python", "run_multitask.py"]
     for section, values in saved.items():
         for name, value in values.items():
-            if (section == "output" and name != "run_name") or name not in defaults.get(section, {}):
-                continue
-            if value != defaults[section][name]:
+            skipped = (section == "output" and name != "run_name") or name not in defaults.get(section, {})
+            if not skipped and value != defaults[section][name]:
                 words += _flag(name, value)
     return " ".join(words)
 
@@ -64,8 +65,6 @@ def command(config: dict) -> str:
 def head_tensors(checkpoint_dir: Path) -> dict[str, list[int]]:
     """Name -> shape of the ``heads.*`` tensors in the checkpoint (``heads.safetensors``, or the one
     ``model.safetensors`` of the older layout); empty when it has none."""
-    from safetensors import safe_open
-
     path = checkpoint_dir / HEADS
     if not path.is_file():
         path = checkpoint_dir / ENCODER

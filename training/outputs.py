@@ -23,11 +23,9 @@ from .tasks import TASKS, Task
 
 
 def claim_run_dir(config: RunConfig, claim: bool = True) -> Path:
-    """``<out_dir>/<run_name>``, claimed for this run before anything else happens: two runs given
-    the same name at the same moment cannot both have it, because the claim is ``metrics.json``
-    created exclusively (``O_EXCL``), which exactly one process can do. A folder that already holds
-    anything is refused (nothing is overwritten). ``release_run_dir`` gives the claim back when the
-    run cannot start. Only process 0 claims (``claim=False`` elsewhere)."""
+    """``<out_dir>/<run_name>``, claimed by creating ``metrics.json`` exclusively (``O_EXCL``): of two runs
+    given one name at once exactly one gets it, and a folder holding anything is refused (nothing is
+    overwritten). Only process 0 claims (``claim=False`` elsewhere)."""
     name = config.output.run_name or "-".join([
         config.model.option, config.model.pooling, config.model.para_head, config.model.sts_head,
         datetime.now().strftime("%Y%m%d-%H%M%S")])

@@ -1,24 +1,12 @@
-"""Resumable training: checkpoints of the whole training state, and exact resumption after a crash.
+"""Resumable training: checkpoints of the whole training state in ``<run>/checkpoints/step-<N>/``
+(written into a hidden temporary folder, flushed, renamed: a ``step-<N>`` folder is always complete),
+and exact resumption after a crash. Layout and guarantees: docs/long-runs.md, 'Checkpoints' and 'Resuming'.
 
-A training checkpoint ``<run>/checkpoints/step-<N>/`` holds everything the next step depends on
-after optimizer step N (counted across all stages):
-
-    model.safetensors   every parameter and buffer of the model (encoder and heads)
-    best*.safetensors   the best epoch's weights so far (hard links into <run>/checkpoint/, if any)
-    state.pt            optimizer states, loss-weighting and SMART EMA modules, gradient scaler, RNG
-                        states: plain tensors, lists and numbers (``torch.load(weights_only=True)``)
-    state.json          the step, the run configuration, finished stages' logs and the current stage's
-                        progress (loss curve, epoch history, best-so-far metrics and dev predictions)
-
-It is written into a hidden temporary folder, flushed, then renamed: a ``step-<N>`` folder is always
-complete, and a crash while saving leaves only an ignored temporary folder. The newest ``keep`` stay.
-
-Resuming replays rather than jumping into a loop: the run starts over with the saved configuration,
-each stage iterates its data as before (the loaders shuffle with their own seeded generators), but
-the first N optimizer steps are skipped without computing. Just before the first real step the model,
-optimizers and RNG states are restored, so the run continues bit for bit (on CPU, with the same
-number of threads). ``TrainingClock`` alone knows this: stages ask it ``skip_step()`` before every
-optimizer step and tell it ``step_done()`` after.
+Resuming replays rather than jumping into a loop: the run starts over with the saved configuration and
+its stages iterate their data as before, but the first N optimizer steps are skipped without computing.
+Just before the first real step the model, optimizers and RNG states are restored, so the run continues
+bit for bit. ``TrainingClock`` alone knows this: stages ask it ``skip_step()`` before every optimizer
+step and tell it ``step_done()`` after.
 """
 from __future__ import annotations
 
@@ -56,19 +44,16 @@ class TrainingDiverged(Exception):
 
 
 class TrainingClock:
-    """Counts optimizer steps across all stages, saves training checkpoints, and replays on resume
-    (``resume``: a ``Checkpoint`` to continue from, or None). Besides the model, a checkpoint holds the
-    state of every object reachable from ``components`` that has one (``resumable_state``: optimizers,
-    loss weightings, SMART's EMA model, the gradient scaler, a learning-rate schedule): nothing is
-    registered by hand, so nothing can be forgotten."""
+    """Counts optimizer steps across all stages, saves training checkpoints, and replays from ``resume``.
+    Besides the model, a checkpoint holds the state of every object reachable from ``components`` that has
+    one (``resumable_state``): nothing is registered by hand, so nothing can be forgotten."""
 
     def __init__(self, model: torch.nn.Module | None, run_dir: Path | None, config: dict, save_every: int = 0,
                  keep: int = 2, resume: "Checkpoint | None" = None, enabled: bool = True,
                  log: Callable[[str], None] = print):
         self.model, self.run_dir, self.config = model, run_dir, config
         self.save_every, self.keep, self.enabled, self.log = save_every, keep, enabled, log
-        # the run's checkpoint/ folder (the best epoch's weights), whose files a checkpoint links
-        self.best_dir = run_dir / "checkpoint" if run_dir is not None else None
+        self.best_dir = run_dir / "checkpoint" if run_dir is not None else None   # linked into checkpoints
         self.components: dict[str, object] = {}   # roots of the resumable state, e.g. {"run": run}
         self.step, self.stage, self.progress = 0, None, {}
         self.finished_stages: dict[str, dict] = resume.state["finished_stages"] if resume else {}
@@ -81,7 +66,6 @@ class TrainingClock:
         """A clock that only counts: no checkpoints, no resume (a tool's training)."""
         return cls(None, None, {}, enabled=False)
 
-    # ---- stages ------------------------------------------------------------------------------
     def finished_stage(self, name: str) -> dict | None:
         """A stage that had finished before the crash: its log, and the clock moves past its steps."""
         if name not in self.finished_stages:
@@ -91,8 +75,8 @@ class TrainingClock:
         return record["log"]
 
     def begin_stage(self, name: str, progress: dict) -> dict:
-        """Start a stage; returns its progress dict (the saved one when resuming into this stage), which
-        the stage keeps mutating and every checkpoint in it saves (so JSON-serialisable)."""
+        """Start a stage; returns its progress dict (the saved one when resuming into it), which the
+        stage mutates and every checkpoint saves (so JSON-serialisable)."""
         self.stage = name
         if self.resume and self.resume.state["stage"] == name:
             progress = self.resume.state["progress"]
@@ -103,10 +87,9 @@ class TrainingClock:
         self.finished_stages[name] = {"end_step": self.step, "log": log}
         self.stage, self.progress = None, {}
 
-    # ---- steps -------------------------------------------------------------------------------
     def skip_step(self) -> bool:
-        """True for a step that was done before the crash (count it, compute nothing); False for a
-        step to run — restoring the saved state first if this is the first one after a replay."""
+        """True for a step done before the crash (counted, not computed); False for a step to run,
+        after restoring the saved state if it is the first after a replay."""
         if self.step < self.resume_step:
             self.step += 1
             return True
@@ -114,7 +97,7 @@ class TrainingClock:
         return False
 
     def catch_up(self) -> None:
-        """Restore the checkpoint's state now if the replay has just reached it (call before any
+        """Restore the checkpoint's state if the replay has just reached it (call before any
         computation that is not a step, e.g. an evaluation)."""
         if self.resume is not None and self.step >= self.resume_step:
             self.resume.restore(self.model, resumable_state(self.components, self.model))
@@ -127,7 +110,6 @@ class TrainingClock:
         if self.save_every and self.step % self.save_every == 0:
             self.save()
 
-    # ---- saving ------------------------------------------------------------------------------
     def save(self) -> Path | None:
         """Write ``checkpoints/step-<N>`` atomically and prune old ones; returns its path."""
         if not self.enabled or self.resume is not None:  # nothing new to save while replaying
@@ -183,9 +165,8 @@ class TrainingClock:
 
 
 class Checkpoint:
-    """A complete training checkpoint folder, read and checked: every file is read in full here
-    (and read again, not kept, when ``restore`` needs it: a checkpoint is several times the model's
-    size), so an unreadable checkpoint is found before a run starts replaying, not after."""
+    """A training checkpoint folder, every file read in full here (and again, not kept, by ``restore``:
+    a checkpoint is several times the model's size), so an unreadable one is found before the replay."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -244,9 +225,7 @@ class Checkpoint:
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """Complete checkpoint folders of a run, oldest first."""
     root = Path(run_dir) / CHECKPOINTS
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name))
+    return sorted(p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name)) if root.is_dir() else []
 
 
 def latest_checkpoint(run_dir: Path, fallback: bool = False) -> Checkpoint:
@@ -274,15 +253,13 @@ def latest_checkpoint(run_dir: Path, fallback: bool = False) -> Checkpoint:
 
 
 def remove_training_state(run_dir: Path) -> None:
-    """Remove a finished run's resumable checkpoints (several times the size of its best weights in
-    ``checkpoint/``, which stay): nothing is left to resume."""
+    """Remove a finished run's checkpoints (several times the size of its best weights, which stay)."""
     shutil.rmtree(Path(run_dir) / CHECKPOINTS, ignore_errors=True)
 
 
 def remove_temporary_files(run_dir: Path) -> list[Path]:
-    """Remove what an interrupted writer left in a run folder (half-written checkpoint folders,
-    atomic writes' temporary files); returns what was removed. A process killed with SIGKILL
-    cannot clean up after itself, so ``--resume`` does it."""
+    """Remove (and return) what an interrupted writer left in a run folder: half-written checkpoint
+    folders, atomic writes' temporary files. A process killed with SIGKILL cannot, so ``--resume`` does."""
     run_dir = Path(run_dir)
     stale = [*(run_dir / CHECKPOINTS).glob(".tmp-step-*"), *run_dir.rglob(".*.tmp")]
     for path in stale:
@@ -294,11 +271,10 @@ def remove_temporary_files(run_dir: Path) -> list[Path]:
 
 
 def resumable_state(roots: dict[str, object], model: torch.nn.Module | None) -> dict[str, object]:
-    """Every object reachable from ``roots`` through the attributes of this project's own classes
-    that has a ``state_dict`` and ``load_state_dict``, by attribute path (``run.optimizer``,
-    ``run.task_loss.weighting``, ``run.loop.objective.optimizer``, ...). An object reachable twice
-    is taken once, at its first path. The model (saved as model.safetensors) and modules sharing
-    its parameters (a DistributedDataParallel wrapper) are left out; so are lists and dicts (tuples are visited)."""
+    """Every object with ``state_dict`` and ``load_state_dict`` reachable from ``roots`` through the
+    attributes of this project's own classes and tuples (not lists or dicts), by attribute path
+    (``run.task_loss.weighting``), once, at its first path. The model (model.safetensors) and modules
+    sharing its parameters (a DistributedDataParallel wrapper) are left out."""
     model_params = {id(p) for p in model.parameters()} if model is not None else set()
     found: dict[str, object] = {}
     seen: set[int] = {id(model)}
@@ -326,7 +302,6 @@ def resumable_state(roots: dict[str, object], model: torch.nn.Module | None) -> 
 OWN_PACKAGES = ("training", "heads", "minbert", "data")
 
 
-# ---- RNG states ----------------------------------------------------------------------------------
 def rng_state() -> dict:
     """Python, NumPy and torch (CPU and CUDA) generator states as plain tensors and lists."""
     version, mt, gauss = random.getstate()
@@ -348,7 +323,6 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# ---- helpers -------------------------------------------------------------------------------------
 def _link_or_copy(source: Path, target: Path) -> None:
     """A hard link costs no space; the source is only ever replaced (never changed in place)."""
     try:

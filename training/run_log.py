@@ -1,10 +1,7 @@
-"""Where a run's messages go: the terminal and, with ``--log_file``, a file.
-
-Two kinds of line. ``log(message)`` is progress (folders, data, stage losses); ``log.result(message)``
-is what a user always wants to see: one line per epoch with every dev metric, warnings and the final
-summary. ``--quiet`` keeps only the results on the terminal (and turns progress bars off); the log
-file always gets every line, time-stamped, appended and flushed one line at a time so that a crash
-loses nothing already logged.
+"""Where a run's messages go: the terminal and, with ``--log_file``, a file. ``log(message)`` is
+progress; ``log.result(message)`` is what a user always wants (epoch lines, warnings, the summary), the
+only lines ``--quiet`` keeps on the terminal. The file gets every line, time-stamped, appended one at a
+time so that a crash loses nothing already logged.
 """
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""A run's model: built from a ``RunConfig`` for training, or loaded back from a finished run.
-
-``build_model`` is the one place that turns a configuration into a ``MultitaskBert`` (the encoder
-plus one head per task of ``--tasks``, each made by its ``Task`` row), so a loaded run has exactly
-the modules the training run had. ``load_run`` is the one loader of a saved run that every tool
-uses, and ``encode`` the one loop that turns sentences into pooled vectors.
+"""A run's model: built from a ``RunConfig`` for training (``build_model``), or loaded back from a
+finished run (``load_run``, which every tool uses). Both make the heads with ``with_heads``, so a
+loaded run has exactly the modules the training run had; ``encode`` turns sentences into pooled vectors.
 """
 from __future__ import annotations
 
@@ -81,8 +78,8 @@ def check_pooling_depth(pooling: str, bert_config: BertConfig, config_file: Path
 
 @dataclass
 class LoadedRun:
-    """A saved run (or a pretrained encoder): its configuration, model (eval mode, CPU unless
-    moved) and tokenizer. ``source`` is the folder it came from."""
+    """A saved run (or a pretrained encoder) from the folder ``source``: its configuration, model
+    (eval mode, CPU unless moved) and tokenizer."""
 
     source: Path
     config: RunConfig
@@ -92,10 +89,9 @@ class LoadedRun:
     def encode(self, sentences, batch_size: int = 64, progress: bool | str | None = None, *,
                pooling: str | None = None, reduction: str = "mean", max_length: int | None = None,
                normalize_embeddings: bool = False, convert_to_tensor: bool = False):
-        """Sentence vectors with this run's encoder, pooling and ``--max_length`` unless others are
-        given, as sentence-transformers' ``encode`` takes them: a str gives one vector (width,); a list,
-        pandas Series or 1-D numpy array of str gives (n, width). ``normalize_embeddings``: unit length;
-        ``convert_to_tensor``: a torch.Tensor instead of a float32 numpy array."""
+        """Sentence vectors with this run's encoder, pooling and ``--max_length`` unless others are given,
+        as sentence-transformers' ``encode`` takes them: a str gives one vector (width,); a list, pandas
+        Series or 1-D numpy array of str gives (n, width), float32 numpy unless ``convert_to_tensor``."""
         texts, single = sentence_list(sentences)
         vectors = encode(self.model.bert, self.tokenizer, texts, pooling or self.model.pooling, reduction,
                          batch_size, max_length or self.config.data.max_length, progress)
@@ -105,11 +101,9 @@ class LoadedRun:
         return result[0] if single else result
 
     def predict(self, task: str, inputs, batch_size: int | None = None, *, output: str = "label"):
-        """The task head on sentences (a str, or a list, Series or array of them) or sentence pairs (a
-        ``(sentence1, sentence2)`` pair, or a sequence of pairs). ``output``: ``label``, the class id
-        (int) or the 0..5 score (float); ``probabilities``, the softmax over the classes (SST) or
-        P(paraphrase) (QQP); ``logits``, the head's raw output. One input gives one value (a row of
-        probabilities for SST), a sequence an array."""
+        """The task head on sentences or ``(sentence1, sentence2)`` pairs; one input gives one value, a
+        sequence an array. ``output``: ``label`` (class id or 0..5 score), ``probabilities`` (softmax
+        for SST, P(paraphrase) for QQP) or ``logits`` (docs/outputs.md, 'Using a run after training')."""
         self.check_head(task)
         row = TASKS[task]
         if output not in OUTPUTS:
@@ -130,10 +124,8 @@ class LoadedRun:
 
     def predict_examples(self, task: str, examples: Sequence[Example], batch_size: int | None = None,
                          progress: bool = False, task_row: Task | None = None) -> TaskPredictions:
-        """``TaskPredictions`` of the task's head (ids, predictions and, where the examples have
-        them, gold labels) in the order of ``examples``. Batches as the run evaluated dev (its
-        ``--batch_size`` and ``--bucket`` unless ``batch_size`` is given), so a run's own dev files
-        come out as it wrote them. ``task_row``: the task's row with another ``predict``."""
+        """``TaskPredictions`` of the task's head in the order of ``examples``, batched as the run evaluated
+        dev (so a run's own dev files come out as it wrote them). ``task_row``: the row with another ``predict``."""
         self.check_head(task)
         loader = make_loader(examples, self.tokenizer, model_max_length(self.config.data.max_length, self.model.bert),
                              batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
@@ -153,8 +145,7 @@ OUTPUTS = {"label": None,
 
 
 def sentence_list(sentences) -> tuple[list[str], bool]:
-    """``sentences`` as a list of str, and whether one sentence (a str) was given: a str, a list or
-    tuple of str, a pandas Series or a 1-D numpy array of str (what sentence-transformers takes)."""
+    """``sentences`` (what sentence-transformers takes) as a list of str, and whether one str was given."""
     if isinstance(sentences, str):
         return [sentences], True
     if is_array(sentences):
@@ -185,8 +176,7 @@ def is_array(value) -> bool:
 
 
 def pair_list(pairs) -> tuple[list[tuple[str, str]], bool]:
-    """``pairs`` as a list of (str, str), and whether one pair was given: a pair (two str), or a list,
-    Series or array of pairs (an (n, 2) array or two-column DataFrame)."""
+    """``pairs`` as a list of (str, str), and whether one pair was given."""
     if isinstance(pairs, (list, tuple)) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
         return [tuple(pairs)], True
     if is_array(pairs):   # an (n, 2) array or DataFrame, a Series of pairs
@@ -202,12 +192,10 @@ def pair_list(pairs) -> tuple[list[tuple[str, str]], bool]:
 
 
 def load_run(path: str | Path) -> LoadedRun:
-    """The model a run saved in ``path/checkpoint/`` (or in ``path``, a checkpoint folder; either layout
-    of ``training/checkpoint.py``): the encoder built from the saved BertConfig (the original model's
-    weights are not read), the heads from the run's ``Task`` rows (none for an encoder alone), every
-    weight loaded strictly. Anything unusable is a one-line ``WeightsError`` naming the file. A run
-    whose metrics.json says it has not finished (running, failed, interrupted) is loaded with a warning
-    naming its status and the epoch of its best weights so far, or refused if it has saved none yet."""
+    """The model a run saved in ``path/checkpoint/`` (or ``path``, a checkpoint folder): the encoder
+    built from the saved BertConfig (the original weights are not read), every weight loaded strictly.
+    Anything unusable is a one-line ``WeightsError`` naming the file. An unfinished run (metrics.json)
+    is loaded with a warning, or refused if it has saved no weights yet."""
     directory = checkpoint_dir(Path(path))
     warn_if_unfinished(directory)
     config_file, weights = directory / "config.json", directory / "model.safetensors"
@@ -247,8 +235,8 @@ def pretrained_run(model: str | Path | None = None, pooling: str = "mean") -> Lo
 
 
 def model_directory(model: str | Path | None) -> Path:
-    """``--model`` as a folder: a saved run (its folder or ``checkpoint/``), else an HF-format BERT
-    directory (None: the embedded model)."""
+    """``--model`` as a folder: a saved run's ``checkpoint/``, else an HF-format BERT directory
+    (None: the embedded model)."""
     if model is not None:
         path = Path(model)
         for candidate in (path, path / "checkpoint"):
@@ -263,8 +251,7 @@ def is_checkpoint(path: Path) -> bool:
 
 
 def vocab_file(directory: Path) -> Path:
-    """The vocabulary of a model folder: its own ``vocab.txt``, else (a checkpoint written without
-    one) that of the model its run started from."""
+    """A model folder's ``vocab.txt``, else (a checkpoint without one) that of the model its run started from."""
     vocab, run_config = directory / "vocab.txt", saved_run_config(directory)
     if vocab.is_file() or run_config is None:
         return vocab
@@ -333,8 +320,7 @@ def with_heads(bert: BertModel, config: RunConfig, tasks: Sequence[str]) -> Mult
 
 
 def model_max_length(max_length: int, bert: BertModel) -> int:
-    """``max_length``, but no more than the model's positions: a tool given a longer one (or a run
-    trained with it on another model) truncates sentences instead of failing on the first long one."""
+    """``max_length`` capped at the model's positions: longer sentences are truncated, not an error."""
     return min(max_length, bert.config.max_position_embeddings)
 
 
@@ -342,10 +328,9 @@ def model_max_length(max_length: int, bert: BertModel) -> int:
 def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], pooling: str = "mean",
            reduction: str = "mean", batch_size: int = 64, max_length: int = 128,
            progress: bool | str | None = None) -> np.ndarray:
-    """Pooled vectors, float32 ``(len(sentences), width)``, in the order of ``sentences``, from the
-    encoder in eval mode (its mode restored after) on its own device, in length-bucketed batches (little
-    padding). ``progress``: a tqdm bar, with this description if a string; None: one from
-    ``PROGRESS_FROM`` sentences."""
+    """Pooled vectors, float32 ``(len(sentences), width)`` in their order, from the encoder in eval mode
+    (restored after) on its own device. ``progress``: a tqdm bar, with this description if a string;
+    None: one from ``PROGRESS_FROM`` sentences."""
     if reduction not in TOKEN_REDUCTIONS:
         raise ValueError(f"unknown reduction {reduction!r}; choose one of {list(TOKEN_REDUCTIONS)}")
     applied_reduction(pooling, reduction)  # an unknown mode fails here, even for an empty list
@@ -374,10 +359,9 @@ def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], 
 
 
 def tokenizer_for(directory: Path, bert: BertModel | None = None) -> BertTokenizer:
-    """The WordPiece tokenizer of a model folder: its vocabulary (``vocab_file``), lower-casing as the
-    ``tokenizer_config.json`` beside it says (``do_lower_case``; uncased when there is none). With
-    ``bert``, a vocabulary larger than its embedding, or ``VOCAB_PADDING`` or more tokens smaller, is a
-    one-line error."""
+    """The tokenizer of a model folder (``vocab_file``; ``do_lower_case`` of its tokenizer_config.json,
+    default uncased). With ``bert``, a vocabulary larger than its embedding, or ``VOCAB_PADDING`` or
+    more tokens smaller, is a one-line error."""
     vocab = vocab_file(directory)
     if not vocab.is_file():
         raise WeightsError(f"vocabulary file not found: {vocab}")

@@ -1,13 +1,7 @@
 """SMART: smoothness-inducing adversarial regularisation and momentum Bregman proximal point
 (Jiang et al. 2020, "SMART: Robust and Efficient Fine-Tuning for Pre-trained Natural Language
-Models through Principled Regularized Optimization", ACL).
-
-- ``smart_loss``: λ_s · R_s(θ), the regulariser of §3.1 (Eq. 2–3): the divergence between the
-  model's output on the clean input and on an adversarially perturbed embeddings output, the
-  perturbation found by a few normalised gradient-ascent steps (Algorithm 1, lines 4–8).
-- ``BregmanProximal``: μ · D_Breg(θ, θ̃_t), the proximal term of §3.2 (Eq. 4–5) towards an
-  exponential moving average θ̃ of the parameters (the momentum form, Eq. 5 with β).
-- ``divergence``: ℓ_s of Eq. 3 — symmetric KL for classification, squared error for regression.
+Models through Principled Regularized Optimization", ACL): ``smart_loss`` is the adversarial
+regulariser of §3.1, ``BregmanProximal`` the momentum proximal term of §3.2, ``divergence`` ℓ_s of Eq. 3.
 
 Where the paper leaves details open we follow the authors' MT-DNN code (namisan/mt-dnn,
 ``mt_dnn/perturbation.py`` and ``SymKlCriterion``): the ∞-norm of the ascent step is taken per

@@ -1,10 +1,6 @@
-"""The parts every stage shares, and the multi-task stage.
-
-A run is a sequence of stages, each an *objective* trained by the one loop (``training/loop.py``):
-the extensions' stages (``training/extensions``, in the registry's order), then multi-task training.
-``Run`` is everything a stage needs, built once by ``training/trainer.py``; ``TaskObjective`` trains
-on task batches (round-robin, or one batch of every task with a loss weighting) and
-``MultitaskObjective`` adds the dev evaluation and the best epoch.
+"""The parts every stage shares, and the multi-task stage. A run is a sequence of stages, each an
+*objective* trained by the one loop (``training/loop.py``): the extensions' stages (in the registry's
+order), then multi-task training. ``Run`` is everything a stage needs, built once by ``training/trainer.py``.
 """
 from __future__ import annotations
 
@@ -177,7 +173,3 @@ class MultitaskObjective(TaskObjective):
     def result(self, progress: dict) -> dict:
         return {"epochs": progress["epochs"], "best": self.best, "loss_curves": self.curves(progress),
                 "lr_curve": progress["lr"], "evaluations": progress["evaluations"], "stopped": progress.get("stopped")}
-
-    @staticmethod
-    def curves(progress: dict) -> dict:
-        return {name: data["points"] for name, data in progress["curves"].items()}

@@ -1,9 +1,7 @@
-"""The loss of one supervised step on task batches, shared by QQP pre-training and multi-task
-training: each task's loss (from its ``Task`` row) against the gold labels or the targets an
-extension makes of them (``targets``), plus the terms of the extensions that add one
-(``regularizers``, e.g. SMART), combined by a loss weighting when a step holds one batch of every
-task (the joint loss). Round-robin training passes one task's batch; the joint loss passes one batch
-of every task. The optimizer step itself is the training loop's (``training/loop.py``).
+"""The loss of one supervised step on task batches (QQP pre-training and multi-task training): each
+task's loss (its ``Task`` row) against the gold labels or an extension's ``targets``, plus the
+extensions' ``regularizers`` (e.g. SMART), combined by a loss weighting when a step holds one batch
+of every task (the joint loss).
 """
 from __future__ import annotations
 

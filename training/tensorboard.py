@@ -1,13 +1,6 @@
-"""TensorBoard scalars of a run, in ``RUN/tensorboard/``, so that ``tensorboard --logdir predictions/``
-shows every run of a grid side by side (as HF Trainer and Lightning runs are compared):
-
-- ``train_loss/<stage>/<part>``: each optimizer step's training loss, by stage (``multitask``,
-  ``pre_qqp``, ``ucl``, ...) and part (a task, or the stage's one loss);
-- ``lr/<stage>``: the learning rate of the encoder's parameter group at each step;
-- ``dev/<task>``, ``dev/overall`` and ``dev_loss/<task>`` at every evaluation.
-
-The x axis is the run's optimizer step, counted across its stages. Only process 0 writes. A resumed
-run purges the events after its checkpoint's step, so the steps done again are not drawn twice.
+"""TensorBoard scalars of a run in ``RUN/tensorboard/`` (``train_loss/<stage>/<part>``, ``lr/<stage>``,
+``dev/<task>``, ``dev/overall``, ``dev_loss/<task>``) against the run's optimizer step, so that
+``tensorboard --logdir predictions/`` shows a grid side by side (docs/long-runs.md, 'Curves and logging').
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The multi-task run, ``run(config)``: read data, build the model, run the stages (the extensions'
-stages, then multi-task training), keep the best epoch on dev, write predictions, metrics and the
-checkpoint. With ``--epochs 0`` the run is its stages alone and keeps the encoder they leave
-(``finish_stages_only``); with ``--resume RUN_DIR`` it takes the saved configuration and continues
-from the newest checkpoint in ``RUN_DIR/checkpoints/`` (``training/resume.py``).
+"""The multi-task run, ``run(config)``: read data, build the model, run the extensions' stages, then
+multi-task training, keep the best epoch on dev, write predictions, metrics and the checkpoint. With
+``--epochs 0`` the run is its stages alone; ``--resume RUN_DIR``: docs/long-runs.md, 'Resuming'.
 """
 from __future__ import annotations
 
@@ -45,9 +43,7 @@ from .tensorboard import Scalars
 
 
 def run(config: RunConfig, log: RunLog | None = None) -> dict:
-    """Train and evaluate one configuration; return the metrics of ``metrics.json``, written at the start
-    (status "running"), after every epoch and at the end ("finished"); a run that raises is marked
-    "failed" with the error ("interrupted" on Ctrl-C and SIGTERM), then the error propagates."""
+    """Train and evaluate one configuration; return the metrics of ``metrics.json`` (``RunFolder``)."""
     config.validate()
     keep_freed_memory()  # fewer page faults per step; changes no number (training/memory.py)
     started = time.time()
@@ -80,7 +76,7 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
 
 def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[Path]]:
     """With ``--resume``: the saved configuration, the newest checkpoint and the temporary files an
-    interrupted run left (removed); without it, ``config`` as it is."""
+    interrupted run left (removed)."""
     if not config.output.resume:
         return config, None, []
     run_dir = Path(config.output.resume)
@@ -124,11 +120,10 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
 
 
 class RunFolder:
-    """The run folder through the run's life, as a context manager: claimed on entry (a fresh run;
-    a resumed one continues its folder), ``metrics.json`` written "running" by ``start`` and
-    "finished" by ``finish``. When the block raises, a run that had not started gives its folder
-    back (it leaves nothing behind) and one that had is marked "failed" with the error
-    ("interrupted" on Ctrl-C and SIGTERM); the error propagates."""
+    """The run folder as a context manager: claimed on entry (a resumed run continues its own),
+    ``metrics.json`` written "running" by ``start`` and "finished" by ``finish``. When the block raises,
+    a run that had not started gives its folder back (leaving nothing) and one that had is marked
+    "failed" with the error ("interrupted" on Ctrl-C and SIGTERM); the error propagates."""
 
     def __init__(self, config: RunConfig, resume: Checkpoint | None, place: Distributed, started: float,
                  log: RunLog):
@@ -152,8 +147,7 @@ class RunFolder:
             metrics = read_metrics(self.dir)
             check_unchanged(metrics.get("inputs", {}), files)   # runs saved before inputs were recorded: none
             metrics["status"] = "running"
-            # wall_seconds adds up the sittings: those that ended by an error or a signal recorded theirs
-            # (one killed outright did not, and counts nothing)
+            # wall_seconds adds up the sittings (one killed outright recorded none, and counts nothing)
             earlier = metrics.get("wall_seconds")
             self.started -= earlier if isinstance(earlier, (int, float)) and earlier > 0 else 0
             metrics.setdefault("resumed", []).append({"step": self.resume.step, "checkpoint": self.resume.path.name,
@@ -162,8 +156,7 @@ class RunFolder:
         self.write.json(metrics)
         self.log(f"run folder: {self.dir}" + (f"   processes: {self.place.world_size}" if self.place.enabled else ""))
         metrics.update(data_dir=str(inputs.data_dir.resolve()) if inputs.data_dir else None,
-                       model_dir=str(inputs.model_dir), device=str(device), data=inputs.data_report)
-        metrics["stages"] = {}
+                       model_dir=str(inputs.model_dir), device=str(device), data=inputs.data_report, stages={})
 
     def seconds(self) -> float:
         return round(time.time() - self.started, 1)
@@ -177,8 +170,7 @@ class RunFolder:
         return self.tensorboard
 
     def finish(self, **results) -> None:
-        """Mark the run finished in metrics.json (``results`` first), draw its curves, write the model card
-        (checkpoint/README.md), drop its training state."""
+        """Mark the run finished in metrics.json, draw its curves, write the model card, drop its training state."""
         self.metrics.update(status="finished", **results, wall_seconds=self.seconds(),
                             torch_threads=torch.get_num_threads(),
                             finished=datetime.now().isoformat(timespec="seconds"), processes=self.place.world_size)
@@ -208,8 +200,8 @@ class RunFolder:
 
 
 def record_absolute_paths(config: RunConfig, inputs: RunInputs) -> None:
-    """The data and model folders as absolute paths in the saved configuration, so that the run
-    resumes, and its saved model loads, from any working directory."""
+    """Absolute data and model folders in the saved configuration: the run resumes, and its model
+    loads, from any working directory."""
     if inputs.data_dir is not None:
         config.data.data_dir = str(inputs.data_dir.resolve())
     if config.model.model is not None:
@@ -217,8 +209,8 @@ def record_absolute_paths(config: RunConfig, inputs: RunInputs) -> None:
 
 
 def check_against_model(config: RunConfig, bert: BertConfig, model_dir: Path) -> None:
-    """Settings the model cannot take, found before the run starts rather than at the first long
-    sentence (which may come in the test file, after all the training)."""
+    """Lengths the model cannot take, refused now rather than at the first long sentence (which
+    may come in the test file, after all the training)."""
     lengths = [("--max_length", config.data.max_length)]
     lengths += [length for e in enabled(config) for length in e.max_lengths(config)]
     for flag, length in lengths:
@@ -230,8 +222,8 @@ def check_against_model(config: RunConfig, bert: BertConfig, model_dir: Path) ->
 
 def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: torch.device, place: Distributed,
              precision: Precision, log: RunLog, resume: Checkpoint | None) -> Run:
-    """The run's parts: the model on its device with its speed settings, the optimizer, the task loss
-    with the extensions' weighting and regularizers, the loop on its resume clock."""
+    """The model on its device, the optimizer, the task loss with the extensions' weighting and
+    regularizers, the loop on its resume clock."""
     log(f"data: {folder.metrics['data_dir'] or 'no task file'}   model: {folder.metrics['model_dir']}   "
         f"device: {device}")
     t, model = config.train, inputs.model.to(device)
@@ -261,8 +253,7 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
 
 
 def set_speed(model: MultitaskBert, config: RunConfig, place: Distributed, device: torch.device) -> torch.nn.Module:
-    """The encoder's speed settings (``SpeedConfig``); returns the model to call in training (its
-    DistributedDataParallel wrapper under torchrun)."""
+    """Apply ``SpeedConfig``; returns the model to call in training (DDP-wrapped under torchrun)."""
     set_attention(model, config.speed.attention)   # the whole model: the encoder and any private towers
     model.bert.set_sparse_word_embeddings(config.speed.sparse(place.enabled))
     set_dropout(model, config.speed.dropout_masks)
@@ -276,8 +267,7 @@ def set_speed(model: MultitaskBert, config: RunConfig, place: Distributed, devic
 
 def loader_for(config: RunConfig, tokenizer: BertTokenizer, place: Distributed):
     def loader(examples, batch_size: int, shuffle: bool, seed: int = 0, max_length: int | None = None):
-        """Training loaders (shuffled) are sharded across processes; evaluation loaders are not.
-        Sentences are cut to ``max_length`` word pieces (None: ``--max_length``)."""
+        """Training loaders (shuffled) are sharded across processes; ``max_length`` None: ``--max_length``."""
         return make_loader(examples, tokenizer, max_length or config.data.max_length, batch_size, shuffle=shuffle,
                            seed=seed, bucket=config.speed.bucket, shard=place.shard if shuffle else None)
     return loader
@@ -335,9 +325,8 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
 
 
 def finish_stages_only(run: Run, folder: RunFolder) -> None:
-    """End a run of the stages alone (``--epochs 0``): no epoch was scored on dev, so the run keeps the
-    encoder the stages leave (after ``--ucl_eval_every``, the best step's), without heads, in
-    ``checkpoint/`` (for ``--model RUN`` and the embedding tools); no predictions."""
+    """``--epochs 0``: no epoch was scored on dev, so ``checkpoint/`` keeps the encoder the stages leave
+    (after ``--ucl_eval_every``, the best step's), without heads; no predictions."""
     if not folder.write.enabled:  # only process 0 writes
         return
     encoder = {k: v for k, v in run.model.state_dict().items() if k.startswith("bert.")}
@@ -349,8 +338,7 @@ def finish_stages_only(run: Run, folder: RunFolder) -> None:
 
 def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], strict: bool,
                     log) -> tuple[dict[str, dict[str, list[Example]]], dict]:
-    """The ``needed`` splits of each task (``extensions.splits_needed``): train/dev (labelled) and test
-    (if present; labelled when the file has the label column, a user's own split) examples."""
+    """The ``needed`` splits of each task (``extensions.splits_needed``); a test split only if present."""
     splits: dict[str, dict[str, list[Example]]] = {}
     report = {}
     for name, wanted in needed.items():
@@ -379,17 +367,14 @@ RESUME_FLAGS = ("resume", "resume_fallback", "quiet", "log_file", "data_dir")
 
 
 def resumed_config(flags: RunConfig, checkpoint: Checkpoint) -> RunConfig:
-    """The configuration saved in the checkpoint; only how the run reports (``--quiet``,
-    ``--log_file``), the ``--resume`` folder itself and ``--data_dir`` (data moved elsewhere, checked
-    file by file against what the run read) come from the command line. Other flags given that
-    differ from the saved ones are refused: they would be ignored."""
+    """The configuration saved in the checkpoint, with ``RESUME_FLAGS`` from the command line. Other
+    flags given that differ from the saved ones are refused: they would be ignored."""
     try:
         config = RunConfig.from_dict(checkpoint.config)
     except (TypeError, KeyError, ValueError) as err:
         raise ValueError(f"{checkpoint.path / 'state.json'}: saved configuration does not fit this version "
                          f"({err})") from None
-    removed = removed_settings(checkpoint.config)
-    if removed:
+    if removed := removed_settings(checkpoint.config):
         raise ValueError(f"{checkpoint.path / 'state.json'}: the run trained with {', '.join(removed)}, which "
                          f"{REMOVED_IN}")
     defaults, given, saved = RunConfig.defaults().to_dict(), flags.to_dict(), config.to_dict()

@@ -1,10 +1,6 @@
-"""The registry of extensions: every extension is one module of this package (its settings and
-flags, checks, stage or loss term, grid row and budget; ``base.Extension`` says what it can
-provide), and ``EXTENSIONS`` lists them. The run configuration, the trainer, ``--help``, the
-report's columns, the ablation grid and ``scripts/ablate.sh`` read this list and never an
-extension's name, so a new extension is a new module and its name added below.
-
-The functions here answer, from the registry, what a run needs: its stages and the data files they read.
+"""The registry of extensions: each is one module of this package (``base.Extension`` says what it can
+provide) and ``EXTENSIONS`` lists them. Everything else reads this list, never an extension's name, so
+a new extension is a new module and its name added below (docs/ablation.md, "The extensions").
 """
 from __future__ import annotations
 

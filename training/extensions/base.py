@@ -25,7 +25,7 @@ class Extension:
     stages_alone: bool = False       # a run of the stages alone (--epochs 0) may consist of it
 
     def enabled(self, config: RunConfig) -> bool:
-        return bool(getattr(config.section(self.name), self.name))
+        return bool(getattr(config.extensions[self.name], self.name))
 
     def checks(self, config: RunConfig) -> list[tuple[bool, str]]:
         """(condition, one line naming the flag) for each setting that must hold. Checked whether the
@@ -43,7 +43,7 @@ class Extension:
         its budget flags: the ablation grid gives every row the same budget."""
         if self.enabled(config):
             return []
-        section, defaults = config.section(self.name), self.settings()
+        section, defaults = config.extensions[self.name], self.settings()
         return [f"--{f.name}" for f in dataclasses.fields(section) if f.name != self.name
                 and getattr(section, f.name) != getattr(defaults, f.name) and f"--{f.name}" not in self.budget]
 

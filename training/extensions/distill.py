@@ -1,15 +1,8 @@
 """Teacher annealing (BAM! Born-Again Multi-Task Networks, Clark et al., ACL 2019, §3): single-task
-teachers are distilled into the multi-task student. The student's target for a training example is
-λ·gold + (1 − λ)·teacher, λ rising linearly from 0 to 1 over multi-task training (§3.2): the student
-first imitates its teachers and ends on the gold labels. A teacher contributes its softmax for a
-classification task, its sigmoid for a binary one and its score for a regression task.
-
-The teachers are run folders (``--teachers sst=RUN,qqp=RUN,sts=RUN``) or, with ``--teachers auto``,
-trained as the run's first stage: one single-task run per task of ``--tasks``, with this run's recipe
-and no extension, in ``RUN/teachers/<task>/`` (a stopped run finds them there, finished or to resume).
-Their predictions on the training sets are computed once, cached in ``RUN/teachers/<task>-train.json``
-and kept with every training checkpoint, so a stopped run resumes exactly. The stage leaves the random
-state as it found it: the student trains the same whether its teachers were trained, found or given.
+teachers are distilled into the multi-task student, whose target is λ·gold + (1 − λ)·teacher, λ rising
+linearly from 0 to 1 over multi-task training (§3.2): it first imitates its teachers and ends on the
+gold labels. docs/flags.md says which teachers and how their outputs are cached. The stage leaves the
+random state as it found it: the student trains the same whether its teachers were trained, found or given.
 """
 from __future__ import annotations
 

@@ -14,7 +14,6 @@ from .base import Extension
 
 @dataclass
 class SmartConfig:
-    """SMART (Jiang et al. 2020): adversarial smoothness regulariser + optional Bregman proximal term."""
     smart: bool = flag(False, "add the SMART adversarial regulariser to every task loss")
     smart_weight: float = flag(0.5, "weight of the regulariser")
     smart_eps: float = flag(1e-5, "std of the initial Gaussian noise on the embeddings")

@@ -1,13 +1,12 @@
 """Paired bootstrap of the overall dev score, and of each task's: is a row's difference to its FT
 baseline (or a task's to its single-task row) more than the luck of which dev examples happen to be
-in the dev set?
+in the dev set? (docs/ablation.md, "Reading the table: seeds and intervals")
 
-A resample draws each task's dev examples with replacement, as many as the task has, each task on
-its own. Every run is scored on the same draws, so a row and its baseline are compared example by
-example (paired). A resample is kept as counts (how often each example was drawn), which makes a
-run's metric on it a weighted metric, so all runs and all resamples are a few matrix products. The
-draws depend only on the seed, the task and its number of dev examples: an interval is reproducible
-and does not change when other rows join the table.
+A resample draws each task's dev examples with replacement, each task on its own, and every run is
+scored on the same draws (paired). It is kept as counts (how often each example was drawn), which
+makes a run's metric on it a weighted metric, so all runs and all resamples are a few matrix
+products. The draws depend only on the seed, the task and its number of dev examples: an interval is
+reproducible and does not change when other rows join the table.
 """
 from __future__ import annotations
 

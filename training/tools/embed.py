@@ -32,7 +32,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    """The tool's work; its errors become one line in ``main``."""
     if args.batch_size < 1:
         raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
     out = Path(args.out)

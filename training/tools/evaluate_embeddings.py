@@ -4,19 +4,15 @@
     python -m training.tools.evaluate_embeddings --checkpoint predictions/<run>/checkpoint --pooling first_last \\
         --data SentEval/data/downstream/STS SentEval/data/downstream/SICK --out sts.json
 
-The encoder alone embeds each sentence of a pair (no task head; ``heads.pooling`` gives the vector),
-and the cosine of the two vectors is the predicted similarity. Unsupervised, as in SentEval's STS
-tasks and SimCSE's evaluation (Gao et al. 2021, §B "Different evaluation settings").
-
-Each input (``--data``: CS224N ``sts-*.csv``, SentEval STS12–16 folders, SentEval STS-B ``sts-*.csv``
-or their folder, SICK-R files; read by ``data.senteval``) is one *dataset*, split into *subsets*. Per
-dataset it reports the **all** correlation (the subsets concatenated: SimCSE's "all" setting, the
-number its papers report for STS12–16) beside the **mean** of the per-subset ones (SentEval's
-default), plus the size-weighted mean and each subset's own; for STS-B and SICK-R SimCSE reports the
-``test`` subset alone. With several datasets an **average** row is the plain mean of the datasets'
-values (SimCSE's "Avg." column). Pearson is ``training.tasks.pearson``, Spearman that Pearson of the
-ranks; where a correlation is undefined (fewer than two pairs, or a constant side) the table says
-"undefined" and the JSON holds null.
+The encoder alone embeds each sentence of a pair (no task head; ``heads.pooling`` gives the vector);
+the cosine of the two vectors is the predicted similarity, unsupervised, as in SentEval's STS tasks
+and SimCSE's evaluation (Gao et al. 2021, §B "Different evaluation settings"). Each ``--data`` input
+(the layouts of ``data.senteval``; docs/embeddings.md, "Embedding evaluation on STS") is a dataset of
+subsets: it reports the **all** correlation (subsets concatenated: SimCSE's "all" setting, its number
+for STS12–16) beside the **mean** of the per-subset ones (SentEval's default), the size-weighted mean
+and each subset's own (for STS-B and SICK-R SimCSE reports the ``test`` subset alone); with several
+datasets an **average** row is the plain mean of their values (SimCSE's "Avg."). An undefined
+correlation (fewer than two pairs, a constant side) is "undefined" in the table and null in the JSON.
 """
 from __future__ import annotations
 
@@ -43,7 +39,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    """The tool's work; its errors become one line in ``main``."""
     started = time.time()
     datasets = find_datasets(args.data)
     run, reduction = open_encoder(args)

@@ -6,12 +6,8 @@
     python -m training.tools.grid --stage_steps    # the flags that ablate.sh --stage_steps sets, one a line
     python -m training.tools.grid --all            # the three, each ended by a line "%%" (ablate.sh reads it)
 
-``scripts/ablate.sh`` runs these rows: the PT (frozen encoder) and FT (fine-tuning, MEAN) baselines,
-one ST row per task (FT's recipe on that task alone, the single-task baselines the report compares
-each multi-task row with, task by task), the CLS control, each extension alone on CLS and on MEAN,
-every pair on MEAN, the extensions' variants, the model and scheduler variants (``VARIANTS``), the
-published best, all but the costly extensions on MEAN, and all on CLS and on MEAN. Pooling is always
-given so the table does not depend on the default.
+``scripts/ablate.sh`` runs these rows (which, and why: docs/ablation.md, "The grid and its table").
+Pooling is always given so the table does not depend on the default.
 """
 from __future__ import annotations
 
@@ -62,10 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     sections = {"": [" ".join([name, *flags]) for name, flags in grid_rows()],
                 "--budget": [word for flag, value in budget().items() for word in (flag, value)],
                 "--stage_steps": [e.steps_flag for e in EXTENSIONS if e.steps_flag]}
-    if argv == ["--all"]:   # the three, each ended by a line "%%": what ablate.sh reads in one start
+    chosen = " ".join(argv)   # one flag or none: a section's name has no space
+    if chosen == "--all":   # the three, each ended by a line "%%": what ablate.sh reads in one start
         lines = [line for section in sections.values() for line in (*section, "%%")]
-    elif len(argv) <= 1 and (argv[0] if argv else "") in sections:
-        lines = sections[argv[0] if argv else ""]
+    elif chosen in sections:
+        lines = sections[chosen]
     else:
         print("usage: python -m training.tools.grid [--budget | --stage_steps | --all]", file=sys.stderr)
         return 2

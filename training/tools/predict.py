@@ -6,9 +6,8 @@ scored where the file has labels.
     python -m training.tools.predict predictions/<run>/checkpoint --data_dir my-data --out preds/ --tasks sts
 
 Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes) and ``<out>/metrics.json``
-(the scores of the labelled files); prints one line per file. Where any of those files exists already,
-it refuses (nothing written) unless ``--overwrite`` is given; ``--out`` may never be the run's own
-folder or its ``checkpoint/`` (predictions on other data would replace the run's own files).
+(the labelled files' scores), one line printed per file; existing files are refused unless
+``--overwrite``, and ``--out`` may never be the run's own folder or its ``checkpoint/``.
 """
 from __future__ import annotations
 
@@ -36,7 +35,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    """The tool's work; its errors become one line in ``main``."""
     if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
     run = load_run(args.run)
@@ -79,25 +77,18 @@ def check_not_the_run(out: Path, given: Path, checkpoint: Path) -> None:
 def planned_files(tasks: list[str], data_dir: Path) -> tuple[list[tuple[str, str, Path]], list[Path]]:
     """``(task, split, data file)`` for every dev/test file of ``tasks`` that ``data_dir`` holds, and
     the files it lacks; a folder with none of them is an error."""
-    planned, missing = [], []
-    for name in tasks:
-        for split in ("dev", "test"):
-            path = data_dir / TASKS[name].files[split]
-            if path.is_file():
-                planned.append((name, split, path))
-            else:
-                missing.append(path)
+    files = [(name, split, data_dir / TASKS[name].files[split]) for name in tasks for split in ("dev", "test")]
+    planned = [file for file in files if file[2].is_file()]
     if not planned:
         raise DataError(f"{data_dir}: none of the files of {', '.join(tasks)} "
-                        f"({', '.join(TASKS[n].files[s] for n in tasks for s in ('dev', 'test'))})")
-    return planned, missing
+                        f"({', '.join(TASKS[name].files[split] for name, split, _ in files)})")
+    return planned, [file[2] for file in files if file not in planned]
 
 
 def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: int | None,
                   overwrite: bool = False) -> dict:
-    """Predict and write every dev/test file of ``tasks`` found in ``data_dir``; returns
-    ``{file name: metric}`` for the labelled ones. A folder with none of the files is an error, and
-    so, unless ``overwrite``, is an output file (or ``out/metrics.json``) that exists already."""
+    """Predict and write every dev/test file of ``tasks`` found in ``data_dir``; returns ``{file name:
+    metric}`` for the labelled ones. Unless ``overwrite``, an output file that exists already is an error."""
     for name in tasks:  # every task checked before any file is written
         run.check_head(name)
     planned, missing = planned_files(tasks, data_dir)

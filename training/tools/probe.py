@@ -4,20 +4,16 @@
     python -m training.tools.probe --checkpoint predictions/<run>/checkpoint --task sst \\
         --data_dir ../shared/data/cs224n --pooling mean --out probe-sst.json
 
-The encoder alone (no task head; ``heads.pooling`` gives the vector) embeds the train and dev
-sentences, frozen. Two judgements of how well the embeddings separate the classes, as contrastive
-fine-tuning studies compare cross-entropy with label-contrastive training by their embeddings
-rather than by a head:
+The frozen encoder alone (no task head; ``heads.pooling`` gives the vector) embeds the train and dev
+sentences of a single-sentence classification task, judged as contrastive fine-tuning studies judge
+embeddings rather than a head (docs/embeddings.md, "Clustering and linear probe"):
 
-- **clustering**: k-means with k = the number of classes, on dev and on train separately, scored
-  against the gold classes by the adjusted Rand index (ARI) and adjusted mutual information (AMI):
-  1 for the classes up to renaming, about 0 for an unrelated clustering (possibly slightly negative).
-- **linear probe**: a multinomial logistic regression trained on the train embeddings; its train and
-  dev accuracy.
+- **clustering**: k-means with k = the number of classes, on dev and on train separately, scored by
+  the adjusted Rand index and adjusted mutual information (1: the classes; about 0: unrelated).
+- **linear probe**: a logistic regression trained on the train embeddings; its train and dev accuracy.
 
-The tasks are the single-sentence classification rows of ``training.tasks.TASKS``. ``--normalize``
-L2-normalises the vectors first (the geometry a cosine-based contrastive loss shapes). ``--max_train N``
-keeps a seeded random N of the training sentences (for speed: probe and train k-means use only those).
+``--normalize`` L2-normalises the vectors first (the geometry a cosine-based contrastive loss shapes);
+``--max_train N`` keeps a seeded random N training sentences (for speed).
 """
 from __future__ import annotations
 
@@ -52,7 +48,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    """The tool's work; its errors become one line in ``main``."""
     started = time.time()
     task = TASKS[args.task]
     if args.max_train is not None and args.max_train < 1:

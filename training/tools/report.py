@@ -3,41 +3,17 @@ and dev predictions.
 
     python -m training.tools.report predictions/ablate   # prints the compact table, writes nothing
     python -m training.tools.report predictions/ablate --out predictions/ablate/ablation   # .md, .csv, -forest.png
-    python -m training.tools.report predictions/ --out results/table --sort name --bootstrap 0 --full
 
-The folders given are parents of run folders (a run folder itself is an error). The terminal gets a
-compact view (run, seeds, each task's mean ± std, average, Δ vs FT and its interval, each task's
-"vs alone" cell; ``--full``: the whole Markdown table). Nothing is written unless ``--out PREFIX`` is
-given: then the whole table as ``PREFIX.md`` and ``PREFIX.csv``, and ``PREFIX-forest.png`` (replaced if
-they exist).
+Give parents of run folders (a run folder itself is an error); a *run* is an immediate subfolder
+holding ``metrics.json``, a ``*-output.csv`` or ``checkpoint/``. Nothing is written unless ``--out
+PREFIX`` is given: then the whole table as ``PREFIX.md`` and ``PREFIX.csv`` (full precision, each std
+and interval end in a column of its own), and ``PREFIX-forest.png`` (replaced if they exist).
 
-Columns: run, pooling, one on/off column per extension (``training.extensions.EXTENSIONS``), seeds, one dev
-metric per task trained, the average (``training.tasks.overall_score``), Δ vs FT with its 95 % interval,
-wall time and status. The rules (docs/ablation.md, "Reading the table", says why):
-
-- A *run* is an immediate subfolder holding ``metrics.json``, a ``*-output.csv`` or ``checkpoint/``.
-- Finished runs whose saved configs differ only in ``train.seed``, ``train.device`` and the ``output``
-  section are one row, their *seeds*, named without the ``-s<seed>`` suffix of ``scripts/ablate.sh
-  --seeds``: metrics are their mean ± the sample std (ddof 1), the wall time their mean.
-- Flags are looked up by name in any section of the saved config; an absent flag is off, and a run
-  without a readable config shows blank flag cells. ``(PT)`` marks ``--option pretrain``, ``(ST)`` a
-  run of one task (``--tasks sst``, else one task in ``dev``: a single-task baseline), ``(FT)``
-  ``--option finetune`` with every extension off and no ``--private_layers`` on two or more tasks (any
-  pooling).
-- Δ vs FT = the row's average minus its baseline's (the FT row of the same pooling, else the first FT
-  row by name), both recomputed from the dev prediction files matched by id to the gold labels of the
-  run's data folder (or ``--data_dir``). 95% CI = paired bootstrap (``training.tools.bootstrap``), the
-  2.5th to 97.5th percentile of the resampled differences; ``*`` when it excludes 0. Both are blank
-  for the baselines and one-task rows (no note), with ``--bootstrap 0``, and where files cannot be read
-  (a note on stderr says why).
-- ``<TASK> vs alone`` (only when the folder has ST rows): a row of two or more tasks (FT too) gets that
-  task's dev metric minus that of the task's ST row (same pooling, else the first by name), seeds'
-  means, with the paired bootstrap interval of that task's metric alone (a note when the dev ids differ).
-- Finished runs come first, by average (highest first) or by name, the ST rows after the others;
-  every other run follows by name, never pooled, with its status and blank metrics.
-- Markdown shows mean ± std to 3 decimals and wall time in minutes; the CSV has full precision, each
-  std and the interval's ends in columns of their own. ``<prefix>-forest.png`` (with matplotlib and
-  ``--out``) draws each row's Δ vs FT and interval.
+Columns: run, pooling, one on/off column per extension, seeds, one dev metric per task, the average
+(``training.tasks.overall_score``), Δ vs FT with its 95 % interval (``training.tools.bootstrap``),
+"<TASK> vs alone" where the folder has single-task rows, wall time and status. How seeds are pooled,
+which row is a PT, FT or ST baseline and what the intervals mean: docs/ablation.md, "Reading the
+table: seeds and intervals"; each rule is also in the docstring of the function that applies it.
 """
 from __future__ import annotations
 
@@ -92,14 +68,10 @@ def columns(tasks=DEFAULT_TASKS, alone=()) -> list[str]:
 def csv_columns(tasks=DEFAULT_TASKS, alone=()) -> list[str]:
     """The CSV's header: as ``columns``, with each metric's std and each interval's ends in columns of their own."""
     metrics = [name for column in [*map(metric_column, tasks), "average"] for name in (column, f"{column} std")]
-    versus = [name for column in [DELTA, *map(alone_column, alone)] for name in _difference_columns(column)]
+    # Δ vs FT's interval keeps its historical names ("95% CI low", ...); a "vs alone" column names its own
+    versus = [name for column, interval in [(DELTA, INTERVAL), *((c, c) for c in map(alone_column, alone))]
+              for name in (column, f"{interval} low", f"{interval} high", f"{interval} excludes 0")]
     return ["run", "pooling", *FLAG_COLUMNS, "seeds", *metrics, *versus, "wall (min)", "status"]
-
-
-def _difference_columns(column: str) -> list[str]:
-    """Δ vs FT's interval keeps its historical names ("95% CI low", ...); a "vs alone" column names its own."""
-    interval = INTERVAL if column == DELTA else column
-    return [column, f"{interval} low", f"{interval} high", f"{interval} excludes 0"]
 
 
 @dataclass

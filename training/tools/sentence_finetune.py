@@ -10,21 +10,15 @@ Two objectives on the pooled sentence vector u = pool(BERT(x)) (``heads.pooling`
 
 - ``ce``: the task's head (its ``Task`` row: dropout + linear, ``heads.SentimentHead``) on u,
   cross-entropy against the class. The encoder learns at ``--lr``, the head at ``--head_lr``.
-- ``lcl``: no head; ``training.losses.label_contrastive_loss`` on the batch's pooled vectors:
-  supervised contrastive learning (Khosla et al. 2020, §3.2) as Gunel et al. 2021 (§2) fine-tune a
-  pretrained language model with it, here in its KL form and alone (they mix it with cross-entropy):
+- ``lcl``: no head; ``training.losses.label_contrastive_loss`` (its docstring has the equation) on the
+  batch's pooled vectors: supervised contrastive learning (Khosla et al. 2020, §3.2) as Gunel et al.
+  2021 (§2) fine-tune with it, here in its KL form and alone (they mix it with cross-entropy). Batches
+  of fewer than two sentences have no pair to contrast and are skipped.
 
-      S_ij = cos(u_i, u_j) / τ,   T_ij = [y_i = y_j] / Σ_{k≠i} [y_i = y_k]   (j ≠ i; rows of Y·Yᵀ, normalised)
-      L    = mean over rows i with a same-class neighbour of KL(T_i ‖ softmax_{j≠i}(S_i))
-
-  Batches of fewer than two sentences have no pair to contrast and are skipped.
-
-It trains through the run's loop (``training/loop.py``) with the run's flags (``training/config.py``).
-The output folder (refused if it already holds files) gets ``checkpoint/``, as a multi-task run writes
-it (``training/checkpoint.py``) so that ``load_run`` and the probe's and evaluator's ``--checkpoint``
-read it (the encoder as ``bert.*``, with ``ce`` the head as ``heads.<task>.*``; ``config.json``'s run
-config has this tool's settings under "tool"), and ``metrics.json``: settings, steps, examples, wall
-and CPU seconds, the loss curve and the mean loss of the first and of the last 10 batches.
+It trains through the run's loop (``training/loop.py``) with the run's flags. The new ``--out`` folder
+gets ``checkpoint/`` as a multi-task run writes it, so ``load_run`` and the embedding tools'
+``--checkpoint`` read it (with ``ce`` the head as ``heads.<task>.*``; the tool's settings under "tool"
+in its run config), and ``metrics.json`` (settings, steps, the loss curve, wall and CPU seconds).
 """
 from __future__ import annotations
 
@@ -63,7 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    """The tool's work; its errors become one line in ``main``."""
     started = time.time()
     config = run_config(args)
     out = Path(args.out)
@@ -141,9 +134,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 
 class SentenceObjective(Objective):
     """Labelled single-sentence batches with ``objective`` "ce" (``model.heads[head]`` + cross-entropy)
-    or "lcl" (``label_contrastive_loss`` on the pooled vectors; no head), for the config's epochs.
-    ``optimizer``: the encoder at ``--lr``, the head (ce) at ``--head_lr``. ``max_steps`` caps the
-    batches of each epoch."""
+    or "lcl" (``label_contrastive_loss``, no head); ``max_steps`` caps the batches of each epoch."""
 
     name = "sentence_finetune"
 

@@ -5,18 +5,12 @@ pooling, each setting one run of the stage alone, scored on STS dev as it trains
         -- --data_dir ../shared/data/multitask
     python -m training.tools.simcse_sweep --ucl_lr 3e-5 --temp 0.05 --pooling mean cls --dry_run
 
-Every setting is the command ``python run_multitask.py --ucl --epochs 0 --ucl_lr LR --temp T
---pooling P --ucl_steps ... --ucl_eval_every K --out_dir OUT --run_name <setting> [flags after --]``:
-it records STS dev Spearman every K steps and keeps the best step's encoder in ``OUT/<setting>/checkpoint``.
-The runs go one after the other in this process (run_multitask's own parser, ``training.trainer.run``):
-no interpreter and torch start per setting, the same numbers as the command, which the table lists so
-it can be rerun by hand.
-
-A finished setting is not run again and an interrupted one is resumed (``--resume``), so a stopped
-sweep continues where it stopped; a folder run with other flags is refused. A failing setting is
-reported and the sweep goes on; Ctrl-C stops it. ``OUT/simcse_sweep.{md,csv,json}`` hold each
-setting's Spearman at step 0, its best and the best step, the last, and the curves (JSON);
-``OUT/simcse_sweep.png`` draws the curves when matplotlib is installed.
+Every setting is ``python run_multitask.py --ucl --epochs 0 --ucl_lr LR --temp T --pooling P ...
+--out_dir OUT --run_name <setting> [flags after --]``, run one after the other in this process
+(run_multitask's own parser, ``training.trainer.run``): no interpreter and torch start per setting,
+the same numbers as the command, which the table lists so it can be rerun by hand. A finished setting
+is not run again and an interrupted one is resumed, so rerunning a stopped sweep continues it. What
+``OUT/simcse_sweep.{md,csv,json,png}`` hold: docs/embeddings.md, "Unsupervised SimCSE alone, and the sweep".
 """
 from __future__ import annotations
 
