@@ -342,6 +342,19 @@ def test_seed_group_key_ignores_only_the_seed_and_how_a_run_reports():
     assert seed_group_key({}) is None and seed_group_key(None) is None   # no config: never pooled
 
 
+def test_distilled_seeds_pool_when_each_has_its_own_seeds_teachers():
+    def distilled(seed, teachers):
+        return {"train": {"seed": seed}, "distill": {"distill": True, "teachers": teachers}}
+    def own(seed, root="/tmp/runs"):
+        return f"sst=st-sst-s{seed},qqp={root}/st-qqp-s{seed},sts=st-sts-s{seed}"
+    assert seed_group_key(distilled(1, own(1))) == seed_group_key(distilled(2, own(2, "/elsewhere")))
+    # another seed's teachers, another teacher recipe, or trained teachers: not the same row
+    assert seed_group_key(distilled(2, own(1))) != seed_group_key(distilled(1, own(1)))
+    assert seed_group_key(distilled(1, own(1).replace("st-sst", "big-sst"))) != seed_group_key(distilled(1, own(1)))
+    assert seed_group_key(distilled(1, "auto")) == seed_group_key(distilled(2, "auto")) != \
+        seed_group_key(distilled(1, own(1)))
+
+
 def test_bootstrap_excludes_zero_for_a_better_row_and_not_for_an_equal_one(seeds):
     rows = collect_runs(seeds.out)
     footer, notes = compare_to_baselines(rows, resamples=1000, seed=0)
@@ -537,7 +550,7 @@ def test_ablate_grid_rows_come_from_the_extension_table():
     assert set(published[1:]) == {"--pooling", "mean", "--pre_qqp", "--joint_loss", "--smart", "--scl"}
     for name, flags in variants:   # each variant parses, and differs from its extension's own row
         config = run_multitask.parse_config(flags)
-        assert (config.smart.smart_bregman or config.train.rr == "exhaust" or config.model.private_layers
+        assert (config.smart.smart_bregman or config.train.rr != "min" or config.model.private_layers
                 or config.joint_loss.loss_weighting != "fixed"), name
 
 

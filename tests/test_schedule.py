@@ -1,10 +1,16 @@
-"""training.schedule.RoundRobinScheduler over tiny stand-in loaders (batches of one integer)."""
+"""training.schedule.RoundRobinScheduler over tiny stand-in loaders (batches of one integer), and one
+``--rr proportional`` run."""
+import json
+import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
+import run_multitask
+from training.config import RunConfig
 from training.schedule import RoundRobinScheduler
 
 
@@ -56,7 +62,8 @@ def test_max_steps_caps_rounds():
 
 
 @pytest.mark.parametrize("strategy,max_steps,expected", [
-    ("min", None, 6), ("exhaust", None, 15), ("min", 1, 3), ("exhaust", 4, 12)])
+    ("min", None, 6), ("exhaust", None, 15), ("min", 1, 3), ("exhaust", 4, 12), ("proportional", None, 10),
+    ("proportional", 2, 6)])
 def test_len_equals_number_of_items_yielded(strategy, max_steps, expected):
     scheduler = RoundRobinScheduler(_loaders(a=3, b=5, c=2), strategy=strategy, max_steps=max_steps)
     assert len(scheduler) == expected
@@ -81,3 +88,36 @@ def test_no_loaders_is_an_error():
 def test_unknown_strategy():
     with pytest.raises(ValueError, match="roundest"):
         RoundRobinScheduler(_loaders(a=2), strategy="roundest")
+
+
+def test_proportional_takes_every_batch_once_spread_evenly():
+    # batch k of a task of n sits at (k + 1/2)/n of the epoch: a 0.5/3, 1.5/3, 2.5/3; b 0.5/5 ... 4.5/5;
+    # c 0.25, 0.75; a tie (a 1.5/3 and b 2.5/5) keeps the loaders' order
+    items = _items(RoundRobinScheduler(_loaders(a=3, b=5, c=2), strategy="proportional"))
+    assert items == [("b", 0), ("a", 0), ("c", 0), ("b", 1), ("a", 1), ("b", 2),
+                     ("b", 3), ("c", 1), ("a", 2), ("b", 4)]
+    # a cap keeps the first batches of that order, as many as max_steps rounds would take
+    capped = _items(RoundRobinScheduler(_loaders(a=3, b=5, c=2), strategy="proportional", max_steps=1))
+    assert capped == items[:3]
+
+
+def test_proportional_has_no_rounds_for_the_joint_loss():
+    with pytest.raises(ValueError, match="proportional"):
+        next(RoundRobinScheduler(_loaders(a=1, b=2), strategy="proportional").rounds())
+
+
+def test_a_proportional_run_trains_on_every_batch_of_every_task_once(tmp_path, tiny_model_dir):
+    data = Path(__file__).parent / "fixtures" / "data"
+    argv = ["--data_dir", str(data), "--model", str(tiny_model_dir), "--out_dir", str(tmp_path), "--run_name", "p",
+            "--epochs", "1", "--batch_size", "4", "--max_length", "24", "--rr", "proportional", "--quiet"]
+    assert run_multitask.main(argv) == 0
+    metrics = json.loads((tmp_path / "p" / "metrics.json").read_text())
+    rows = [metrics["data"][f]["rows"] for f in ("ids-sst-train.csv", "quora-train.csv", "sts-train.csv")]
+    assert metrics["epochs"][0]["train_steps"] == sum(math.ceil(n / 4) for n in rows)
+    assert metrics["epochs"][0]["train_examples"] == sum(rows)
+
+
+def test_the_joint_loss_refuses_proportional_epochs():
+    with pytest.raises(ValueError, match="--rr proportional"):
+        RunConfig.from_dict({"train": {"rr": "proportional"}, "joint_loss": {"joint_loss": True}}).validate()
+    RunConfig.from_dict({"train": {"rr": "proportional"}}).validate()   # round-robin steps: fine

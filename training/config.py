@@ -13,6 +13,7 @@ from heads import POOLING_MODES
 from minbert import decay_groups
 
 from .flags import add_flags, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
+from .schedule import STRATEGIES
 from .tasks import DEFAULT_TASKS, TASKS, parse_tasks
 
 
@@ -57,8 +58,8 @@ class TrainConfig:
     weight_decay: float = flag(0.01, "decoupled weight decay of AdamW")
     seed: int = flag(11711, "seed for Python, NumPy and torch (a CPU run is repeatable)")
     rr: str = flag("min", "round-robin epoch length: 'min' = batches of the smallest task, "
-                          "'exhaust' = until the largest task is used up, cycling the others",
-                   choices=["min", "exhaust"])
+                          "'exhaust' = until the largest task is used up, cycling the others, "
+                          "'proportional' = every task's batches once, spread evenly", choices=list(STRATEGIES))
     max_steps_per_epoch: int | None = flag(None, "cap on round-robin steps per epoch (one step = one batch of each task)",
                                            type=optional_int)
     grad_accum: int = flag(1, "batches whose gradients make one optimizer step (gradient accumulation)")

@@ -70,14 +70,13 @@ class TaskObjective(Objective):
         self.optimizer = run.optimizer
 
     def batches(self):
-        for batches in self.scheduler.rounds():
-            if self.joint:
-                yield batches
-            else:
-                yield from ({name: batch} for name, batch in batches.items())
+        if self.joint:
+            yield from self.scheduler.rounds()
+        else:
+            yield from ({name: batch} for name, batch in self.scheduler)
 
     def steps(self) -> int:
-        return self.scheduler.steps * (1 if self.joint else len(self.scheduler.loaders))
+        return self.scheduler.steps if self.joint else len(self.scheduler)
 
     def loss(self, batches):
         return self.run.task_loss(batches)

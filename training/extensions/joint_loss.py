@@ -34,6 +34,9 @@ class JointLoss(Extension):
 
     def check(self, config) -> None:
         loss_weights(config)
+        if self.enabled(config) and config.train.rr == "proportional":
+            raise ValueError("--joint_loss steps on one batch of every task at once; --rr proportional has no such "
+                             "rounds: choose --rr min or exhaust")
 
     def loss_weighting(self, config):
         return make_loss_weighting(config.joint_loss.loss_weighting, config.task_names(), loss_weights(config))

@@ -23,7 +23,8 @@ BUDGET = {"--epochs": "1", "--max_steps_per_epoch": "30"}
 # Settings of the model and the round-robin scheduler other than their defaults, a row each on MEAN pooling:
 # task-private top layers (docs/flags.md, "Private layers"), alone and under teacher annealing.
 VARIANTS: tuple[tuple[str, list[str]], ...] = (
-    ("mean-rr-exhaust", ["--rr", "exhaust"]), ("mean-private2", ["--private_layers", "2"]),
+    ("mean-rr-exhaust", ["--rr", "exhaust"]), ("mean-rr-proportional", ["--rr", "proportional"]),
+    ("mean-private2", ["--private_layers", "2"]),
     ("mean-distill-private2", ["--distill", "--private_layers", "2"]))
 # The best combination of the CS224N default-project reports this grid follows.
 PUBLISHED = ("published", ["--pre_qqp", "--joint_loss", "--smart", "--scl"])

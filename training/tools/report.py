@@ -185,7 +185,19 @@ def seed_group_key(config) -> str | None:
     kept = {section: ({name: value for name, value in values.items() if name not in SEED_FREE_FIELDS.get(section, ())}
                       if isinstance(values, dict) else values)
             for section, values in config.items() if section not in SEED_FREE_SECTIONS}
+    if isinstance(kept.get("distill"), dict):
+        kept["distill"] = {**kept["distill"], "teachers": seed_free_teachers(kept["distill"].get("teachers"),
+                                                                             find_flag(config, "seed"))}
     return json.dumps(kept, sort_keys=True, default=str)
+
+
+def seed_free_teachers(teachers, seed):
+    """``--teachers`` with each run folder cut to its name less ``-s<seed>``: each seed of a distilled row is
+    taught by that seed's own single-task runs (``st-sst-s11712`` at seed 11712), one teacher recipe."""
+    if not isinstance(teachers, str) or "=" not in teachers:
+        return teachers   # auto, or not a task=RUN list
+    pairs = (pair.partition("=") for pair in teachers.split(","))
+    return ",".join(f"{task}={Path(path).name.removesuffix(f'-s{seed}')}" for task, _, path in pairs)
 
 
 def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
