@@ -112,7 +112,8 @@ def test_a_proportional_run_trains_on_every_batch_of_every_task_once(tmp_path, t
             "--epochs", "1", "--batch_size", "4", "--max_length", "24", "--rr", "proportional", "--quiet"]
     assert run_multitask.main(argv) == 0
     metrics = json.loads((tmp_path / "p" / "metrics.json").read_text())
-    rows = [metrics["data"][f]["rows"] for f in ("ids-sst-train.csv", "quora-train.csv", "sts-train.csv")]
+    read = [metrics["data"][f] for f in ("ids-sst-train.csv", "quora-train.csv", "sts-train.csv")]
+    rows = [counts["rows"] - counts["skipped"] for counts in read]   # the fixture QQP has one bad line
     assert metrics["epochs"][0]["train_steps"] == sum(math.ceil(n / 4) for n in rows)
     assert metrics["epochs"][0]["train_examples"] == sum(rows)
 
