@@ -1,6 +1,7 @@
 """Round-robin iteration over several task loaders (one batch per task per step)."""
 from __future__ import annotations
 
+import itertools
 from typing import Iterator
 
 from torch.utils.data import DataLoader
@@ -9,15 +10,15 @@ STRATEGIES = ("min", "exhaust", "proportional")
 
 
 class RoundRobinScheduler:
-    """Yield ``(task_name, batch)`` taking one batch from each task in turn. An epoch has ``steps``
-    rounds, each visiting every task once, in the loaders' order; as many rounds as
-      - ``strategy="min"``: the smallest loader has batches (every task seen equally often, none repeats);
-      - ``strategy="exhaust"``: the largest loader has batches; a smaller loader that runs out starts
-        over (re-shuffled) so the larger data is fully used;
-    at most ``max_steps`` (quick runs). ``strategy="proportional"`` has no rounds: every loader's
-    batches once an epoch, spread evenly (batch k of a task of n at (k + ½)/n of the epoch), so a task
-    is trained on in proportion to its size, as when MT-DNN (Liu et al. 2019, Algorithm 1) shuffles batches
-    from the union of the tasks; ``max_steps`` caps it at as many batches as that many rounds."""
+    """Yield ``(task_name, batch)`` in the epoch's ``order`` of task names. With ``strategy="min"`` or
+    ``"exhaust"`` the order is rounds, each visiting every task once in the loaders' order; as many as
+      - ``"min"``: the smallest loader has batches (every task seen equally often, none repeats);
+      - ``"exhaust"``: the largest loader has batches; a smaller loader that runs out starts over
+        (re-shuffled) so the larger data is fully used.
+    ``"proportional"`` has no rounds: every loader's batches once an epoch, spread evenly (batch k of a
+    task of n at (k + ½)/n of the epoch), so a task is trained on in proportion to its size, as when
+    MT-DNN (Liu et al. 2019, Algorithm 1) shuffles batches from the union of the tasks. ``max_steps``
+    caps an epoch at as many batches as that many rounds (quick runs)."""
 
     def __init__(self, loaders: dict[str, DataLoader], strategy: str = "min", max_steps: int | None = None):
         if strategy not in STRATEGIES:
@@ -29,35 +30,32 @@ class RoundRobinScheduler:
             raise ValueError(f"no training batches for task(s) {', '.join(empty)}")
         self.loaders, self.strategy = loaders, strategy
         sizes = [len(loader) for loader in loaders.values()]
-        self.steps = min(sizes) if strategy == "min" else max(sizes)
-        if max_steps is not None:
-            self.steps = min(self.steps, max_steps)
-        spread = sorted(((k + 0.5) / n, i, name) for i, (name, n) in enumerate(zip(loaders, sizes)) for k in range(n))
-        self.order = [name for _, _, name in spread][:max_steps * len(loaders) if max_steps is not None else None]
+        if strategy == "proportional":
+            spread = sorted(((k + 0.5) / n, i, name) for i, (name, n) in enumerate(zip(loaders, sizes))
+                            for k in range(n))
+            order = [name for _, _, name in spread]
+        else:
+            order = list(loaders) * (min(sizes) if strategy == "min" else max(sizes))
+        self.order = order[:None if max_steps is None else max_steps * len(loaders)]
 
     def __len__(self) -> int:
-        """Batches per epoch (rounds × tasks, or every batch once)."""
-        return len(self.order) if self.strategy == "proportional" else self.steps * len(self.loaders)
+        """Batches per epoch."""
+        return len(self.order)
 
     def __iter__(self) -> Iterator[tuple[str, dict]]:
-        if self.strategy == "proportional":
-            iterators = {name: iter(loader) for name, loader in self.loaders.items()}
-            yield from ((name, next(iterators[name])) for name in self.order)
-            return
-        for batches in self.rounds():
-            yield from batches.items()
+        iterators = {name: iter(loader) for name, loader in self.loaders.items()}
+        for name in self.order:
+            try:
+                batch = next(iterators[name])
+            except StopIteration:  # only with "exhaust": start this task's data over
+                iterators[name] = iter(self.loaders[name])
+                batch = next(iterators[name])
+            yield name, batch
 
     def rounds(self) -> Iterator[dict[str, dict]]:
         """One ``{task_name: batch}`` per step (the joint loss trains on a whole round at once)."""
         if self.strategy == "proportional":
             raise ValueError("--rr proportional has no rounds of one batch per task (the joint loss needs them)")
-        iterators = {name: iter(loader) for name, loader in self.loaders.items()}
-        for _ in range(self.steps):
-            batches = {}
-            for name, loader in self.loaders.items():
-                try:
-                    batches[name] = next(iterators[name])
-                except StopIteration:  # only with "exhaust": start this task's data over
-                    iterators[name] = iter(loader)
-                    batches[name] = next(iterators[name])
-            yield batches
+        batches = iter(self)
+        while round_ := dict(itertools.islice(batches, len(self.loaders))):
+            yield round_

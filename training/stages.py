@@ -76,7 +76,7 @@ class TaskObjective(Objective):
             yield from ({name: batch} for name, batch in self.scheduler)
 
     def steps(self) -> int:
-        return self.scheduler.steps if self.joint else len(self.scheduler)
+        return len(self.scheduler) // (len(self.scheduler.loaders) if self.joint else 1)
 
     def loss(self, batches):
         return self.run.task_loss(batches)
