@@ -13,7 +13,7 @@ import pytest
 from test_report import N_DEV, SEEDS, dev_scores, markdown_rows, predictions, write_dev_files
 from training.tasks import TASKS
 from training.tools.bootstrap import resample_counts
-from training.tools.report import collect_runs, columns, compare_to_baselines, main, render_markdown
+from training.tools.report import collect_runs, columns, compare_to_baselines, forest_panels, main, render_markdown
 
 
 def write_run(out: Path, name: str, seed: int, pred: dict, gold: dict, data_dir: Path, smart: bool = False,
@@ -131,6 +131,17 @@ def test_the_csv_and_terminal_view_carry_the_per_task_columns(study, tmp_path, c
     d = study["rows"]["smart"].vs_alone["sst"]
     assert float(smart["SST vs alone"]) == d.observed and float(smart["SST vs alone low"]) == d.low
     assert smart["SST vs alone excludes 0"] == "✓"
+
+
+def test_the_forest_plot_has_a_panel_per_compared_task_beside_the_average(study):
+    rows = list(study["rows"].values())
+    panels = dict(forest_panels(rows))
+    assert list(panels) == ["Δ overall dev score vs FT", "Δ SST acc vs alone", "Δ STS Pearson vs alone"]
+    assert [name for name, _ in panels["Δ overall dev score vs FT"]] == [r.run for r in rows if r.vs_ft]
+    assert "ft" not in dict(panels["Δ overall dev score vs FT"])                # FT is the baseline there ...
+    assert dict(panels["Δ SST acc vs alone"])["ft"] is study["rows"]["ft"].vs_alone["sst"]   # ... not here
+    assert "st-sst" not in dict(panels["Δ SST acc vs alone"])
+    assert forest_panels([study["rows"]["st-sst"]]) == []                       # nothing to draw
 
 
 def test_without_st_rows_the_columns_are_as_before(study, tmp_path):

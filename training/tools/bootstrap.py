@@ -145,21 +145,25 @@ def weighted_metric(metric: str, predictions: np.ndarray, gold: np.ndarray, coun
     return np.where(constant, 0.0, cov / denominator)
 
 
-def plot_forest(lines: list[tuple[str, Difference]], path: Path) -> None:
-    """One line per row: the difference to FT as a dot, its interval as a bar, a vertical line at 0."""
+def plot_forest(panels: list[tuple[str, list[tuple[str, Difference]]]], path: Path) -> None:
+    """One panel per (x-axis label, lines), stacked; one line per row: the difference as a dot (black
+    when its interval excludes 0), its interval as a bar, a vertical line at 0."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise MatplotlibMissing(f"matplotlib is not installed, so no {path.name} (pip install matplotlib)") from None
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.3 * len(lines)), constrained_layout=True)
-    for y, (_, d) in zip(range(len(lines), 0, -1), lines):   # the table's first row at the top
-        ax.errorbar(d.observed, y, xerr=[[d.observed - d.low], [d.high - d.observed]], fmt="o", capsize=3,
-                    color="black" if d.excludes_zero else "gray")
-    ax.axvline(0.0, color="tab:red", linewidth=1)
-    ax.set_yticks(range(len(lines), 0, -1), [name for name, _ in lines])
-    ax.set(xlabel="Δ overall dev score vs FT (95% paired bootstrap interval)", ylim=(0.4, len(lines) + 0.6))
+    sizes = [len(lines) for _, lines in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, sum(0.9 + 0.3 * n for n in sizes)), squeeze=False,
+                             gridspec_kw={"height_ratios": [0.9 + 0.3 * n for n in sizes]}, constrained_layout=True)
+    for ax, (label, lines) in zip(axes[:, 0], panels):
+        for y, (_, d) in zip(range(len(lines), 0, -1), lines):   # the table's first row at the top
+            ax.errorbar(d.observed, y, xerr=[[d.observed - d.low], [d.high - d.observed]], fmt="o", capsize=3,
+                        color="black" if d.excludes_zero else "gray")
+        ax.axvline(0.0, color="tab:red", linewidth=1)
+        ax.set_yticks(range(len(lines), 0, -1), [name for name, _ in lines])
+        ax.set(xlabel=f"{label} (95% paired bootstrap interval)", ylim=(0.4, len(lines) + 0.6))
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)

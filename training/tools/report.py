@@ -322,13 +322,22 @@ def write_csv(rows: list[RunRow], path: str | Path) -> None:
     write_text_atomic(path, buffer.getvalue())
 
 
+def forest_panels(rows: list[RunRow]) -> list[tuple[str, list[tuple[str, Difference]]]]:
+    """The forest plot's panels, each (x-axis label, [(row, difference)]): the average's Δ vs FT, then each
+    task's Δ vs its single-task row, each with the rows that have it; empty panels left out."""
+    panels = [("Δ overall dev score vs FT", [(row.run, row.vs_ft) for row in rows if row.vs_ft is not None])]
+    panels += [(f"Δ {metric_column(task)} vs alone", [(row.run, row.vs_alone[task]) for row in rows
+                                                      if task in row.vs_alone]) for task in alone_tasks(rows)]
+    return [(label, lines) for label, lines in panels if lines]
+
+
 def write_forest(rows: list[RunRow], path: Path) -> bool:
-    """The rows' Δ vs FT and intervals as a PNG; False (and no stale picture left) when there is none to draw
-    or matplotlib is missing."""
-    lines = [(row.run, row.vs_ft) for row in rows if row.vs_ft is not None]
-    if lines:
+    """``forest_panels`` as a PNG; False (and no stale picture left) when there is none to draw or
+    matplotlib is missing."""
+    panels = forest_panels(rows)
+    if panels:
         try:
-            plot_forest(lines, path)
+            plot_forest(panels, path)
             return True
         except MatplotlibMissing as err:
             print(f"note: {err}", file=sys.stderr)
