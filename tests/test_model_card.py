@@ -122,7 +122,11 @@ def test_heads_listed_are_the_file_tensors(runs):
     with safe_open(str(runs["trained"] / "checkpoint" / "heads.safetensors"), "pt") as f:
         saved = {key: list(f.get_slice(key).get_shape()) for key in f.keys()}
     listed = {row[0].strip("`"): json.loads(row[1]) for row in table(section(card, "Heads"))}
-    assert listed == saved and "heads.sts.classifier.weight" in listed
+    heads = {key: shape for key, shape in saved.items() if key.startswith("heads.")}
+    assert listed == heads and "heads.sts.classifier.weight" in listed
+    towers = set(saved) - set(heads)   # the default --private_layers 2: the SST and QQP towers
+    assert towers and all(key.startswith(("towers.sst.", "towers.qqp.")) for key in towers)
+    assert "the others' top layers are `towers.<task>.*` in `heads.safetensors`" in card   # named, not listed
     heads = section(card, "Heads")
     assert "qqp: cosine: logit = (cos(u, v) − threshold) / 0.05" in heads
     assert "sts: concat: score = 5·sigmoid(w·[u; v; |u−v|] + b)" in heads

@@ -2,7 +2,8 @@
 encoder's top K layers, STS keeps the encoder's own (the exported model). Checked: a tower starts as
 the layers it copies, a task's step moves its tower and the shared bottom only, K = 0 is the model
 of before, the run's checkpoint reloads to the predictions it wrote, resumption is exact, and bad
-values are one-line errors."""
+values are one-line errors. The default is K = 2 (docs/ablation.md, "The full budget"); with one task
+it changes nothing, and a configuration saved before the flag reads as K = 0."""
 import json
 import subprocess
 
@@ -14,6 +15,7 @@ import run_multitask
 from heads import MultitaskBert, PairHead, SentimentHead
 from minbert import BertConfig, BertModel
 from test_resume import FIXTURE_DATA, argv, assert_same_run, command, env, final_state, resume_after_cut
+from training.config import RunConfig
 from training.resume import list_checkpoints
 from training.runs import load_run
 from training.tasks import TASKS
@@ -94,9 +96,8 @@ def test_a_run_saves_the_sts_tower_as_its_encoder_and_reloads_to_its_predictions
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--tasks", "sst"], "--private_layers needs two or more --tasks"),
     (["--private_layers", "-1"], "--private_layers must not be negative"),
-    (["--compile"], "--private_layers and --compile do not go together"),
+    (["--compile"], "--compile compiles the shared encoder only, not the private towers: add --private_layers 0"),
 ])
 def test_bad_settings_are_one_line_errors(tmp_path, tiny_model_dir, capsys, flags, message):
     argv_ = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--out_dir", str(tmp_path),
@@ -105,6 +106,23 @@ def test_bad_settings_are_one_line_errors(tmp_path, tiny_model_dir, capsys, flag
     err = capsys.readouterr().err.strip()
     assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_the_default_is_two_and_a_saved_configuration_without_the_field_had_none():
+    assert RunConfig.defaults().model.private_layers == 2
+    saved = RunConfig.defaults().to_dict()
+    del saved["model"]["private_layers"]        # a run saved before the flag existed
+    assert RunConfig.from_dict(saved).model.private_layers == 0
+
+
+def test_with_one_task_private_layers_change_nothing(tmp_path, tiny_model_dir):
+    runs = [train(tmp_path, tiny_model_dir, f"sst-{k}", "--tasks", "sst", "--epochs", "1", "--max_steps_per_epoch",
+                  "2", "--private_layers", k) for k in ("0", "2")]
+    weights = [load_file(str(run / "checkpoint" / name)) for run in runs
+               for name in ("model.safetensors", "heads.safetensors")]
+    for a, b in ((weights[0], weights[2]), (weights[1], weights[3])):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert "Private layers" not in (runs[1] / "checkpoint" / "README.md").read_text(encoding="utf-8")
 
 
 def test_more_private_layers_than_the_model_has_names_its_config(tmp_path, tiny_model_dir, capsys):

@@ -72,7 +72,8 @@ def test_linear_layers_are_replaced_and_outputs_stay_close(checkpoint, per_chann
     n_linear = quantize.count_linear(fp32)
     int8 = quantize.quantize(fp32, per_channel)
     dynamic = [m for m in int8.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
-    assert n_linear == 2 * 6 + 1 + 2  # per layer Q, K, V, out, FF in, FF out; pooler; SST and QQP heads
+    # per layer Q, K, V, out, FF in, FF out; pooler; SST and QQP heads; the SST and QQP towers' copies of both layers
+    assert n_linear == 2 * 6 + 1 + 2 + 2 * 2 * 6
     assert not any(type(m) is nn.Linear for m in int8.modules())
     assert len(dynamic) == n_linear
     expected = torch.per_channel_affine if per_channel else torch.per_tensor_affine
@@ -113,7 +114,7 @@ def test_report_size_and_saved_weights(checkpoint, tmp_path, capsys):
         assert set(dev[model]) == {"sst", "qqp", "sts", "overall"}
         assert 0 <= dev[model]["sst"] <= 1 and 0 <= dev[model]["qqp"] <= 1 and -1 <= dev[model]["sts"] <= 1
     assert set(dev["agreement"]) == {"sst_same_prediction", "qqp_same_prediction", "sts_max_abs_diff"}
-    assert report["quantization"]["linear_layers"] == 15
+    assert report["quantization"]["linear_layers"] == 2 * 6 + 1 + 2 + 2 * 2 * 6
 
     # The saved state_dict is the quantized model: loaded into a fresh one, it gives the same outputs.
     run = load_run(checkpoint)

@@ -38,7 +38,7 @@ def test_each_extension_is_wired(extension):
     # off, its budget flags pass (the grid gives every row the same budget) and change nothing it does
     run_multitask.parse_config([w for kv in extension.budget.items() for w in kv]).validate()
     rows = dict(training.tools.grid.grid_rows())
-    assert rows[f"mean-{extension.short}"] == ["--pooling", "mean", f"--{extension.name}"]
+    assert rows[f"mean-{extension.short}"] == ["--pooling", "mean", f"--{extension.name}", "--private_layers", "0"]
 
 
 @dataclass
@@ -82,7 +82,7 @@ def test_a_new_extension_is_one_module(with_toy, tmp_path, tiny_model_dir, capsy
     assert metrics["stages"]["toy"] == {"rounds": 2, "tasks": ["qqp", "sst", "sts"]}
     assert metrics["config"]["toy"] == {"toy": True, "toy_rounds": 2}
     rows = dict(training.tools.grid.grid_rows())
-    assert rows["mean-toy"] == ["--pooling", "mean", "--toy"] and "--toy" in rows["mean-all"]
+    assert rows["mean-toy"] == ["--pooling", "mean", "--toy", "--private_layers", "0"] and "--toy" in rows["mean-all"]
     assert training.tools.grid.budget()["--toy_rounds"] == "1"
     stages_alone = RunConfig.defaults()
     stages_alone.train.epochs = 0

@@ -534,20 +534,24 @@ def test_ablate_grid_rows_come_from_the_extension_table():
     n, variants = len(EXTENSIONS), [v for e in EXTENSIONS for v in e.variants] + list(VARIANTS)
     assert len(rows) == 6 + 2 * n + n * (n - 1) // 2 + len(variants) + 1 + 3 and len(set(names)) == len(rows)
     assert names[:6] == ["pt", "ft", "st-sst", "st-qqp", "st-sts", "cls"] and rows[0][1:3] == ["--option", "pretrain"]
-    assert rows[2:5] == [[f"st-{t}", *rows[1][1:], "--tasks", t] for t in ("sst", "qqp", "sts")]   # FT's recipe, alone
+    assert rows[1] == ["ft", "--pooling", "mean", "--private_layers", "0"]   # one shared encoder, no extension
+    assert rows[2:5] == [[f"st-{t}", "--pooling", "mean", "--tasks", t, "--private_layers", "0"]   # FT's recipe, alone
+                         for t in ("sst", "qqp", "sts")]
     costly = "-".join(e.short for e in EXTENSIONS if e.costly)
     assert "mean-preqqp" in names and "mean-ucl-preqqp" in names and f"mean-all-but-{costly}" in names
     assert costly.startswith("smart")
     extensions = {f"--{e.name}" for e in EXTENSIONS}
     assert "--lcl" in extensions
-    for row in rows[2:]:
-        assert "--pooling" in row, row[0]
-    for ext in extensions:   # each extension alone on both poolings
+    for row in rows[2:]:   # the table does not depend on the defaults
+        assert "--pooling" in row and "--private_layers" in row, row[0]
+    for ext in extensions:   # each extension alone on both poolings, on one shared encoder
         for pooling in ("cls", "mean"):
-            assert any(set(r[1:]) - {"--pooling", pooling} == {ext} and pooling in r for r in rows), (ext, pooling)
+            assert any(set(r[1:]) - {"--pooling", pooling, "--private_layers", "0"} == {ext} and pooling in r
+                       for r in rows), (ext, pooling)
     assert any(extensions <= set(r) for r in rows)   # everything on
     published = rows[names.index("published")]
-    assert set(published[1:]) == {"--pooling", "mean", "--pre_qqp", "--joint_loss", "--smart", "--scl"}
+    assert published[1:] == ["--pooling", "mean", "--pre_qqp", "--joint_loss", "--smart", "--scl", "--private_layers",
+                             "0"]
     for name, flags in variants:   # each variant parses, and differs from its extension's own row
         config = run_multitask.parse_config(flags)
         assert (config.smart.smart_bregman or config.train.rr != "min" or config.model.private_layers

@@ -33,8 +33,9 @@ class ModelConfig:
                                                             "model's config.json value)", type=float)
     option: str = flag("finetune", "finetune: update BERT and heads; pretrain: BERT frozen, heads only",
                        choices=["finetune", "pretrain"])
-    private_layers: int = flag(0, "give each task its own copy of the encoder's top K layers over the shared bottom "
-                                  "(0: all shared); STS keeps the encoder's own, the tower that checkpoint/ exports")
+    private_layers: int = flag(2, "give each task its own copy of the encoder's top K layers over the shared bottom "
+                                  "(0: all shared, plain fine-tuning); STS keeps the encoder's own, the tower that "
+                                  "checkpoint/ exports; no effect with one task")
 
 
 @dataclass
@@ -237,15 +238,13 @@ class RunConfig:
              "--attention_probs_dropout_prob must be in [0, 1)"),
             (m.temp > 0, "--temp must be positive"),
             (m.private_layers >= 0, "--private_layers must not be negative"),
-            (m.private_layers == 0 or len(self.task_names()) > 1,
-             "--private_layers needs two or more --tasks (one task's layers are all its own already)"),
-            (m.private_layers == 0 or not self.speed.compile,
-             "--private_layers and --compile do not go together (only the shared encoder is compiled); choose one"),
             (self.output.save_every >= 0, "--save_every must not be negative"),
             (self.output.keep_checkpoints >= 1, "--keep_checkpoints must be at least 1"),
             (not (self.speed.sparse_embeddings is True and self.speed.compile),
              "--sparse_embeddings and --compile do not go together (torch.compile cannot build the sparse "
              "embedding backward); choose one"),
+            (not (self.speed.compile and m.private_layers and len(self.task_names()) > 1 and t.epochs),
+             "--compile compiles the shared encoder only, not the private towers: add --private_layers 0"),
             (t.epochs > 0 or any(e.enabled(self) for e in registry() if e.stages_alone),
              f"--epochs 0 runs the stages alone: give {', '.join(alone[:-1])} or {alone[-1]} (or train at least "
              f"one epoch)"),
@@ -295,7 +294,8 @@ def removed_settings(data: dict) -> list[str]:
 # Fields whose default changed after they were first saved, with the value that does what a
 # version without the field did: a saved configuration that lacks one is from such a version.
 ABSENT_MEANS = {"warmup_ratio": None, "decay_bias_norm": True, "max_grad_norm": None,
-                "attention": "manual", "bucket": False, "dropout_masks": "bernoulli", "sparse_embeddings": False}
+                "attention": "manual", "bucket": False, "dropout_masks": "bernoulli", "sparse_embeddings": False,
+                "private_layers": 0}
 
 # Fields saved under an older name: old name -> (field, the old value as the field's value).
 RENAMED = {"no_decay_bias_norm": ("decay_bias_norm", lambda no_decay: not no_decay)}

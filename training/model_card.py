@@ -137,7 +137,7 @@ def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path) 
              f"- Tasks trained: {trained}",
              f"- Extensions: {', '.join(f'`--{e}`' for e in extensions) if extensions else 'none'}"
              + (f" (stages run before multi-task training: {', '.join(stages)})" if stages else "")]
-    if model.get("private_layers"):
+    if model.get("private_layers") and len(tasks) > 1 and not _stages_only(metrics):  # else no towers were built
         home = EXPORTED_TOWER if EXPORTED_TOWER in tasks else tasks[0]
         k = model["private_layers"]
         top = "top encoder layer" if k == 1 else f"top {k} encoder layers"

@@ -49,7 +49,7 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
     else:
         bert = BertModel.from_pretrained(model_dir, **overrides)
     check_pooling_depth(config.model.pooling, bert.config, model_dir / "config.json")
-    if config.model.private_layers > bert.config.num_hidden_layers:
+    if len(config.task_names()) > 1 and config.model.private_layers > bert.config.num_hidden_layers:
         raise ValueError(f"--private_layers {config.model.private_layers} is more than the "
                          f"{bert.config.num_hidden_layers} layers of {model_dir / 'config.json'}")
     model = with_heads(bert, config, config.task_names())
@@ -315,7 +315,7 @@ def with_heads(bert: BertModel, config: RunConfig, tasks: Sequence[str]) -> Mult
                            "choose another --pooling, e.g. mean or cls")
     width = pooled_size(bert.config.hidden_size, config.model.pooling)
     return MultitaskBert(bert, {name: TASKS[name].head(width, config.model) for name in tasks},
-                         config.model.pooling, config.model.private_layers if tasks else 0,
+                         config.model.pooling, config.model.private_layers if len(tasks) > 1 else 0,
                          home=EXPORTED_TOWER if EXPORTED_TOWER in tasks else None)
 
 

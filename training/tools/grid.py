@@ -7,7 +7,7 @@
     python -m training.tools.grid --all            # the three, each ended by a line "%%" (ablate.sh reads it)
 
 ``scripts/ablate.sh`` runs these rows (which, and why: docs/ablation.md, "The grid and its table").
-Pooling is always given so the table does not depend on the default.
+Pooling and private layers are always given, so the table does not depend on the defaults.
 """
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def grid_rows() -> list[tuple[str, list[str]]]:
     costly = "-".join(e.short for e in EXTENSIONS if e.costly)
     rows += [row("mean", cheap, f"mean-all-but-{costly}"), row("cls", EXTENSIONS, "cls-all"),
              row("mean", EXTENSIONS, "mean-all")]
-    return rows
+    # one shared encoder (FT, as the papers of the extensions) unless the row is about private layers
+    return [(name, flags if "--private_layers" in flags else [*flags, "--private_layers", "0"]) for name, flags in rows]
 
 
 def budget() -> dict[str, str]:
