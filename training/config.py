@@ -243,7 +243,7 @@ class RunConfig:
             (not (self.speed.sparse_embeddings is True and self.speed.compile),
              "--sparse_embeddings and --compile do not go together (torch.compile cannot build the sparse "
              "embedding backward); choose one"),
-            (not (self.speed.compile and m.private_layers and len(self.task_names()) > 1 and t.epochs),
+            (not (self.speed.compile and self.builds_towers() and t.epochs),
              "--compile compiles the shared encoder only, not the private towers: add --private_layers 0"),
             (t.epochs > 0 or any(e.enabled(self) for e in registry() if e.stages_alone),
              f"--epochs 0 runs the stages alone: give {', '.join(alone[:-1])} or {alone[-1]} (or train at least "
@@ -253,6 +253,11 @@ class RunConfig:
     def task_names(self) -> list[str]:
         """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs)."""
         return parse_tasks(self.train.tasks)
+
+    def builds_towers(self) -> bool:
+        """Whether the model gets private towers (``--private_layers``): K > 0 and two or more tasks, since
+        one task's layers are all its own already."""
+        return self.model.private_layers > 0 and len(self.task_names()) > 1
 
     def batch_sizes(self) -> dict[str, int]:
         """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
