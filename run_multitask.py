@@ -20,10 +20,10 @@ EPILOG = """other tools:
   python -m training.tools.predict RUN --data_dir DIR --out DIR   predict files with a trained run
   python -m training.tools.embed RUN --input FILE --out FILE.npy  sentence vectors of a file
   python -m training.tools.report predictions/         results table of run folders
-  python -m training.tools.evaluate_embeddings ...     STS / SentEval embedding evaluation
-  python -m training.tools.simcse_sweep ...            unsupervised SimCSE sweep (lr x temp x pooling)
-  python -m training.tools.probe ...                   k-means and linear probe of sentence vectors
-  python -m training.tools.sentence_finetune ...       single-sentence fine-tuning (ce or lcl)
+  python -m scripts.evaluate_embeddings ...            STS / SentEval embedding evaluation
+  python -m scripts.simcse_sweep ...                   unsupervised SimCSE sweep (lr x temp x pooling)
+  python -m scripts.probe ...                          k-means and linear probe of sentence vectors
+  python -m scripts.sentence_finetune ...              single-sentence fine-tuning (ce or lcl)
   python scripts/quantize.py ...                       int8 quantization of a run's checkpoint
   bash scripts/ablate.sh -- --data_dir DIR             the ablation grid"""
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The LCL study: label-contrastive (lcl) against cross-entropy (ce) fine-tuning, judged by the
 # embeddings alone. For each task, the encoder is fine-tuned with each loss (same budget, same seed;
-# python -m training.tools.sentence_finetune), then k-means ARI/AMI and a logistic-regression probe
-# (python -m training.tools.probe) are measured on the frozen embeddings of the result and, as the
+# python -m scripts.sentence_finetune), then k-means ARI/AMI and a logistic-regression probe
+# (python -m scripts.probe) are measured on the frozen embeddings of the result and, as the
 # baseline, of the untouched model ("pretrained").
 #
 # Usage: bash scripts/lcl_study.sh [--data_dir DIR] [--model DIR] [--out DIR] [--max_train N] [--normalize]
@@ -103,7 +103,7 @@ probe() {
   local task="$1" series="$2"; shift 2
   local json="$PROBES/$series/$task.json"
   ((DRY_RUN)) || mkdir -p "$PROBES/$series"
-  step "probe-$task-$series$SUFFIX" "$json" "$PYTHON" -m training.tools.probe "$@" \
+  step "probe-$task-$series$SUFFIX" "$json" "$PYTHON" -m scripts.probe "$@" \
     --task "$task" --data_dir "$DATA_DIR" --pooling "$POOLING" --max_train "$MAX_TRAIN" \
     "${probe_flags[@]+"${probe_flags[@]}"}" --out "$json" && results+=("$json")
 }
@@ -114,7 +114,7 @@ for entry in "${BUDGETS[@]}"; do
   for loss in "${LOSSES[@]}"; do
     run="$OUT/runs/$task-$loss"
     # shellcheck disable=SC2086  # $budget is a list of flags
-    step "train-$task-$loss" "$run/metrics.json" "$PYTHON" -m training.tools.sentence_finetune --task "$task" \
+    step "train-$task-$loss" "$run/metrics.json" "$PYTHON" -m scripts.sentence_finetune --task "$task" \
       --loss "$loss" --data_dir "$DATA_DIR" --out "$run" --pooling "$POOLING" --max_length 128 $budget \
       "${model_flags[@]+"${model_flags[@]}"}" "${EXTRA[@]+"${EXTRA[@]}"}" \
       && probe "$task" "$loss" --checkpoint "$run"

@@ -6,10 +6,10 @@
 
 Each input is the ``--out`` JSON of one run of
 
-- ``python -m training.tools.evaluate_embeddings`` (STS): one table row per pooling mode (with its token
+- ``python -m scripts.evaluate_embeddings`` (STS): one table row per pooling mode (with its token
   reduction where the mode takes one: ``first_last (max)``), one column pair per series (Spearman,
   Pearson of the "all" setting, x100), one table per dataset; the chart plots ``--metric``;
-- ``python -m training.tools.probe``: one row per task and measure (k-means ARI and AMI on dev and train,
+- ``python -m scripts.probe``: one row per task and measure (k-means ARI and AMI on dev and train,
   probe train and dev accuracy), one column per series; the chart plots the dev measures and both
   accuracies.
 

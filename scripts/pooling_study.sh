@@ -79,7 +79,7 @@ for series in "${SERIES[@]}"; do
   [[ "$series" == ucl ]] && source_flags=(--checkpoint "$UCL")
   while read -r mode reduction name; do
     json="$OUT/$series/$name.json"
-    cmd=("$PYTHON" -m training.tools.evaluate_embeddings "${source_flags[@]+"${source_flags[@]}"}" --data "$DATA"
+    cmd=("$PYTHON" -m scripts.evaluate_embeddings "${source_flags[@]+"${source_flags[@]}"}" --data "$DATA"
          --pooling "$mode" --reduction "$reduction" --out "$json" "${EXTRA[@]+"${EXTRA[@]}"}")
     if ((DRY_RUN)); then printf '%q ' "${cmd[@]}"; echo; continue; fi
     if [[ -s "$json" ]]; then

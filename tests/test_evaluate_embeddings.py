@@ -1,4 +1,4 @@
-"""training.tools.evaluate_embeddings: correlations against hand-computed values, the SentEval (STS12-16,
+"""scripts.evaluate_embeddings: correlations against hand-computed values, the SentEval (STS12-16,
 STS-B) / SICK / CS224N readers (data.senteval) on tiny fixture files, the average over datasets, and
 main() end to end on a tiny random BERT."""
 import dataclasses
@@ -19,7 +19,7 @@ from training.checkpoint import save_checkpoint
 from training.config import ModelConfig, RunConfig
 from training.runs import build_model, encode
 from training.similarity import average_over_datasets, correlations
-from training.tools.evaluate_embeddings import main, render_table
+from scripts.evaluate_embeddings import main, render_table
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SENTEVAL = FIXTURES / "senteval"

@@ -47,7 +47,7 @@ def test_pooling_study_dry_run_lists_every_mode_and_reduction(tmp_path):
     result = subprocess.run(["bash", str(SCRIPT), "--dry_run", "--data", str(STS_DEV), "--out", str(tmp_path),
                              "--ucl_checkpoint", str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stdout.splitlines() if "training.tools.evaluate_embeddings" in line]
+    lines = [line for line in result.stdout.splitlines() if "scripts.evaluate_embeddings" in line]
     # 4 modes without a reduction + 6 layer-combining modes x {mean, max}, for base and ucl
     assert len(lines) == 2 * (4 + 2 * 6)
     assert sum("--checkpoint" in line for line in lines) == 16

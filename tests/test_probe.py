@@ -1,4 +1,4 @@
-"""training.tools.probe: k-means ARI/AMI and the logistic-regression probe on synthetic embeddings whose
+"""scripts.probe: k-means ARI/AMI and the logistic-regression probe on synthetic embeddings whose
 answers are known, and main() end to end on a tiny random BERT and a tiny CFIMDB-format fixture."""
 import dataclasses
 import json
@@ -11,7 +11,7 @@ import torch
 from training.checkpoint import save_checkpoint
 from training.config import ModelConfig, RunConfig, TrainConfig
 from training.runs import build_model
-from training.tools.probe import TASK_CHOICES, build_parser, cluster_scores, main, probe_scores, subsample
+from scripts.probe import TASK_CHOICES, build_parser, cluster_scores, main, probe_scores, subsample
 
 CFIMDB = Path(__file__).resolve().parent / "fixtures" / "cfimdb"
 

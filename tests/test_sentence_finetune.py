@@ -1,5 +1,5 @@
-"""training.tools.sentence_finetune: ce and lcl each move the encoder, the written checkpoint is read by
-training.tools.probe / load_run, it trains bit-identically to its own loop written out, and bad flags are one-line errors (tiny random BERT, tiny CSVs);
+"""scripts.sentence_finetune: ce and lcl each move the encoder, the written checkpoint is read by
+scripts.probe / load_run, it trains bit-identically to its own loop written out, and bad flags are one-line errors (tiny random BERT, tiny CSVs);
 scripts/lcl_study.sh lists its steps, and scripts/plot_table.py --csv writes the study's CSV."""
 import csv
 import importlib.util
@@ -17,7 +17,7 @@ from minbert import BertModel
 from training import load_run
 from training.checkpoint import load_checkpoint
 from training.tools import probe
-from training.tools.sentence_finetune import main
+from scripts.sentence_finetune import main
 
 SST_ROWS = [  # (sentence, sentiment 0..4)
     ("a dull , lifeless mess .", 0), ("tedious and far too long .", 0), ("it never finds its footing .", 1),
@@ -122,7 +122,7 @@ def test_the_loop_trains_as_a_written_out_loop(tiny_model_dir, data_dir, tmp_pat
     from heads import MultitaskBert
     from minbert import AdamW, BertTokenizer, decay_groups
     from training.losses import label_contrastive_loss
-    from training.tools.probe import read_split
+    from scripts.probe import read_split
     from training.tasks import TASKS
 
     assert _run(tiny_model_dir, data_dir, tmp_path / "run", "--task", "sst", "--loss", "lcl", "--epochs", "2") == 0
@@ -167,8 +167,8 @@ def test_lcl_study_dry_run_lists_the_runs_and_probes(data_dir, tmp_path):
                             capture_output=True, text=True, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    train = [line for line in lines if "training.tools.sentence_finetune" in line]
-    probes = [line for line in lines if "training.tools.probe" in line]
+    train = [line for line in lines if "scripts.sentence_finetune" in line]
+    probes = [line for line in lines if "scripts.probe" in line]
     assert len(train) == 4 and all("--temp 0.1" in line for line in train)
     assert any("--task cfimdb --loss lcl" in line and "--epochs 2 --max_steps 50" in line for line in train)
     assert len(probes) == 6 and sum("--checkpoint" in line for line in probes) == 4

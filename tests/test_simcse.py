@@ -1,5 +1,5 @@
 """Unsupervised SimCSE alone (--ucl --epochs 0), its own --ucl_max_length, its STS dev curve
-(--ucl_eval_every) with resumption, and the sweep driver (training.tools.simcse_sweep), on the tiny
+(--ucl_eval_every) with resumption, and the sweep driver (scripts.simcse_sweep), on the tiny
 fixture data with a tiny random BERT."""
 import json
 import shutil

@@ -1,6 +1,6 @@
 """How well sentence vectors rank sentence pairs: the cosine of each pair's vectors against the gold
 similarity, as Spearman's and Pearson's correlation (the STS evaluation of SentEval, Conneau & Kiela
-2018, and of SimCSE, Gao et al. 2021, Appendix B). Used by ``training.tools.evaluate_embeddings`` and
+2018, and of SimCSE, Gao et al. 2021, Appendix B). Used by ``scripts.evaluate_embeddings`` and
 by the unsupervised SimCSE stage's STS dev curve (``--ucl_eval_every``)."""
 from __future__ import annotations
 

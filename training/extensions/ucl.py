@@ -39,8 +39,8 @@ class UclConfig:
     ucl_eval_every: int = flag(0, "every N unsupervised SimCSE steps (and before the first, and after the last) "
                                   "score the encoder on STS dev (Spearman of cosines, the run's --pooling) and end "
                                   "the stage with the best step's encoder (0: never)")
-    ucl_eval_data: str | None = flag(None, "STS file for --ucl_eval_every, any layout training.tools."
-                                           "evaluate_embeddings reads (default: sts-dev.csv of --data_dir)", type=str)
+    ucl_eval_data: str | None = flag(None, "STS file for --ucl_eval_every, any layout data/senteval.py "
+                                           "reads (default: sts-dev.csv of --data_dir)", type=str)
 
 
 class UnsupervisedSimCSE(Extension):

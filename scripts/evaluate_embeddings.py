@@ -1,7 +1,7 @@
 """Sentence-embedding evaluation on STS: Spearman and Pearson of cosine similarity against gold scores.
 
-    python -m training.tools.evaluate_embeddings --data ../shared/data/multitask/sts-dev.csv --pooling mean
-    python -m training.tools.evaluate_embeddings --checkpoint predictions/<run>/checkpoint --pooling first_last \\
+    python -m scripts.evaluate_embeddings --data ../shared/data/multitask/sts-dev.csv --pooling mean
+    python -m scripts.evaluate_embeddings --checkpoint predictions/<run>/checkpoint --pooling first_last \\
         --data SentEval/data/downstream/STS SentEval/data/downstream/SICK --out sts.json
 
 The encoder alone embeds each sentence of a pair (no task head; ``heads.pooling`` gives the vector);
@@ -24,13 +24,12 @@ from typing import Sequence
 
 from data.senteval import find_datasets
 from heads.pooling import TOKEN_REDUCTIONS, applied_reduction
-
-from ..cli import run_command
-from ..config import DataConfig, ModelConfig, TrainConfig, add_flags
-from ..device import pick_device
-from ..outputs import write_json
-from ..runs import LoadedRun, load_run, pretrained_run
-from ..similarity import DEFAULT_BATCH_SIZE, average_over_datasets, correlations, score_dataset
+from training.cli import run_command
+from training.config import DataConfig, ModelConfig, TrainConfig, add_flags
+from training.device import pick_device
+from training.outputs import write_json
+from training.runs import LoadedRun, load_run, pretrained_run
+from training.similarity import DEFAULT_BATCH_SIZE, average_over_datasets, correlations, score_dataset
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,7 +63,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m training.tools.evaluate_embeddings",
+    parser = argparse.ArgumentParser(prog="python -m scripts.evaluate_embeddings",
                                      description=__doc__.split("\n\n")[0])
     add_encoder_flags(parser)
     parser.add_argument("--data", nargs="+", type=Path, required=True, help="STS files or folders (CS224N sts-*.csv, "

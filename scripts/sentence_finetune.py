@@ -1,9 +1,9 @@
 """Fine-tune the encoder on one labelled single-sentence task (SST, CFIMDB) with cross-entropy or
 a label-contrastive loss, and save it for the embedding evaluations.
 
-    python -m training.tools.sentence_finetune --task sst --loss lcl --data_dir ../shared/data/cs224n \\
+    python -m scripts.sentence_finetune --task sst --loss lcl --data_dir ../shared/data/cs224n \\
         --out predictions/lcl_study/runs/sst-lcl --max_steps 150
-    python -m training.tools.probe --checkpoint predictions/lcl_study/runs/sst-lcl --task sst \\
+    python -m scripts.probe --checkpoint predictions/lcl_study/runs/sst-lcl --task sst \\
         --data_dir ../shared/data/cs224n --pooling mean
 
 Two objectives on the pooled sentence vector u = pool(BERT(x)) (``heads.pooling``, ``--pooling``):
@@ -33,20 +33,19 @@ import torch.nn.functional as F
 
 from data.batching import make_loader
 from data.readers import resolve_data_dir
-
-from ..adamw import ParamSet, build_adamw
-from ..checkpoint import save_checkpoint
-from ..cli import run_command
-from ..config import DataConfig, ModelConfig, RunConfig, TrainConfig, add_flags, section_from_args
-from ..device import pick_device, to_device
-from ..loop import CURVE_EVERY, Objective, TrainingLoop
-from ..losses import label_contrastive_loss
-from ..outputs import write_json
-from ..precision import Precision
-from ..run_log import RunLog
-from ..runs import pretrained_run, with_heads
-from ..tasks import TASKS
-from .probe import TASK_CHOICES, read_split
+from scripts.probe import TASK_CHOICES, read_split
+from training.adamw import ParamSet, build_adamw
+from training.checkpoint import save_checkpoint
+from training.cli import run_command
+from training.config import DataConfig, ModelConfig, RunConfig, TrainConfig, add_flags, section_from_args
+from training.device import pick_device, to_device
+from training.loop import CURVE_EVERY, Objective, TrainingLoop
+from training.losses import label_contrastive_loss
+from training.outputs import write_json
+from training.precision import Precision
+from training.run_log import RunLog
+from training.runs import pretrained_run, with_heads
+from training.tasks import TASKS
 
 OBJECTIVES = ("ce", "lcl")
 
@@ -99,7 +98,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineErrorParser(prog="python -m training.tools.sentence_finetune",
+    parser = _OneLineErrorParser(prog="python -m scripts.sentence_finetune",
                                  description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True,
                         help="; ".join(f"{name}: {TASKS[name].description}" for name in TASK_CHOICES))

@@ -1,7 +1,7 @@
 """Clustering and linear-probe evaluation of frozen sentence embeddings on a labelled single-sentence task.
 
-    python -m training.tools.probe --task cfimdb --data_dir ../shared/data/cs224n --pooling mean
-    python -m training.tools.probe --checkpoint predictions/<run>/checkpoint --task sst \\
+    python -m scripts.probe --task cfimdb --data_dir ../shared/data/cs224n --pooling mean
+    python -m scripts.probe --checkpoint predictions/<run>/checkpoint --task sst \\
         --data_dir ../shared/data/cs224n --pooling mean --out probe-sst.json
 
 The frozen encoder alone (no task head; ``heads.pooling`` gives the vector) embeds the train and dev
@@ -29,12 +29,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
 
 from data.readers import DataError, Example, resolve_data_dir
-
-from ..cli import run_command
-from ..config import DataConfig, TrainConfig, add_flags
-from ..outputs import write_json
-from ..tasks import TASKS, Task
-from .evaluate_embeddings import add_encoder_flags, open_encoder
+from scripts.evaluate_embeddings import add_encoder_flags, open_encoder
+from training.cli import run_command
+from training.config import DataConfig, TrainConfig, add_flags
+from training.outputs import write_json
+from training.tasks import TASKS, Task
 
 DEFAULT_SEED = TrainConfig.seed
 SPLITS = ("train", "dev")
@@ -91,7 +90,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m training.tools.probe", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True, choices=TASK_CHOICES,
                         help="; ".join(f"{name}: {TASKS[name].description}, {TASKS[name].files['train']} / "
                                        f"{TASKS[name].files['dev']}" for name in TASK_CHOICES))

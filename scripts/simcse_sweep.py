@@ -1,9 +1,9 @@
 """A sweep of unsupervised SimCSE settings (Gao et al. 2021, §3): learning rate × temperature τ ×
 pooling, each setting one run of the stage alone, scored on STS dev as it trains.
 
-    python -m training.tools.simcse_sweep --ucl_steps 1000 --out_dir predictions/simcse_sweep \\
+    python -m scripts.simcse_sweep --ucl_steps 1000 --out_dir predictions/simcse_sweep \\
         -- --data_dir ../shared/data/multitask
-    python -m training.tools.simcse_sweep --ucl_lr 3e-5 --temp 0.05 --pooling mean cls --dry_run
+    python -m scripts.simcse_sweep --ucl_lr 3e-5 --temp 0.05 --pooling mean cls --dry_run
 
 Every setting is ``python run_multitask.py --ucl --epochs 0 --ucl_lr LR --temp T --pooling P ...
 --out_dir OUT --run_name <setting> [flags after --]``, run one after the other in this process
@@ -26,14 +26,13 @@ from typing import Sequence
 import run_multitask  # the command's own parser: a setting is exactly its command line
 from heads import POOLING_MODES
 from minbert.atomic import atomic_path, make_folder, write_text_atomic
-
-from ..cli import run_command
-from ..config import OutputConfig, RunConfig, add_flags
-from ..extensions.ucl import UclConfig
-from ..curves import MatplotlibMissing
-from ..outputs import read_metrics, write_json
-from ..resume import list_checkpoints
-from ..trainer import run
+from training.cli import run_command
+from training.config import OutputConfig, RunConfig, add_flags
+from training.curves import MatplotlibMissing
+from training.extensions.ucl import UclConfig
+from training.outputs import read_metrics, write_json
+from training.resume import list_checkpoints
+from training.trainer import run
 
 # The study's grid. SimCSE chose its learning rate among the same three values on STS-B dev (Gao et al.
 # 2021, Appendix A); its example script scores every 125 steps and truncates to 32 word pieces.
@@ -74,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m training.tools.simcse_sweep", usage="%(prog)s [options] "
+    parser = argparse.ArgumentParser(prog="python -m scripts.simcse_sweep", usage="%(prog)s [options] "
                                      "[-- run_multitask.py flags for every run]", description=__doc__.split("\n\n")[0])
     grid = parser.add_argument_group("the grid (one run per combination)")
     grid.add_argument("--ucl_lr", nargs="+", type=float, default=GRID["ucl_lr"],
