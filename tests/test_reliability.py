@@ -18,11 +18,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import run_multitask
+from scripts import evaluate_embeddings
 from test_bad_input import RUN_NAME, box, snapshot  # noqa: F401 (box: the fixture)
 from training.loop import per_second
 from training.runs import pretrained_run
 from training.resume import Checkpoint, TrainingClock, TrainingDiverged, latest_checkpoint, list_checkpoints
-from training.tools import embed, evaluate_embeddings, predict, report
+from training.tools import embed, predict, report
 
 ROOT = Path(__file__).resolve().parents[1]
 

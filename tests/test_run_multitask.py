@@ -180,8 +180,9 @@ def test_help_shows_every_default_and_names_the_other_tools():
         if action.option_strings and not isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
                                                                  argparse._HelpAction)):
             assert "default" in action.help, action.option_strings
-    assert all(f"training.tools.{tool}" in parser.epilog for tool in ("report", "evaluate_embeddings", "probe",
-                                                                       "sentence_finetune"))
+    assert all(f"training.tools.{tool}" in parser.epilog for tool in ("report", "predict", "embed"))
+    assert all(f"scripts.{tool}" in parser.epilog for tool in ("evaluate_embeddings", "simcse_sweep", "probe",
+                                                               "sentence_finetune"))
 
 
 def test_warmup_schedule_and_no_decay_groups_reach_the_run(tmp_path, tiny_model_dir, monkeypatch):

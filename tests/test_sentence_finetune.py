@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from minbert import BertModel
+from scripts import probe
+from scripts.sentence_finetune import main
 from training import load_run
 from training.checkpoint import load_checkpoint
-from training.tools import probe
-from scripts.sentence_finetune import main
 
 SST_ROWS = [  # (sentence, sentiment 0..4)
     ("a dull , lifeless mess .", 0), ("tedious and far too long .", 0), ("it never finds its footing .", 1),

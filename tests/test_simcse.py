@@ -15,7 +15,7 @@ from training.config import RunConfig
 from training.resume import list_checkpoints
 from training.runs import build_model, load_run, model_directory
 from training.contrastive import ContrastiveObjective
-from training.tools import evaluate_embeddings, simcse_sweep
+from scripts import evaluate_embeddings, simcse_sweep
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_DATA = FIXTURES / "data"
