@@ -30,3 +30,23 @@ def test_without_matplotlib_the_run_says_so_once_and_finishes(tmp_path, tiny_mod
     assert out.count("matplotlib is not installed, so no curves.png (pip install matplotlib)") == 1
     assert not (tmp_path / "run" / "curves.png").exists()
     assert (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_curves_are_redrawn_at_most_once_a_minute_during_training_and_always_at_the_end(tmp_path, monkeypatch):
+    """Drawing takes about a second, as long as a tiny run's whole epoch: during training the plot waits
+    until REDRAW_SECONDS have passed since the last drawing (or the run's start); the final one always comes."""
+    from training import outputs
+    from training.run_log import RunLog
+    drawn, now = [], [1000.0]
+    monkeypatch.setattr(outputs, "plot_curves", lambda metrics, path: drawn.append(metrics["step"]))
+    monkeypatch.setattr(outputs.time, "monotonic", lambda: now[0])
+    files, log = outputs.RunFiles(tmp_path, enabled=True), RunLog(quiet=True)
+    for step, seconds in [(1, 30), (2, 59.9), (3, 60), (4, 100), (5, 181)]:
+        now[0] = 1000.0 + seconds
+        files.curves({"step": step}, log)
+    files.curves({"step": 6}, log, final=True)
+    files.curves({"step": 7}, log, final=True)
+    assert drawn == [3, 5, 6, 7]
+    assert outputs.REDRAW_SECONDS == 60.0
+    outputs.RunFiles(tmp_path, enabled=False).curves({"step": 8}, log, final=True)   # not process 0
+    assert drawn == [3, 5, 6, 7]

@@ -1,6 +1,7 @@
-"""``curves.png``, drawn from a run's metrics.json after every evaluation. Top row: each task's training
-loss (one axis per kind of loss: their scales differ tenfold) and the stages' losses; bottom row: the
-learning rates, dev metrics and dev losses, by epoch or (``--eval_every``) step.
+"""``curves.png``, drawn from a run's metrics.json after evaluations (at most once a minute) and at
+the run's end. Top row: each task's training loss (one axis per kind of loss: their scales differ
+tenfold) and the stages' losses; bottom row: the learning rates, dev metrics and dev losses, by epoch
+or (``--eval_every``) step.
 """
 from __future__ import annotations
 

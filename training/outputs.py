@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -67,20 +68,26 @@ def read_metrics(run_dir: Path) -> dict:
         return {"run_name": run_dir.name}
 
 
+REDRAW_SECONDS = 60.0   # drawing curves.png takes about a second: during training, at most once a minute
+
+
 class RunFiles:
     """The run folder's writer; a no-op in data-parallel processes other than 0."""
 
     def __init__(self, run_dir: Path, enabled: bool):
         self.run_dir, self.enabled, self.warned = run_dir, enabled, False
+        self.drawn_at = time.monotonic()
 
     def json(self, metrics: dict) -> None:
         if self.enabled:
             write_json(self.run_dir / "metrics.json", metrics)
 
-    def curves(self, metrics: dict, log: RunLog) -> None:
-        """``curves.png`` beside metrics.json (once per run a note if matplotlib is missing)."""
-        if not self.enabled:
+    def curves(self, metrics: dict, log: RunLog, final: bool = False) -> None:
+        """``curves.png`` beside metrics.json (once per run a note if matplotlib is missing): always at the
+        run's end, and during training when ``REDRAW_SECONDS`` have passed since the last drawing."""
+        if not self.enabled or (not final and time.monotonic() - self.drawn_at < REDRAW_SECONDS):
             return
+        self.drawn_at = time.monotonic()
         try:
             plot_curves(metrics, self.run_dir / "curves.png")
         except MatplotlibMissing as err:

@@ -175,7 +175,7 @@ class RunFolder:
                             torch_threads=torch.get_num_threads(),
                             finished=datetime.now().isoformat(timespec="seconds"), processes=self.place.world_size)
         self.write.json(self.metrics)
-        self.write.curves(self.metrics, self.log)
+        self.write.curves(self.metrics, self.log, final=True)
         if self.write.enabled:
             write_model_card(self.metrics, self.dir / "checkpoint")
         if not self.config.output.keep_training_state:
