@@ -32,16 +32,27 @@ def signals_deferred() -> Iterator[None]:
         yield
         return
     caught: list[int] = []
-    # a handler installed outside Python (getsignal gives None) cannot be put back, so is left alone
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
-                for sig in DEFERRED_SIGNALS if signal.getsignal(sig) is not None}
+    # a handler installed outside Python (getsignal gives None) cannot be put back, so is left alone.
+    # Read them all before replacing any: a signal that comes between two replacements raises, and
+    # ``finally`` then puts every handler back (not only the ones already replaced) before it propagates
+    previous = {sig: handler for sig in DEFERRED_SIGNALS if (handler := signal.getsignal(sig)) is not None}
     try:
+        for sig in previous:
+            signal.signal(sig, lambda signum, frame: caught.append(signum))
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        _put_back(list(previous.items()))
         for sig in dict.fromkeys(caught):  # each signal once, in the order it came
             signal.raise_signal(sig)
+
+
+def _put_back(handlers: list) -> None:
+    """Install each ``(signal, handler)``; a signal whose handler, once back, raises still lets the rest be put back."""
+    if handlers:
+        try:
+            signal.signal(*handlers[0])
+        finally:
+            _put_back(handlers[1:])
 
 
 @contextmanager

@@ -60,3 +60,55 @@ def test_ctrl_c_in_a_deferred_block_raises_keyboard_interrupt_after_it():
             done.append("the block ran to its end")
     assert done == ["the block ran to its end"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_signal_between_two_handler_swaps_leaves_every_handler_as_it_was(monkeypatch):
+    """SIGTERM arrives after Ctrl-C's handler was replaced and before SIGTERM's: it raises at once,
+    and Ctrl-C's own handler is back (it used to stay the deferring one, swallowing every later Ctrl-C)."""
+    real_signal = signal.signal
+    swaps = []
+
+    def terminate_before_the_second_swap(sig, handler):
+        swaps.append(sig)
+        if len(swaps) == 2:
+            signal.raise_signal(signal.SIGTERM)  # its handler runs inside raise_signal and raises
+        return real_signal(sig, handler)
+
+    def stop(signum, frame):
+        raise RuntimeError("SIGTERM")
+
+    previous_term = real_signal(signal.SIGTERM, stop)
+    previous_int = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(signal, "signal", terminate_before_the_second_swap)
+    try:
+        with pytest.raises(RuntimeError, match="SIGTERM"):
+            with signals_deferred():
+                pytest.fail("the block must not start")
+    finally:
+        monkeypatch.undo()
+        signal.signal(signal.SIGTERM, previous_term)
+    assert swaps[:2] == [signal.SIGINT, signal.SIGTERM]
+    assert signal.getsignal(signal.SIGINT) is previous_int
+
+
+def test_ctrl_c_while_the_handlers_are_put_back_still_puts_back_sigterms(monkeypatch):
+    """Ctrl-C arrives just after its own handler is back: it raises there, and SIGTERM's handler is
+    back too (it used to stay the deferring one, so every later SIGTERM was swallowed)."""
+    real_signal = signal.signal
+    previous_term = signal.getsignal(signal.SIGTERM)
+
+    def interrupt_after_putting_back(sig, handler):
+        installed = real_signal(sig, handler)
+        if sig == signal.SIGINT and handler is signal.default_int_handler:
+            signal.raise_signal(signal.SIGINT)
+        return installed
+
+    monkeypatch.setattr(signal, "signal", interrupt_after_putting_back)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with signals_deferred():
+                pass
+    finally:
+        monkeypatch.undo()
+    assert signal.getsignal(signal.SIGTERM) is previous_term
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

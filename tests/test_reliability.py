@@ -48,7 +48,19 @@ def leftovers(run_dir: Path) -> list[Path]:
 
 
 def subprocess_env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONFAULTHANDLER": "1"}
+
+
+def stderr_after_exit(process: subprocess.Popen, timeout: float = 120) -> str:
+    """The command's stderr once it has exited. One still running after ``timeout`` is sent SIGABRT:
+    faulthandler (PYTHONFAULTHANDLER in the command's environment) prints every thread's stack, and
+    the test fails with it, so a rare hang says where it hung."""
+    try:
+        return process.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        err = process.communicate(timeout=60)[1]
+        pytest.fail(f"the command had not exited {timeout} s later; its stderr, with every thread's stack:\n{err}")
 
 
 def box_command(box, *extra: str) -> list[str]:
@@ -241,7 +253,7 @@ def test_sigterm_is_handled_like_ctrl_c(box):
     while len(list_checkpoints(box.run_dir)) < 2 and time.time() < deadline:
         time.sleep(0.01)
     process.send_signal(signal.SIGTERM)
-    err = process.communicate(timeout=120)[1]
+    err = stderr_after_exit(process)
     assert process.returncode == 128 + signal.SIGTERM, err
     assert err.strip().splitlines()[-1] == "terminated (SIGTERM)"
     assert status(box.run_dir) == "interrupted"

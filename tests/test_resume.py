@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 import run_multitask
+from test_reliability import stderr_after_exit
 from training.resume import Checkpoint, ResumeError, latest_checkpoint, list_checkpoints, rng_state, set_rng_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,8 +38,9 @@ def command(*args):
 
 
 def env():
-    # one thread: the same arithmetic in every process, whatever the machine
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    # one thread: the same arithmetic in every process, whatever the machine; a hang prints its stacks
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TQDM_DISABLE": "1",
+            "PYTHONFAULTHANDLER": "1"}
 
 
 def final_state(run_dir: Path) -> dict:
@@ -132,7 +134,7 @@ def test_fault_injection_signal_or_kill_at_a_random_point_then_resume(tiny_model
         time.sleep(0.002)
     time.sleep(delay)
     process.send_signal(sig)
-    err = process.communicate(timeout=120)[1]
+    err = stderr_after_exit(process)
     finished = process.returncode == 0
     if not finished and sig != signal.SIGKILL:
         assert process.returncode == 128 + sig, err
