@@ -63,6 +63,15 @@ def stderr_after_exit(process: subprocess.Popen, timeout: float = 120) -> str:
         pytest.fail(f"the command had not exited {timeout} s later; its stderr, with every thread's stack:\n{err}")
 
 
+def test_a_command_that_hangs_fails_its_test_with_the_stacks_of_its_threads():
+    """The guard of the signal tests: it must fail, not wait, and say where the command was."""
+    hung = subprocess.Popen([sys.executable, "-c", "import time\ndef waiting_forever():\n    time.sleep(60)\n"
+                             "waiting_forever()"], env=subprocess_env(), stderr=subprocess.PIPE, text=True)
+    with pytest.raises(pytest.fail.Exception, match="(?s)had not exited 1 s later.*in waiting_forever"):
+        stderr_after_exit(hung, timeout=1)
+    assert hung.returncode == -signal.SIGABRT
+
+
 def box_command(box, *extra: str) -> list[str]:
     return [sys.executable, str(ROOT / "run_multitask.py"), "--data_dir", str(box.data), "--model", str(box.model),
             "--out_dir", str(box.out), "--run_name", RUN_NAME, "--batch_size", "4", "--max_length", "16", "--quiet",
