@@ -12,7 +12,7 @@ import os
 import signal
 import tempfile
 import threading
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -32,27 +32,20 @@ def signals_deferred() -> Iterator[None]:
         yield
         return
     caught: list[int] = []
-    # a handler installed outside Python (getsignal gives None) cannot be put back, so is left alone.
-    # Read them all before replacing any: a signal that comes between two replacements raises, and
-    # ``finally`` then puts every handler back (not only the ones already replaced) before it propagates
-    previous = {sig: handler for sig in DEFERRED_SIGNALS if (handler := signal.getsignal(sig)) is not None}
     try:
-        for sig in previous:
-            signal.signal(sig, lambda signum, frame: caught.append(signum))
-        yield
+        # ExitStack runs every callback even when one raises (a signal whose handler is back already),
+        # and each is registered before the swap it undoes, so a signal between two swaps leaves none behind
+        with ExitStack() as put_back:
+            for sig in DEFERRED_SIGNALS:
+                handler = signal.getsignal(sig)
+                if handler is None:  # installed outside Python: it cannot be put back, so is left alone
+                    continue
+                put_back.callback(signal.signal, sig, handler)
+                signal.signal(sig, lambda signum, frame: caught.append(signum))
+            yield
     finally:
-        _put_back(list(previous.items()))
         for sig in dict.fromkeys(caught):  # each signal once, in the order it came
             signal.raise_signal(sig)
-
-
-def _put_back(handlers: list) -> None:
-    """Install each ``(signal, handler)``; a signal whose handler, once back, raises still lets the rest be put back."""
-    if handlers:
-        try:
-            signal.signal(*handlers[0])
-        finally:
-            _put_back(handlers[1:])
 
 
 @contextmanager

@@ -91,24 +91,34 @@ def test_a_signal_between_two_handler_swaps_leaves_every_handler_as_it_was(monke
     assert signal.getsignal(signal.SIGINT) is previous_int
 
 
-def test_ctrl_c_while_the_handlers_are_put_back_still_puts_back_sigterms(monkeypatch):
-    """Ctrl-C arrives just after its own handler is back: it raises there, and SIGTERM's handler is
-    back too (it used to stay the deferring one, so every later SIGTERM was swallowed)."""
+def test_a_signal_while_the_handlers_are_put_back_still_puts_back_the_others(monkeypatch):
+    """A signal arrives just after the first handler is back, and that handler raises: every other
+    handler is back too (it used to stay the deferring one, so every later signal of its kind was
+    swallowed)."""
     real_signal = signal.signal
-    previous_term = signal.getsignal(signal.SIGTERM)
 
-    def interrupt_after_putting_back(sig, handler):
+    def stop(signum, frame):
+        raise RuntimeError(f"signal {signum}")
+
+    previous = {sig: real_signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    put_back = []
+
+    def signal_after_the_first_put_back(sig, handler):
         installed = real_signal(sig, handler)
-        if sig == signal.SIGINT and handler is signal.default_int_handler:
-            signal.raise_signal(signal.SIGINT)
+        if handler is stop:
+            put_back.append(sig)
+            if len(put_back) == 1:
+                signal.raise_signal(sig)  # its handler, back now, raises inside raise_signal
         return installed
 
-    monkeypatch.setattr(signal, "signal", interrupt_after_putting_back)
+    monkeypatch.setattr(signal, "signal", signal_after_the_first_put_back)
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(RuntimeError, match="signal"):
             with signals_deferred():
                 pass
+        assert sorted(put_back) == [signal.SIGINT, signal.SIGTERM]
+        assert signal.getsignal(signal.SIGINT) is stop and signal.getsignal(signal.SIGTERM) is stop
     finally:
         monkeypatch.undo()
-    assert signal.getsignal(signal.SIGTERM) is previous_term
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
