@@ -185,6 +185,15 @@ def test_help_shows_every_default_and_names_the_other_tools():
                                                                "sentence_finetune"))
 
 
+def test_docs_flags_names_every_flag_of_help():
+    """docs/flags.md says it lists every flag of ``--help``: a flag added without a word there fails here."""
+    text = (Path(__file__).parents[1] / "docs" / "flags.md").read_text(encoding="utf-8")
+    flags = [option for action in run_multitask.build_parser()._actions for option in action.option_strings
+             if option.startswith("--") and not option.startswith("--no_") and option != "--help"]
+    assert len(flags) > 60
+    assert [flag for flag in flags if f"`{flag}" not in text] == []
+
+
 def test_warmup_schedule_and_no_decay_groups_reach_the_run(tmp_path, tiny_model_dir, monkeypatch):
     """--warmup_ratio: the logged learning rate rises then falls (the multi-task stage's curve);
     --no_decay_bias_norm: the run's optimizer keeps biases and LayerNorm weights in groups without decay."""
