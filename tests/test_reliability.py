@@ -197,6 +197,41 @@ def test_sigterm_while_a_checkpoint_is_written_lets_it_finish_then_stops(tmp_pat
     assert not leftovers(tmp_path)
 
 
+def test_sigterm_while_a_tensorboard_scalar_is_queued_leaves_the_writer_closable(tmp_path, monkeypatch):
+    """The signal comes while the writer's queue holds its lock (as it can right after ``Queue.put``
+    takes it): raised there, it would leave the lock held, and closing the writer at the end of the
+    run would wait for it forever. The scalar is queued first, then the run stops, and close() returns."""
+    import queue
+    import threading
+    from training.tensorboard import Scalars
+    scalars = Scalars(tmp_path)
+    scalars.add("warm", 0.0, 0)
+    original_put, queues = queue.Queue.put, []
+
+    def put_under_a_signal(self, item, *args, **kwargs):
+        monkeypatch.setattr(queue.Queue, "put", original_put)   # this one call only
+        queues.append(self)
+        self.mutex.acquire()
+        os.kill(os.getpid(), signal.SIGTERM)
+        self.mutex.release()
+        return original_put(self, item, *args, **kwargs)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(queue.Queue, "put", put_under_a_signal)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            scalars.add("loss", 1.0, 1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert queues and not queues[0].mutex.locked()
+    closing = threading.Thread(target=scalars.close, daemon=True)
+    closing.start()
+    closing.join(timeout=30)
+    assert not closing.is_alive(), "closing the TensorBoard writer hangs on the queue's lock"
+
+
 @pytest.mark.parametrize("flag, value", [("--lr", "inf"), ("--head_lr", "nan"), ("--temp", "inf"),
                                          ("--max_grad_norm", "nan"), ("--smart_weight", "inf")])
 def test_non_finite_flags_are_refused(box, capsys, flag, value):

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from minbert.atomic import signals_deferred
+
 FOLDER = "tensorboard"
 
 
 class Scalars:
-    """``add(tag, value, step)`` into the event files of ``run_dir/tensorboard`` (None: writes nothing)."""
+    """``add(tag, value, step)`` into the event files of ``run_dir/tensorboard`` (None: writes nothing).
+    Ctrl-C and SIGTERM wait for each call (``signals_deferred``): raised inside the writer's queue while it
+    holds its lock, they would leave the lock held, and ``close`` at the end of the run would wait forever."""
 
     def __init__(self, run_dir: Path | None = None, purge_step: int | None = None):
         self.writer, self.missing = None, None
@@ -24,8 +28,10 @@ class Scalars:
 
     def add(self, tag: str, value: float | None, step: int) -> None:
         if self.writer is not None and value is not None:
-            self.writer.add_scalar(tag, value, step)
+            with signals_deferred():
+                self.writer.add_scalar(tag, value, step)
 
     def close(self) -> None:
         if self.writer is not None:
-            self.writer.close()
+            with signals_deferred():
+                self.writer.close()
