@@ -28,7 +28,7 @@ from heads import POOLING_MODES
 from minbert.atomic import atomic_path, make_folder, write_text_atomic
 from training.cli import run_command
 from training.config import OutputConfig, RunConfig, add_flags
-from training.curves import MatplotlibMissing
+from training.curves import MatplotlibMissing, pyplot
 from training.extensions.ucl import UclConfig
 from training.outputs import read_metrics, write_json
 from training.resume import list_checkpoints
@@ -204,12 +204,7 @@ def render_csv(ranked: list[Setting]) -> str:
 
 def plot_curves(settings: list[Setting], path: Path) -> None:
     """STS dev Spearman against the step, one line per setting (matplotlib is optional)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MatplotlibMissing(f"matplotlib is not installed, so no {path.name} (pip install matplotlib)") from None
+    plt = pyplot(path)
     fig, ax = plt.subplots(figsize=(8, 5), constrained_layout=True)
     for s in settings:
         if s.curve:

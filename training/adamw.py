@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
-from minbert import AdamW
+from minbert import AdamW, decay_groups
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -31,10 +31,12 @@ def build_adamw(config: RunConfig, sets: Sequence[ParamSet], lr: float) -> AdamW
     for part in sets:
         named = [(name, p) for name, p in part.named if p.requires_grad]
         options = {} if part.lr is None else {"lr": part.lr}
-        if part.decay:
-            groups += train.optimizer_groups(named, **options)
+        if part.decay and not train.decay_bias_norm:   # biases and LayerNorm weights in groups of their own
+            groups += decay_groups(named, train.weight_decay, **options)
         elif named:
-            groups.append({"params": [p for _, p in named], **options, "weight_decay": 0.0})
+            groups.append({"params": [p for _, p in named], **options})
+            if not part.decay:
+                groups[-1]["weight_decay"] = 0.0
     if not groups:
         return None
     return AdamW(groups, lr=lr, weight_decay=train.weight_decay, **config.speed.adamw_options())

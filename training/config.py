@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heads import POOLING_MODES
-from minbert import decay_groups
 
 from .flags import add_flags, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
 from .schedule import STRATEGIES
@@ -61,8 +60,8 @@ class TrainConfig:
     rr: str = flag("min", "round-robin epoch length: 'min' = batches of the smallest task, "
                           "'exhaust' = until the largest task is used up, cycling the others, "
                           "'proportional' = every task's batches once, spread evenly", choices=list(STRATEGIES))
-    max_steps_per_epoch: int | None = flag(None, "cap on round-robin steps per epoch (one step = one batch of each task)",
-                                           type=optional_int)
+    max_steps_per_epoch: int | None = flag(None, "cap on round-robin steps per epoch (one step = one batch of "
+                                                 "each task)", type=optional_int)
     grad_accum: int = flag(1, "batches whose gradients make one optimizer step (gradient accumulation)")
     max_grad_norm: float | None = flag(1.0, "clip the global gradient norm to this before each optimizer step "
                                             "(none: no clipping)", type=optional_float)
@@ -76,14 +75,6 @@ class TrainConfig:
     early_stopping: int = flag(0, "end multi-task training after N evaluations without a better overall dev score "
                                   "(0: never)")
     device: str = flag("auto", "where to train", choices=["auto", "cpu", "cuda"])
-
-    def optimizer_groups(self, named_parameters, **options) -> list[dict]:
-        """AdamW groups: no weight decay on biases and LayerNorm weights (``minbert.decay_groups``) unless
-        ``--decay_bias_norm``, then one group. ``options`` (e.g. ``lr``) go in every group; none is empty."""
-        if not self.decay_bias_norm:
-            return decay_groups(named_parameters, self.weight_decay, **options)
-        params = [p for _, p in named_parameters]
-        return [{"params": params, **options}] if params else []
 
 
 @dataclass

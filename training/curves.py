@@ -16,17 +16,24 @@ class MatplotlibMissing(RuntimeError):
     pass
 
 
-LOSS_KINDS = {"multiclass": "cross-entropy", "binary": "cross-entropy", "regression": "squared error"}
-
-
-def plot_curves(metrics: dict, path: Path) -> Path:
-    """Draw ``metrics`` (a run's metrics.json as a dict) into the PNG ``path``, atomically."""
+def pyplot(path: Path):
+    """``matplotlib.pyplot`` on the Agg backend (files only, no display), or ``MatplotlibMissing`` naming
+    the ``path`` it was to draw: matplotlib is optional."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise MatplotlibMissing("matplotlib is not installed, so no curves.png (pip install matplotlib)") from None
+        raise MatplotlibMissing(f"matplotlib is not installed, so no {path.name} (pip install matplotlib)") from None
+    return plt
+
+
+LOSS_KINDS = {"multiclass": "cross-entropy", "binary": "cross-entropy", "regression": "squared error"}
+
+
+def plot_curves(metrics: dict, path: Path) -> Path:
+    """Draw ``metrics`` (a run's metrics.json as a dict) into the PNG ``path``, atomically."""
+    plt = pyplot(path)
 
     stages = {name: log for name, log in (metrics.get("stages") or {}).items() if isinstance(log, dict)}
     stage_losses = {name: log["loss_curve"] for name, log in stages.items() if log.get("loss_curve")}

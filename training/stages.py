@@ -104,8 +104,8 @@ class MultitaskObjective(TaskObjective):
         self.first_step = self.run.loop.clock.step   # the run's step count when the stage began (before a replay)
         self.best = {"score": -float("inf"), "epoch": None, "step": None, "state": None, "dev": None}
         if saved is not None:  # resuming: the best evaluation before the crash
-            self.best = {"step": None, **saved, "dev": {k: TaskPredictions.from_dict(v) for k, v in saved["dev"].items()},
-                         "state": self.run.loop.clock.checkpoint.best_state()}
+            dev = {k: TaskPredictions.from_dict(v) for k, v in saved["dev"].items()}
+            self.best = {"step": None, **saved, "dev": dev, "state": self.run.loop.clock.checkpoint.best_state()}
 
     def step_done(self, step: int, progress: dict) -> bool:
         every = self.run.config.train.eval_every

@@ -22,7 +22,7 @@ from data.readers import DataError
 from minbert.atomic import atomic_path
 from minbert.errors import describe
 
-from ..curves import MatplotlibMissing
+from ..curves import pyplot
 from ..outputs import prediction_path
 from ..tasks import TASKS, Task, overall_score
 
@@ -148,12 +148,7 @@ def weighted_metric(metric: str, predictions: np.ndarray, gold: np.ndarray, coun
 def plot_forest(panels: list[tuple[str, list[tuple[str, Difference]]]], path: Path) -> None:
     """One panel per (x-axis label, lines), stacked; one line per row: the difference as a dot (black
     when its interval excludes 0), its interval as a bar, a vertical line at 0."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MatplotlibMissing(f"matplotlib is not installed, so no {path.name} (pip install matplotlib)") from None
+    plt = pyplot(path)
     sizes = [len(lines) for _, lines in panels]
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, sum(0.9 + 0.3 * n for n in sizes)), squeeze=False,
                              gridspec_kw={"height_ratios": [0.9 + 0.3 * n for n in sizes]}, constrained_layout=True)
