@@ -170,7 +170,17 @@ def test_a_checkpoint_of_non_finite_weights_is_never_written(tmp_path):
     assert not leftovers(tmp_path)
 
 
-def test_sigterm_while_a_checkpoint_is_written_lets_it_finish_then_stops(tmp_path, monkeypatch):
+@pytest.fixture
+def sigterm_interrupts():
+    """SIGTERM raises KeyboardInterrupt in this test's process, as ``run_command`` makes it do."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, stop)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_while_a_checkpoint_is_written_lets_it_finish_then_stops(tmp_path, monkeypatch, sigterm_interrupts):
     """The signal comes in the middle of writing the weights: the checkpoint is still renamed into
     place whole, the old one pruned, no temporary folder is left, and only then the run stops."""
     from training import resume
@@ -182,22 +192,16 @@ def test_sigterm_while_a_checkpoint_is_written_lets_it_finish_then_stops(tmp_pat
         save_file(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGTERM)
 
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-
     monkeypatch.setattr(resume, "save_file", save_then_signal)
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            clock.step_done()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with pytest.raises(KeyboardInterrupt):
+        clock.step_done()
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000002"]
     assert Checkpoint(list_checkpoints(tmp_path)[0]).step == 2
     assert not leftovers(tmp_path)
 
 
-def test_sigterm_while_a_tensorboard_scalar_is_queued_leaves_the_writer_closable(tmp_path, monkeypatch):
+def test_sigterm_while_a_tensorboard_scalar_is_queued_leaves_the_writer_closable(tmp_path, monkeypatch,
+                                                                                  sigterm_interrupts):
     """The signal comes while the writer's queue holds its lock (as it can right after ``Queue.put``
     takes it): raised there, it would leave the lock held, and closing the writer at the end of the
     run would wait for it forever. The scalar is queued first, then the run stops, and close() returns."""
@@ -216,15 +220,9 @@ def test_sigterm_while_a_tensorboard_scalar_is_queued_leaves_the_writer_closable
         self.mutex.release()
         return original_put(self, item, *args, **kwargs)
 
-    def stop(signum, frame):
-        raise KeyboardInterrupt
     monkeypatch.setattr(queue.Queue, "put", put_under_a_signal)
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            scalars.add("loss", 1.0, 1)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with pytest.raises(KeyboardInterrupt):
+        scalars.add("loss", 1.0, 1)
     assert queues and not queues[0].mutex.locked()
     closing = threading.Thread(target=scalars.close, daemon=True)
     closing.start()
