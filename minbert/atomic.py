@@ -2,13 +2,18 @@
 
 Write to a temporary file in the same folder, flush it to disk, then rename it over the target
 (``os.replace`` is atomic on POSIX), so a crash never leaves a truncated checkpoint or CSV behind.
-Ctrl-C and SIGTERM wait until the write is done (``signals_deferred``): a signal that could be
-handled never leaves a temporary file behind, only SIGKILL can (``--resume`` removes those).
+Ctrl-C and SIGTERM wait only while the temporary file is made and while it is renamed or removed
+(``signals_deferred``): the body of the ``with`` block, which may compute for a minute (``embed``,
+``quantize``), stops at once, and its temporary file is removed on the way out. Only SIGKILL leaves a
+temporary file behind; its name carries the writer's process id, and the next write of the same
+target removes those whose process is gone (``--resume`` removes a run folder's too).
 """
 from __future__ import annotations
 
 import errno
+import glob
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -50,25 +55,68 @@ def signals_deferred() -> Iterator[None]:
 
 @contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
-    """Yield a temporary path to write; on success it replaces ``target``, on error it is removed."""
+    """Yield a temporary path to write; on success it replaces ``target``, on error (Ctrl-C included) it is
+    removed. Signals wait only around making, renaming and removing it, never for the body."""
     target = Path(target)
-    with signals_deferred():
-        if target.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "is a folder, a file name is expected here", str(target))
-        make_folder(target.parent)
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        umask = os.umask(0)  # reading the umask means setting it; put it straight back
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a written file gets the usual permissions
-        os.close(fd)
-        tmp = Path(name)
-        try:
-            yield tmp
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
+    tmp = None
+    try:
+        with signals_deferred():  # a signal between mkstemp and ``tmp = ...`` would leave the file unnamed
+            if target.is_dir():
+                raise IsADirectoryError(errno.EISDIR, "is a folder, a file name is expected here", str(target))
+            make_folder(target.parent)
+            remove_stale_temporaries(target)
+            fd, name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}-", suffix=".tmp", dir=target.parent)
+            tmp = Path(name)
+            os.close(fd)
+        yield tmp
+        # mkstemp makes 0600, and a body may replace the file (safetensors' save_file does): set the mode last
+        os.chmod(tmp, usual_mode())
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        with signals_deferred():
             os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+    finally:
+        if tmp is not None:
+            with signals_deferred():
+                tmp.unlink(missing_ok=True)
+
+
+def usual_mode() -> int:
+    """The mode a plain ``open(path, "w")`` gives a new file: 0o666 less the umask (0o644 under umask 022)."""
+    try:  # Linux says it without changing it: another thread creating a file meanwhile would get umask 0
+        with open("/proc/self/status", encoding="ascii") as f:
+            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = os.umask(0)  # elsewhere, reading the umask means setting it; put it straight back
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Remove (and return) the temporary files of ``target`` whose writer is gone: a SIGKILLed writer
+    (``quantize``'s is 66 MB) cannot remove its own, and nothing else would. A name without a process id
+    (written before ids were in the names) counts as gone; a live writer's file, ours included, is kept."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(?:(\d+)-)?[a-z0-9_]{{8}}\.tmp")
+    stale = []
+    for path in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        match = pattern.fullmatch(path.name)
+        if match and not (match[1] and _running(int(match[1]))):
+            try:
+                path.unlink()
+            except OSError:  # removed meanwhile, or not ours to remove: the write goes on all the same
+                continue
+            stale.append(path)
+    return stale
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def make_folder(path: str | Path) -> None:

@@ -35,7 +35,9 @@ the checkpoint's weights loaded strictly), evaluated on the run's tasks.
 ``<out>/quantize-report.json`` keeps every figure (written atomically, like the weights). Nothing is
 written until every measurement is done, so a failure leaves no output behind; where either output
 file exists already, the script refuses unless ``--overwrite`` is given. A checkpoint without task
-heads (a run trained with ``--epochs 0``) is refused: there are no dev metrics to compare.
+heads (a run trained with ``--epochs 0``) is refused: there are no dev metrics to compare. Ctrl-C and
+SIGTERM stop it at once (the weights' temporary file is removed); the temporary file of one killed
+outright (SIGKILL) is removed by the next quantize into the same ``--out``.
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 
 from data.batching import make_loader  # noqa: E402
 from data.readers import DataError, read_examples, resolve_data_dir  # noqa: E402
-from minbert.atomic import atomic_path, write_text_atomic  # noqa: E402
+from minbert.atomic import atomic_path, remove_stale_temporaries, write_text_atomic  # noqa: E402
 from training.cli import check_overwrite, run_command  # noqa: E402
 from training.config import DataConfig, add_flags  # noqa: E402
 from training.evaluate import predict  # noqa: E402
@@ -126,6 +128,9 @@ def quantize_checkpoint(checkpoint: Path, data_dir: str | None, out: Path, max_d
     Everything is checked (outputs not already there unless ``overwrite``, the run's heads, the dev
     files) before the weights are written, and the weights are renamed into place only once every
     measurement is done, so an error leaves no output behind."""
+    for name in (INT8_WEIGHTS, REPORT):  # what a SIGKILLed quantize left (66 MB at full size); a live one's stay
+        if out.is_dir():
+            remove_stale_temporaries(out / name)
     check_overwrite([out / INT8_WEIGHTS, out / REPORT], overwrite)  # creates nothing
     run = load_run(checkpoint)
     directory, fp32, tokenizer, run_config = run.source, run.model.to(CPU), run.tokenizer, run.config

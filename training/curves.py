@@ -53,9 +53,11 @@ def plot_curves(metrics: dict, path: Path) -> Path:
     for ax in [*axes[0][len(panels):], *axes[1][3:]]:
         ax.axis("off")
     fig.suptitle(metrics.get("run_name", ""))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=90)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=90)
+    finally:  # a failed write (the caller warns and goes on) must not leave the figure open: pyplot keeps them all
+        plt.close(fig)
     return path
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from minbert.atomic import check_folder, write_text_atomic
+from minbert.errors import describe
 
 from .config import RunConfig
 from .curves import MatplotlibMissing, plot_curves
@@ -83,8 +84,10 @@ class RunFiles:
             write_json(self.run_dir / "metrics.json", metrics)
 
     def curves(self, metrics: dict, log: RunLog, final: bool = False) -> None:
-        """``curves.png`` beside metrics.json (once per run a note if matplotlib is missing): always at the
-        run's end, and during training when ``REDRAW_SECONDS`` have passed since the last drawing."""
+        """``curves.png`` beside metrics.json: always at the run's end, and during training when
+        ``REDRAW_SECONDS`` have passed since the last drawing. A side output: matplotlib missing, or any
+        failure to draw or write it (a full disk, the folder gone), costs the picture and one line per run,
+        never the run; a later drawing tries again."""
         if not self.enabled or (not final and time.monotonic() - self.drawn_at < REDRAW_SECONDS):
             return
         self.drawn_at = time.monotonic()
@@ -93,6 +96,10 @@ class RunFiles:
         except MatplotlibMissing as err:
             if not self.warned:
                 log(f"note: {err}")
+                self.warned = True
+        except Exception as err:
+            if not self.warned:
+                log.result(f"warning: curves.png not drawn, the run goes on without it ({describe(err)})")
                 self.warned = True
 
     def predictions(self, model, dev: dict[str, TaskPredictions], splits, loader, batch_size: int, device, log,

@@ -24,7 +24,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from minbert.atomic import signals_deferred
+from minbert.atomic import signals_deferred, usual_mode
 from minbert.errors import first_line
 
 from .checkpoint import ENCODER, HEADS, model_state
@@ -53,7 +53,7 @@ class TrainingClock:
                  log: Callable[[str], None] = print):
         self.model, self.run_dir, self.config = model, run_dir, config
         self.save_every, self.keep, self.enabled, self.log = save_every, keep, enabled, log
-        self.best_dir = run_dir / "checkpoint" if run_dir is not None else None   # linked into checkpoints
+        self.best_dir = run_dir / "checkpoint" if run_dir is not None else None   # copied into checkpoints
         self.components: dict[str, object] = {}   # roots of the resumable state, e.g. {"run": run}
         self.step, self.stage, self.progress = 0, None, {}
         self.finished_stages: dict[str, dict] = resume.state["finished_stages"] if resume else {}
@@ -129,15 +129,18 @@ class TrainingClock:
         return final
 
     def _write(self, tmp: Path, final: Path) -> None:
-        """Fill ``tmp``, flush it, rename it to ``final``; ``tmp`` is gone afterwards whatever happens."""
+        """Fill ``tmp``, flush it, rename it to ``final``; ``tmp`` is gone afterwards whatever happens.
+        The best weights are copied, not hard-linked: with links every checkpoint and ``checkpoint/`` shared one
+        file, and damage to it in place broke them all, leaving ``--resume_fallback`` nothing intact to take."""
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
             save_file({k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()},
                       str(tmp / "model.safetensors"), metadata={"format": "pt"})
-            for source, link in ((ENCODER, BEST_ENCODER), (HEADS, BEST_HEADS)):
+            os.chmod(tmp / "model.safetensors", usual_mode())  # save_file makes 0600
+            for source, copy in ((ENCODER, BEST_ENCODER), (HEADS, BEST_HEADS)):
                 if self.best_dir is not None and (self.best_dir / source).is_file():
-                    _link_or_copy(self.best_dir / source, tmp / link)
+                    shutil.copyfile(self.best_dir / source, tmp / copy)  # a copy of its own, see _write's docstring
             objects = resumable_state(self.components, self.model)
             optimizers = {k for k, o in objects.items() if isinstance(o, torch.optim.Optimizer)}
             torch.save({"optimizers": {k: o.state_dict() for k, o in objects.items() if k in optimizers},
@@ -321,14 +324,6 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    """A hard link costs no space; the source is only ever replaced (never changed in place)."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 def _fsync(path: Path) -> None:

@@ -1,37 +1,97 @@
 """TensorBoard scalars of a run in ``RUN/tensorboard/`` (``train_loss/<stage>/<part>``, ``lr/<stage>``,
 ``dev/<task>``, ``dev/overall``, ``dev_loss/<task>``) against the run's optimizer step, so that
 ``tensorboard --logdir predictions/`` shows a grid side by side (docs/long-runs.md, 'Curves and logging').
+
+The event files are a side output: a writer that fails (its folder deleted, a full disk, any error of its
+thread) costs the scalars from then on and one warning line, never the run.
 """
 from __future__ import annotations
 
+import os
+import sys
+import threading
+import weakref
 from pathlib import Path
+from typing import Callable
 
 from minbert.atomic import signals_deferred
+from minbert.errors import describe
 
 FOLDER = "tensorboard"
+
+
+def _warn(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 class Scalars:
     """``add(tag, value, step)`` into the event files of ``run_dir/tensorboard`` (None: writes nothing).
     Ctrl-C and SIGTERM wait for each call (``signals_deferred``): raised inside the writer's queue while it
-    holds its lock, they would leave the lock held, and ``close`` at the end of the run would wait forever."""
+    holds its lock, they would leave the lock held, and ``close`` at the end of the run would wait forever.
+    Any error of the writer stops the scalars with one ``warn`` line; ``add`` and ``close`` never raise it."""
 
-    def __init__(self, run_dir: Path | None = None, purge_step: int | None = None):
-        self.writer, self.missing = None, None
+    def __init__(self, run_dir: Path | None = None, purge_step: int | None = None,
+                 warn: Callable[[str], None] = _warn):
+        self.writer, self.missing, self.warn, self.failed = None, None, warn, False
         if run_dir is not None:
             try:
                 from torch.utils.tensorboard import SummaryWriter   # needs the tensorboard package
             except ImportError:
                 self.missing = "note: tensorboard is not installed, so no TensorBoard scalars (pip install tensorboard)"
                 return
-            self.writer = SummaryWriter(str(run_dir / FOLDER), purge_step=purge_step)
+            try:
+                self.writer = SummaryWriter(str(run_dir / FOLDER), purge_step=purge_step)
+            except Exception as err:
+                self._stop(err)
+                return
+            _quiet(self.writer)
 
     def add(self, tag: str, value: float | None, step: int) -> None:
         if self.writer is not None and value is not None:
             with signals_deferred():
-                self.writer.add_scalar(tag, value, step)
+                try:
+                    self.writer.add_scalar(tag, value, step)
+                except Exception as err:
+                    self._stop(err)
 
     def close(self) -> None:
         if self.writer is not None:
             with signals_deferred():
-                self.writer.close()
+                try:
+                    self.writer.close()
+                    self.writer = None
+                except Exception as err:
+                    self._stop(err)
+
+    def _stop(self, err: Exception) -> None:
+        """No more scalars; warn once. The broken writer is dropped (closing it would raise the same error)."""
+        self.writer = None
+        if isinstance(err, OSError) and isinstance(err.filename, bytes):  # tensorboard names its file in bytes
+            err.filename = os.fsdecode(err.filename)
+        if not self.failed:
+            self.failed = True
+            self.warn(f"warning: TensorBoard scalars stopped, the run goes on without them ({describe(err)})")
+
+
+# The writer's thread re-raises its error after storing it, and threading prints that as a traceback
+# in the middle of the run's output; the main thread gets the same error at its next call and warns.
+_QUIET_THREADS: weakref.WeakSet = weakref.WeakSet()
+_hook_installed = False
+
+
+def _quiet(writer) -> None:
+    """Silence the uncaught-exception traceback of ``writer``'s background thread (found defensively:
+    the attribute path is tensorboard's own, and without it the traceback is merely printed)."""
+    global _hook_installed
+    for file_writer in getattr(writer, "all_writers", {}).values():
+        thread = getattr(getattr(getattr(file_writer, "event_writer", None), "_async_writer", None), "_worker", None)
+        if isinstance(thread, threading.Thread):
+            _QUIET_THREADS.add(thread)
+    if not _hook_installed:
+        _hook_installed = True
+        previous = threading.excepthook
+
+        def excepthook(args):
+            if args.thread not in _QUIET_THREADS:
+                previous(args)
+        threading.excepthook = excepthook

@@ -164,7 +164,7 @@ class RunFolder:
     def scalars(self, resume: Checkpoint | None) -> Scalars:
         """The run's TensorBoard event files (process 0); a resumed run redraws from its checkpoint's step."""
         self.tensorboard = Scalars(self.dir if self.write.enabled else None,
-                                   purge_step=resume.step if resume is not None else None)
+                                   purge_step=resume.step if resume is not None else None, warn=self.log.result)
         if self.tensorboard.missing:
             self.log(self.tensorboard.missing)
         return self.tensorboard
@@ -182,7 +182,13 @@ class RunFolder:
             remove_training_state(self.dir)
 
     def __exit__(self, kind, err, traceback) -> bool:
-        self.tensorboard.close()
+        try:
+            self.tensorboard.close()
+        finally:  # the status is written whatever closing a side writer does (Scalars.close warns, not raises)
+            self._end(err)
+        return False
+
+    def _end(self, err: BaseException | None) -> None:
         if err is None:
             shutdown()
         elif self.metrics is None:
@@ -196,7 +202,6 @@ class RunFolder:
             except OSError:
                 pass  # the disk that failed the run may fail this too; the run's own error says why
             shutdown()
-        return False
 
 
 def record_absolute_paths(config: RunConfig, inputs: RunInputs) -> None:
