@@ -195,7 +195,7 @@ class SstStep(Objective):
         self.task_loss, self.optimizer, self.loop = task_loss, optimizer, loop
 
     def loss(self, batch):
-        return self.task_loss({TASK.name: batch})
+        return self.task_loss([(TASK.name, batch)])
 
     def step(self, batches: dict) -> dict[str, float]:
         return self.loop.step(self, batches[TASK.name])

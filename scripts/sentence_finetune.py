@@ -145,7 +145,7 @@ class SentenceObjective(Objective):
         self.per_epoch = len(loader) if max_steps is None else min(len(loader), max_steps)
         self.losses: list[torch.Tensor] = []
 
-    def batches(self):
+    def batches(self, epoch: int):
         for i, batch in enumerate(self.loader):
             if i >= self.per_epoch:
                 return

@@ -19,7 +19,7 @@ class Regression(Objective):
         self.model, self.data = model, batches
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
 
-    def batches(self):
+    def batches(self, epoch: int):
         return iter(self.data)
 
     def steps(self):

@@ -4,6 +4,7 @@ built here), and scripts/ablate.sh's interface.
 Nothing here trains: ablate.sh is exercised with --help, --list, --dry_run and a stand-in interpreter.
 """
 import csv
+import itertools
 import json
 import os
 import shlex
@@ -21,11 +22,12 @@ from scipy.stats import pearsonr
 
 import run_multitask
 from training.config import TrainConfig
-from training.extensions import EXTENSIONS
+from training.extensions import EXTENSIONS, ideas
+from training.extensions.base import saved_flag
 from training.tasks import TASKS
 from training.tools.bootstrap import resample_counts, weighted_metric
-from training.tools.grid import VARIANTS, grid_rows
-from training.tools.report import (collect_runs, columns, compare_to_baselines, csv_columns, find_flag, main,
+from training.tools.grid import compatible, grid_rows, together
+from training.tools.report import (collect_runs, columns, compare_to_baselines, csv_columns, main,
                                    render_markdown, seed_group_key, write_csv)
 
 COLUMNS = columns()
@@ -183,10 +185,11 @@ def test_finished_run_with_a_null_metric_is_listed_last(tmp_path):
                                                   "dev": {"sst": 0.5, "qqp": 0.7, "sts": None}}))
     (row,) = collect_runs(tmp_path)
     assert row.average is None and row.status == "finished, dev metrics missing"
-    assert row.flags == {e.name: False for e in EXTENSIONS}
+    assert row.flags == {e.name: False for e in EXTENSIONS}   # the ideas with a column: the extensions
 
 
-def test_find_flag_looks_in_any_section():
+def test_saved_flag_looks_in_any_section():
+    find_flag = saved_flag
     config = {"model": {"pooling": "cls"}, "train": {"smart": True}, "extra": {"deep": {"ucl": True}}}
     assert find_flag(config, "pooling") == "cls"
     assert find_flag(config, "smart") is True            # in a section other than "smart"
@@ -531,8 +534,9 @@ def test_ablate_grid_rows_come_from_the_extension_table():
     rows = [line.split() for line in result.stdout.splitlines()]
     assert rows == [[name, *flags] for name, flags in grid_rows()]
     names = [row[0] for row in rows]
-    n, variants = len(EXTENSIONS), [v for e in EXTENSIONS for v in e.variants] + list(VARIANTS)
-    assert len(rows) == 6 + 2 * n + n * (n - 1) // 2 + len(variants) + 1 + 3 and len(set(names)) == len(rows)
+    n, variants = len(EXTENSIONS), [v for idea in ideas() for v in idea.variants]
+    pairs = sum(compatible(pair) for pair in itertools.combinations(EXTENSIONS, 2))   # conflicting pairs left out
+    assert len(rows) == 6 + 2 * n + pairs + len(variants) + 1 + 3 and len(set(names)) == len(rows)
     assert names[:6] == ["pt", "ft", "st-sst", "st-qqp", "st-sts", "cls"] and rows[0][1:3] == ["--option", "pretrain"]
     assert rows[1] == ["ft", "--pooling", "mean", "--private_layers", "0"]   # one shared encoder, no extension
     assert rows[2:5] == [[f"st-{t}", "--pooling", "mean", "--tasks", t, "--private_layers", "0"]   # FT's recipe, alone
@@ -548,7 +552,7 @@ def test_ablate_grid_rows_come_from_the_extension_table():
         for pooling in ("cls", "mean"):
             assert any(set(r[1:]) - {"--pooling", pooling, "--private_layers", "0"} == {ext} and pooling in r
                        for r in rows), (ext, pooling)
-    assert any(extensions <= set(r) for r in rows)   # everything on
+    assert any({f"--{e.name}" for e in together(EXTENSIONS)} <= set(r) for r in rows)   # everything that goes together
     published = rows[names.index("published")]
     assert published[1:] == ["--pooling", "mean", "--pre_qqp", "--joint_loss", "--smart", "--scl", "--private_layers",
                              "0"]
@@ -595,7 +599,7 @@ def test_ablate_dry_run_commands_parse_with_run_multitask(tmp_path):
         assert config.data.data_dir == "somewhere"
     pt, everything = (vars(run_multitask.build_parser().parse_args(c[2:])) for c in commands)
     assert pt["option"] == "pretrain" and not any(pt[e.name] for e in EXTENSIONS)
-    assert all(everything[e.name] for e in EXTENSIONS)
+    assert all(everything[e.name] == (e in together(EXTENSIONS)) for e in EXTENSIONS)
 
 
 def test_ablate_rejects_an_unknown_row_or_option():

@@ -52,8 +52,8 @@ def test_ucl_max_length_truncates_the_stage_sentences(tmp_path, tiny_model_dir, 
     widths = []
     batches = ContrastiveObjective.batches
 
-    def recording(self):
-        for batch in batches(self):
+    def recording(self, epoch):
+        for batch in batches(self, epoch):
             widths.append(batch["inputs"][0]["input_ids"].shape[1])
             yield batch
 

@@ -65,7 +65,7 @@ class ContrastiveObjective(Objective):
         self.loader, self.loss_fn, self.sts_dev, self.optimizer = loader, stage.loss_fn, stage.sts_dev, optimizer
         self.per_epoch = len(loader) if stage.steps is None else min(len(loader), stage.steps)
 
-    def batches(self):
+    def batches(self, epoch: int):
         # Starting an iterator draws the loader's worker seed from its generator. Earlier versions
         # started one more per epoch (a progress bar wrapped the loader itself); drawing it here too
         # keeps runs bit-identical to theirs.

@@ -15,6 +15,7 @@ from typing import Iterable
 import torch
 from tqdm.auto import tqdm
 
+from .gradients import TaskGradients
 from .precision import Precision
 from .resume import TrainingClock, TrainingDiverged
 from .run_log import RunLog
@@ -30,9 +31,10 @@ class Objective:
     log_prefix = ""           # epoch log lines read "<log_prefix>epoch N: ..."
     epochs = 1
     optimizer: torch.optim.Optimizer
+    surgery = None            # a GradientSurgery: ``loss``'s parts are then the task losses, summing to its total
 
-    def batches(self) -> Iterable:
-        """One epoch's batches; replayed identically on resume (seeded loaders)."""
+    def batches(self, epoch: int) -> Iterable:
+        """Epoch ``epoch``'s batches (from 1); replayed identically on resume (seeded loaders)."""
         raise NotImplementedError
 
     def steps(self) -> int | None:
@@ -114,7 +116,7 @@ class TrainingLoop:
             if progress["current"] is None or progress["current"]["epoch"] < epoch:
                 progress["current"] = {"epoch": epoch, "losses": {}, "steps": 0, "examples": 0, "seconds": 0.0}
             current = progress["current"]
-            bar = tqdm(_groups(objective.batches(), self.grad_accum),
+            bar = tqdm(_groups(objective.batches(epoch), self.grad_accum),
                        desc=f"{objective.log_prefix}epoch {epoch}/{objective.epochs}",
                        total=steps_per_epoch, dynamic_ncols=True, disable=not log.progress_bars)
             mark = time.time()  # wall time of real steps, data loading included; replayed steps excluded
@@ -166,15 +168,20 @@ class TrainingLoop:
             progress["lr"].append([done, lr])
 
     def step(self, objective: Objective, *batches) -> dict[str, float]:
-        """One optimizer step on the gradients of ``batches`` (several: accumulation); returns each part's mean."""
+        """One optimizer step on the gradients of ``batches`` (several: accumulation); returns each part's mean.
+        With the objective's ``surgery``, each task's loss is backpropagated alone (``training/gradients.py``)."""
         precision, optimizer = self.precision, objective.optimizer
         optimizer.zero_grad(set_to_none=True)
         logged, learned = {}, False
+        per_task = TaskGradients(objective.surgery) if objective.surgery is not None else None
         for batch in batches:
             with precision.autocast():
                 total, parts = objective.loss(batch)
             if total.requires_grad:  # a frozen encoder under a parameter-free head has nothing to learn
-                precision.backward(total / len(batches) if len(batches) > 1 else total)
+                if per_task is not None:
+                    per_task.backward(parts, precision.backward, len(batches))
+                else:
+                    precision.backward(total / len(batches) if len(batches) > 1 else total)
                 learned = True
             for name, value in parts.items():
                 logged[name] = logged.get(name, 0.0) + value.item() / len(batches)
@@ -183,6 +190,8 @@ class TrainingLoop:
                                        f"{total.item()} ({', '.join(f'{k} {v:.4g}' for k, v in logged.items())}); "
                                        f"{self.clock.last_good()} (a lower learning rate may help)")
         if learned:
+            if per_task is not None:
+                per_task.apply(self.clock.step + 1)
             objective.after_backward()
             if self.max_grad_norm is not None:
                 precision.unscale(optimizer)

@@ -43,19 +43,27 @@ class RoundRobinScheduler:
         return len(self.order)
 
     def __iter__(self) -> Iterator[tuple[str, dict]]:
+        return self.walk(self.order)
+
+    def walk(self, order: list[str]) -> Iterator[tuple[str, dict]]:
+        """``(task_name, batch)`` for each task name of ``order`` (``self.order``, or an extension's
+        ``batch_order``): the task's next batch; a task whose batches are used up starts its data over
+        (re-shuffled), as with "exhaust"."""
         iterators = {name: iter(loader) for name, loader in self.loaders.items()}
-        for name in self.order:
+        for name in order:
             try:
                 batch = next(iterators[name])
-            except StopIteration:  # only with "exhaust": start this task's data over
+            except StopIteration:
                 iterators[name] = iter(self.loaders[name])
                 batch = next(iterators[name])
             yield name, batch
 
-    def rounds(self) -> Iterator[dict[str, dict]]:
-        """One ``{task_name: batch}`` per step (the joint loss trains on a whole round at once)."""
-        if self.strategy == "proportional":
+    def rounds(self, order: list[str] | None = None) -> Iterator[list[tuple[str, dict]]]:
+        """The batches of ``order`` (default ``self.order``) in groups of as many as there are tasks, one
+        group per step (the joint loss and PCGrad train on a group at once). In ``self.order`` a group
+        is a round: one batch of every task."""
+        if order is None and self.strategy == "proportional":
             raise ValueError("--rr proportional has no rounds of one batch per task (the joint loss needs them)")
-        batches = iter(self)
-        while round_ := dict(itertools.islice(batches, len(self.loaders))):
+        batches = self.walk(self.order if order is None else order)
+        while round_ := list(itertools.islice(batches, len(self.loaders))):
             yield round_

@@ -23,6 +23,7 @@ from .tasks import TASKS, format_metrics, overall_score
 
 if TYPE_CHECKING:
     from .config import RunConfig
+    from .extensions.base import Extension, GradientSurgery
 
 
 @dataclass
@@ -42,6 +43,9 @@ class Run:
     on_epoch_end: Callable[[dict], None] = lambda record: None   # e.g. write metrics.json so far
     tokenizer: BertTokenizer | None = None     # for scoring the encoder on STS (--ucl_eval_every)
     data_dir: Path | None = None               # None when the run reads no task file
+    joint: bool = False                        # a multi-task step is a group of one batch per task (Extension.joint)
+    batch_order: Extension | None = None       # the extension deciding the multi-task batch order, or None: --rr's
+    surgery: GradientSurgery | None = None     # an extension's per-task gradient hook, or None
 
 
 def task_loaders(run: Run, seed: int) -> dict:
@@ -52,28 +56,48 @@ def task_loaders(run: Run, seed: int) -> dict:
 
 
 def multitask_stage(run: Run) -> dict:
-    """Round-robin (or, with a loss weighting, joint) training on every task of ``--tasks``, keeping
-    the best epoch on dev."""
+    """Round-robin (or joint) training on every task of ``--tasks``, in the order ``--rr`` or an extension's
+    ``batch_order`` gives, keeping the best epoch on dev."""
     t = run.config.train
-    return run.loop.train(MultitaskObjective(run, task_loaders(run, t.seed), t.rr, t.max_steps_per_epoch, t.epochs,
-                                             joint=run.task_loss.weighting is not None))
+    objective = MultitaskObjective(run, task_loaders(run, t.seed), t.rr, t.max_steps_per_epoch, t.epochs,
+                                   joint=run.joint, order=run.batch_order, surgery=run.surgery)
+    if run.batch_order is not None:
+        run.log(f"multi-task batches in the order of --{run.batch_order.name}: {len(objective.scheduler)} an epoch, "
+                f"as many as --rr {t.rr} gives")
+    return run.loop.train(objective)
 
 
 class TaskObjective(Objective):
     """Supervised training on task batches (``TaskLoss``) with the run's optimizer: one step per task
-    batch in round-robin order, or with ``joint`` one step per round of every task's batch."""
+    batch in round-robin order, or with ``joint`` one step per group of as many batches as tasks (a
+    round of every task's batch in ``--rr``'s order). ``order``: the extension whose ``batch_order``
+    replaces ``--rr``'s each epoch; ``surgery``: a ``GradientSurgery`` the loop hands each task's gradient."""
 
     def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int, joint: bool,
-                 name: str = "multitask", log_prefix: str = ""):
+                 name: str = "multitask", log_prefix: str = "", order: Extension | None = None,
+                 surgery: GradientSurgery | None = None):
         self.run, self.epochs, self.joint, self.name, self.log_prefix = run, epochs, joint, name, log_prefix
         self.scheduler = RoundRobinScheduler(loaders, rr, max_steps)
         self.optimizer = run.optimizer
+        self.order, self.surgery = order, surgery
 
-    def batches(self):
+    def batches(self, epoch: int):
+        order = self.epoch_order(epoch)
         if self.joint:
-            yield from self.scheduler.rounds()
+            yield from self.scheduler.rounds(order)
         else:
-            yield from ({name: batch} for name, batch in self.scheduler)
+            yield from ([pair] for pair in self.scheduler.walk(order or self.scheduler.order))
+
+    def epoch_order(self, epoch: int) -> list[str] | None:
+        """The extension's order of the epoch's task batches (checked), or None for ``--rr``'s."""
+        if self.order is None:
+            return None
+        sizes = {name: len(split["train"]) for name, split in self.run.splits.items()}
+        order = self.order.batch_order(self.run.config, epoch, sizes, len(self.scheduler))
+        if len(order) != len(self.scheduler) or not set(order) <= set(sizes):
+            raise ValueError(f"--{self.order.name}: epoch {epoch}'s batch order has {len(order)} batches of "
+                             f"{sorted(set(order))}; it must have {len(self.scheduler)} of {sorted(sizes)}")
+        return order
 
     def steps(self) -> int:
         return len(self.scheduler) // (len(self.scheduler.loaders) if self.joint else 1)
@@ -82,7 +106,7 @@ class TaskObjective(Objective):
         return self.run.task_loss(batches)
 
     def examples(self, batches) -> int:
-        return sum(len(batch["ids"]) for batch in batches.values())
+        return sum(len(batch["ids"]) for _, batch in batches)
 
     def after_backward(self) -> None:
         self.run.task_loss.after_backward()

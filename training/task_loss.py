@@ -23,17 +23,21 @@ class TaskLoss:
         # the regularizers' extra passes use the model itself (their gradients join the same backward)
         self.forward_model = forward_model if forward_model is not None else model
 
-    def __call__(self, batches: dict[str, dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The (weighted) sum of the given task batches' losses, and each task's loss."""
+    def __call__(self, batches: list[tuple[str, dict]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The (weighted) sum of the losses of ``batches``, ``(task, batch)`` pairs, and each task's loss
+        (the sum of its batches' losses, when a group holds a task twice)."""
         if self.place.enabled and len(batches) > 1:
             # DistributedDataParallel allows one forward per backward: all tasks in one call
-            names = tuple(batches)
-            inputs = tuple(self.inputs(batches[name]) for name in names)
+            names = tuple(name for name, _ in batches)
+            inputs = tuple(self.inputs(batch) for _, batch in batches)
             outputs = self.forward_model(names, inputs)
-            losses = {name: self.task_loss(name, batches[name], output, task_inputs)
-                      for name, output, task_inputs in zip(names, outputs, inputs)}
+            parts = [(name, self.task_loss(name, batch, output, task_inputs))
+                     for (name, batch), output, task_inputs in zip(batches, outputs, inputs)]
         else:
-            losses = {name: self.task_loss(name, batch) for name, batch in batches.items()}
+            parts = [(name, self.task_loss(name, batch)) for name, batch in batches]
+        losses: dict[str, torch.Tensor] = {}
+        for name, loss in parts:
+            losses[name] = losses[name] + loss if name in losses else loss
         if self.weighting is not None and len(losses) > 1:
             return self.weighting(losses), losses
         return sum(losses.values()), losses

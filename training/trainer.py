@@ -25,7 +25,7 @@ from .checkpoint import save_checkpoint
 from .config import REMOVED_IN, RunConfig, removed_settings
 from .device import pick_device
 from .distributed import Distributed, check_batch_size, init_distributed, shutdown, wrap_model
-from .extensions import data_files_needed, enabled, enabled_stages, splits_needed
+from .extensions import check_hooks, data_files_needed, enabled, enabled_stages, provider, splits_needed
 from .fingerprint import check_unchanged, fingerprint, input_files
 from .loop import TrainingLoop, per_second, warmup_then_linear_decay
 from .memory import keep_freed_memory
@@ -45,6 +45,7 @@ from .tensorboard import Scalars
 def run(config: RunConfig, log: RunLog | None = None) -> dict:
     """Train and evaluate one configuration; return the metrics of ``metrics.json`` (``RunFolder``)."""
     config.validate()
+    check_hooks(config)   # two extensions deciding one thing (e.g. the batch order) are refused here
     keep_freed_memory()  # fewer page faults per step; changes no number (training/memory.py)
     started = time.time()
     config, resume, stale = resume_from(config)
@@ -92,6 +93,9 @@ def check_processes(config: RunConfig, place: Distributed) -> None:
     if place.enabled and config.speed.sparse_embeddings is True:
         raise ValueError("--sparse_embeddings runs in one process only (the multi-process all-reduce "
                          "is written for dense gradients)")
+    for extension in enabled(config):
+        if place.enabled and extension.one_process:
+            raise ValueError(f"--{extension.name} runs in one process only: start it with python, not torchrun")
 
 
 @dataclass
@@ -253,6 +257,10 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
               optimizer, task_loss, loop, epoch_saver(folder, model, inputs.tokenizer), inputs.tokenizer,
               inputs.data_dir)
     task_loss.targets = tuple(t for t in (e.targets(run) for e in enabled(config)) if t is not None)
+    run.joint = any(e.joint for e in enabled(config))
+    run.batch_order = provider(config, "batch_order")
+    surgeon = provider(config, "gradient_surgery")
+    run.surgery = surgeon.gradient_surgery(config, model) if surgeon is not None else None
     clock.components = {"run": run}
     return run
 

@@ -1,6 +1,7 @@
 """The registry of extensions: each is one module of this package (``base.Extension`` says what it can
 provide) and ``EXTENSIONS`` lists them. Everything else reads this list, never an extension's name, so
 a new extension is a new module and its name added below (docs/ablation.md, "The extensions").
+``ideas()`` adds the core settings the grid varies (``core.py``): what the grid and the report read.
 """
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Callable
 
 from ..tasks import TASKS
-from .base import Extension
+from .base import Extension, Idea
+from .core import CORE_IDEAS
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -19,8 +21,34 @@ EXTENSIONS: tuple[Extension, ...] = tuple(import_module(f"{__name__}.{name}").EX
 ))
 
 
+
+def ideas() -> tuple[Idea, ...]:
+    """The extensions, then the core settings of ``core.py``: whatever the grid and the results table know."""
+    return (*EXTENSIONS, *CORE_IDEAS)
+
+# hooks that one extension at a time may provide: what two would both decide
+ONE_AT_A_TIME = {"batch_order": "the order of the task batches", "gradient_surgery": "how the tasks' gradients combine"}
+
+
 def enabled(config: RunConfig) -> list[Extension]:
     return [e for e in EXTENSIONS if e.enabled(config)]
+
+
+def provider(config: RunConfig, hook: str) -> Extension | None:
+    """The enabled extension that provides ``hook`` (overrides that method of ``Extension``), or None."""
+    return next((e for e in enabled(config) if _provides(e, hook)), None)
+
+
+def check_hooks(config: RunConfig) -> None:
+    """Refuse two enabled extensions providing a hook of ``ONE_AT_A_TIME``, in one line naming their flags."""
+    for hook, what in ONE_AT_A_TIME.items():
+        flags = [f"--{e.name}" for e in enabled(config) if _provides(e, hook)]
+        if len(flags) > 1:
+            raise ValueError(f"{' and '.join(flags)} both decide {what}: choose one")
+
+
+def _provides(extension: Extension, hook: str) -> bool:
+    return getattr(type(extension), hook) is not getattr(Extension, hook)
 
 
 def enabled_stages(config: RunConfig) -> list[tuple[str, Callable]]:

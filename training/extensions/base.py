@@ -2,18 +2,44 @@
 ablation grid ask everything they need to know about it. An extension module defines its settings
 dataclass (its flags), a subclass of ``Extension`` that overrides the hooks it uses, and
 ``EXTENSION``, its one instance; ``training/extensions/__init__.py`` lists the modules.
+
+Some grid rows and table labels come from core settings rather than extensions (``--rr``,
+``--private_layers``): those are ``Idea`` objects too (``training/extensions/core.py``), so the grid and
+the report ask one list (``IDEAS``) and never name an idea.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:   # the run's parts import the configuration, which reads this package's registry
+if TYPE_CHECKING:   # annotations only: the run's parts import the configuration, which reads this package
+    import torch
+
     from ..config import RunConfig
     from ..stages import Run
 
 
-class Extension:
+class Idea:
+    """A way a run departs from plain multi-task fine-tuning (FT): what the ablation grid and the
+    results table know of it."""
+    name: str                        # the flag that switches it on (--name)
+    column: str | None = None        # its on/off column in the results table (None: no column)
+    variants: tuple[tuple[str, list[str]], ...] = ()   # grid rows of its settings on MEAN pooling: (name, flags)
+    pinned: tuple[str, ...] = ()     # flags every grid row not about it gives, so the table does not hang
+                                     # on its default (e.g. --private_layers 0)
+
+    def on(self, saved: dict) -> bool:
+        """Whether a run with the saved configuration ``saved`` (metrics.json "config") used it: such a
+        run is not the FT baseline, and its on/off cell says so."""
+        return is_on(saved_flag(saved, self.name))
+
+    def seed_free(self, section: dict, seed) -> dict:
+        """Its saved settings section without what differs between the seeds of one recipe (the report
+        pools runs whose configurations agree but for the seed)."""
+        return section
+
+
+class Extension(Idea):
     name: str                        # its settings section and the flag that switches it on (--name)
     settings: type                   # its settings dataclass: one field per flag, the switch included
     column: str                      # its column in the results table
@@ -21,8 +47,10 @@ class Extension:
     costly: bool = False             # left out of the grid's "all but the costly" row
     budget: dict[str, str] = {}      # its part of scripts/ablate.sh's budget: flag -> value
     steps_flag: str | None = None    # the flag of its batches per epoch, which ablate.sh --stage_steps sets
-    variants: tuple[tuple[str, list[str]], ...] = ()   # grid rows of its other settings: (name, flags)
     stages_alone: bool = False       # a run of the stages alone (--epochs 0) may consist of it
+    joint: bool = False              # each multi-task step takes one batch of every task (a round), not one
+    conflicts: tuple[str, ...] = ()  # extensions it cannot run with (its checks refuse them): no grid row has both
+    one_process: bool = False        # refused under torchrun (several processes), before the run folder exists
 
     def enabled(self, config: RunConfig) -> bool:
         return bool(getattr(config.extensions[self.name], self.name))
@@ -83,3 +111,53 @@ class Extension:
         replaces the gold labels of every task batch by the targets the task loss is taken against
         (e.g. mixed with a teacher's predictions), or None. Made once the run's parts exist."""
         return None
+
+    def batch_order(self, config: RunConfig, epoch: int, sizes: dict[str, int], steps: int) -> list[str] | None:
+        """The task of each training batch of multi-task epoch ``epoch`` (1 to ``--epochs``), in order, or
+        None to keep ``--rr``'s order. ``sizes``: each task's training examples (in ``--tasks`` order);
+        ``steps``: the batches ``--rr`` gives the epoch, which the order must keep (the
+        learning-rate schedule is laid out over them). A task drawn more often than it has batches starts
+        its data over, reshuffled. The order must follow from these and the flags alone (``--seed``): a
+        resumed run replays it."""
+        return None
+
+    def gradient_surgery(self, config: RunConfig, model) -> GradientSurgery | None:
+        """A ``GradientSurgery`` that sees each task's gradient of a multi-task step and returns the
+        gradient to apply, or None."""
+        return None
+
+
+class GradientSurgery:
+    """The per-task gradient hook (``training/gradients.py`` calls it): each task's loss of a step is
+    backpropagated alone, and ``combine`` turns the tasks' gradients into the one the optimizer applies
+    (before clipping). ``params``: the parameters it acts on; the others (a task's head, its private
+    layers) keep the plain sum of gradients."""
+    params: list[torch.Tensor]
+
+    def combine(self, grads: dict[str, list[torch.Tensor | None]], step: int) -> list[torch.Tensor | None]:
+        """Task -> its gradient of each of ``params`` (None where the task does not reach it) -> the
+        gradient to apply to each; ``step`` is the run's optimizer step, from 1 (a seed for any randomness,
+        so a resumed run draws the same)."""
+        raise NotImplementedError
+
+
+def saved_flag(saved, name: str, default=None):
+    """``saved[section][name]`` for whichever section holds it (searched depth-first), else ``default``:
+    a saved configuration of any version, whose fields may sit in other sections."""
+    if not isinstance(saved, dict):
+        return default
+    if name in saved and not isinstance(saved[name], dict):
+        return saved[name]
+    for value in saved.values():
+        found = saved_flag(value, name, _MISSING)
+        if found is not _MISSING:
+            return found
+    return default
+
+
+_MISSING = object()
+
+
+def is_on(value) -> bool:
+    """A saved switch's value as a bool (hand-written configurations may say "yes" or "1")."""
+    return value.strip().lower() in ("1", "true", "yes", "on") if isinstance(value, str) else bool(value)

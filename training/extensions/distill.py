@@ -53,6 +53,16 @@ def given_teachers(config: RunConfig) -> dict[str, str] | None:
 class Distill(Extension):
     name, settings, column, short, costly = "distill", DistillConfig, "distill", "distill", True
 
+    def seed_free(self, section: dict, seed) -> dict:
+        """``--teachers`` with each run folder cut to its name less ``-s<seed>``: each seed of a distilled row is
+        taught by that seed's own single-task runs (``st-sst-s11712`` at seed 11712), one teacher recipe."""
+        teachers = section.get("teachers")
+        if not isinstance(teachers, str) or "=" not in teachers:
+            return section   # auto, or not a task=RUN list
+        pairs = (pair.partition("=") for pair in teachers.split(","))
+        return {**section, "teachers": ",".join(f"{task}={Path(path).name.removesuffix(f'-s{seed}')}"
+                                                for task, _, path in pairs)}
+
     def checks(self, config) -> list[tuple[bool, str]]:
         given_teachers(config)
         return [(not config.distill.distill or config.train.epochs > 0,

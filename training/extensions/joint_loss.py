@@ -28,7 +28,7 @@ def loss_weights(config) -> dict[str, float]:
 
 
 class JointLoss(Extension):
-    name, settings, column, short = "joint_loss", JointLossConfig, "joint-loss", "joint"
+    name, settings, column, short, joint = "joint_loss", JointLossConfig, "joint-loss", "joint", True
     variants = (("mean-joint-adaptive", ["--joint_loss", "--loss_weighting", "adaptive"]),
                 ("mean-joint-learned", ["--joint_loss", "--loss_weighting", "learned"]))
 

@@ -9,7 +9,7 @@ holding ``metrics.json``, a ``*-output.csv`` or ``checkpoint/``. Nothing is writ
 PREFIX`` is given: then the whole table as ``PREFIX.md`` and ``PREFIX.csv`` (full precision, each std
 and interval end in a column of its own), and ``PREFIX-forest.png`` (replaced if they exist).
 
-Columns: run, pooling, one on/off column per extension, seeds, one dev metric per task, the average
+Columns: run, pooling, one on/off column per extension (``Idea.column``), seeds, one dev metric per task, the average
 (``training.tasks.overall_score``), Δ vs FT with its 95 % interval (``training.tools.bootstrap``),
 "<TASK> vs alone" where the folder has single-task rows, wall time and status. How seeds are pooled,
 which row is a PT, FT or ST baseline and what the intervals mean: docs/ablation.md, "Reading the
@@ -32,7 +32,8 @@ from minbert.atomic import write_text_atomic
 
 from ..cli import run_command
 from ..curves import MatplotlibMissing
-from ..extensions import EXTENSIONS
+from .. import extensions
+from ..extensions.base import saved_flag
 from ..tasks import DEFAULT_TASKS, TASKS, overall_score
 from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
 
@@ -43,7 +44,6 @@ LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT 
           "seeds = runs differing only in --seed, pooled: metrics are their mean ± sample std, wall time their "
           "mean. average = mean of the tasks' dev scores, a Pearson r counted as (r + 1) / 2 (the CS224N score for "
           "SST, QQP and STS). Unfinished runs are listed last with blank metrics.")
-FLAG_COLUMNS = [e.column for e in EXTENSIONS]
 DELTA, INTERVAL = "Δ vs FT", "95% CI"
 ALONE = "vs alone"   # "<TASK> vs alone": a task's Δ against its single-task (ST) row, with the interval
 # What the seeds of one row may differ in besides the seed: where and how a run reports or is stored.
@@ -61,7 +61,7 @@ def alone_column(task: str) -> str:
 
 def columns(tasks=DEFAULT_TASKS, alone=()) -> list[str]:
     """The Markdown table's header for runs of ``tasks``, with a "vs alone" column for each of ``alone``."""
-    return ["run", "pooling", *FLAG_COLUMNS, "seeds", *map(metric_column, tasks), "average", DELTA, INTERVAL,
+    return ["run", "pooling", *flag_columns(), "seeds", *map(metric_column, tasks), "average", DELTA, INTERVAL,
             *map(alone_column, alone), "wall (min)", "status"]
 
 
@@ -71,7 +71,16 @@ def csv_columns(tasks=DEFAULT_TASKS, alone=()) -> list[str]:
     # Δ vs FT's interval keeps its historical names ("95% CI low", ...); a "vs alone" column names its own
     versus = [name for column, interval in [(DELTA, INTERVAL), *((c, c) for c in map(alone_column, alone))]
               for name in (column, f"{interval} low", f"{interval} high", f"{interval} excludes 0")]
-    return ["run", "pooling", *FLAG_COLUMNS, "seeds", *metrics, *versus, "wall (min)", "status"]
+    return ["run", "pooling", *flag_columns(), "seeds", *metrics, *versus, "wall (min)", "status"]
+
+
+def labelled() -> list:
+    """The ideas with an on/off column (``Idea.column``), in registry order."""
+    return [idea for idea in extensions.ideas() if idea.column]
+
+
+def flag_columns() -> list[str]:
+    return [idea.column for idea in labelled()]
 
 
 @dataclass
@@ -121,7 +130,7 @@ class RunRow:
                 _full(self.wall_minutes), self.status]
 
     def _label_cells(self) -> list[str]:
-        flags = ["" if self.flags is None else (ON if self.flags[e.name] else OFF) for e in EXTENSIONS]
+        flags = ["" if self.flags is None else (ON if self.flags[idea.name] else OFF) for idea in labelled()]
         return [f"{self.run} ({self.baseline})" if self.baseline else self.run, self.pooling or "", *flags,
                 str(len(self.seed_runs)) if self.seed_runs else ""]
 
@@ -185,19 +194,10 @@ def seed_group_key(config) -> str | None:
     kept = {section: ({name: value for name, value in values.items() if name not in SEED_FREE_FIELDS.get(section, ())}
                       if isinstance(values, dict) else values)
             for section, values in config.items() if section not in SEED_FREE_SECTIONS}
-    if isinstance(kept.get("distill"), dict):
-        kept["distill"] = {**kept["distill"], "teachers": seed_free_teachers(kept["distill"].get("teachers"),
-                                                                             find_flag(config, "seed"))}
+    for idea in extensions.ideas():   # an extension's own seed-dependent settings (Idea.seed_free)
+        if isinstance(kept.get(idea.name), dict):
+            kept[idea.name] = idea.seed_free(kept[idea.name], saved_flag(config, "seed"))
     return json.dumps(kept, sort_keys=True, default=str)
-
-
-def seed_free_teachers(teachers, seed):
-    """``--teachers`` with each run folder cut to its name less ``-s<seed>``: each seed of a distilled row is
-    taught by that seed's own single-task runs (``st-sst-s11712`` at seed 11712), one teacher recipe."""
-    if not isinstance(teachers, str) or "=" not in teachers:
-        return teachers   # auto, or not a task=RUN list
-    pairs = (pair.partition("=") for pair in teachers.split(","))
-    return ",".join(f"{task}={Path(path).name.removesuffix(f'-s{seed}')}" for task, _, path in pairs)
 
 
 def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
@@ -287,7 +287,7 @@ def render_markdown(rows: list[RunRow], footer: str = "") -> str:
     """A Markdown table (metrics to 3 decimals, wall time to 0.1 minute) followed by the legend and ``footer``."""
     tasks, alone = table_tasks(rows), alone_tasks(rows)
     header = columns(tasks, alone)
-    align = {"run": "---", "pooling": ":-:", "status": "---", **{c: ":-:" for c in FLAG_COLUMNS}}
+    align = {"run": "---", "pooling": ":-:", "status": "---", **{c: ":-:" for c in flag_columns()}}
     lines = [_md_line(header), _md_line([align.get(c, "--:") for c in header])]
     lines += [_md_line(row.markdown_cells(tasks, alone)) for row in rows]
     return "\n".join(lines) + "\n\n" + LEGEND + "\n" + ("\n" + footer + "\n" if footer else "")
@@ -408,18 +408,17 @@ def read_run(folder: Path) -> RunRow:
     if not isinstance(data, dict):
         return RunRow(folder.name, "corrupt metrics.json", folder=folder)
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
-    flags = {e.name: _is_on(find_flag(config, e.name)) for e in EXTENSIONS}
-    pooling, data_dir = find_flag(config, "pooling"), data.get("data_dir") or find_flag(config, "data_dir")
+    flags = {idea.name: idea.on(config) for idea in labelled()}
+    pooling, data_dir = saved_flag(config, "pooling"), data.get("data_dir") or saved_flag(config, "data_dir")
     wall, status = _number(data.get("wall_seconds")), _status(data)
     dev = data.get("dev") if status == FINISHED and isinstance(data.get("dev"), dict) else {}
     dev = {task: _number(value) for task, value in dev.items() if task in TASKS}
-    saved_tasks = find_flag(config, "tasks")   # without it (an older or hand-made run) its dev metrics tell
+    saved_tasks = saved_flag(config, "tasks")   # without it (an older or hand-made run) its dev metrics tell
     tasks = [t for t in saved_tasks.split(",") if t.strip()] if isinstance(saved_tasks, str) else list(dev)
     row = RunRow(folder.name, status, flags, None if pooling is None else str(pooling).upper(),
-                 _baseline(find_flag(config, "option", "finetune"), flags, len(tasks),
-                           find_flag(config, "private_layers", 0)),
+                 _baseline(saved_flag(config, "option", "finetune"), config, len(tasks)),
                  dev=dev, wall_minutes=None if wall is None else wall / 60.0, folder=folder,
-                 data_dir=str(data_dir) if data_dir else None, seed=find_flag(config, "seed"),
+                 data_dir=str(data_dir) if data_dir else None, seed=saved_flag(config, "seed"),
                  group_key=seed_group_key(config))
     if status == FINISHED:
         if dev and None not in dev.values():
@@ -427,22 +426,6 @@ def read_run(folder: Path) -> RunRow:
         else:
             row.status = "finished, dev metrics missing"
     return row
-
-
-def find_flag(config, name: str, default=None):
-    """``config[section][name]`` for whichever section holds it (searched depth-first), else ``default``."""
-    if not isinstance(config, dict):
-        return default
-    if name in config and not isinstance(config[name], dict):
-        return config[name]
-    for value in config.values():
-        found = find_flag(value, name, _MISSING)
-        if found is not _MISSING:
-            return found
-    return default
-
-
-_MISSING = object()
 
 
 def _status(data: dict) -> str:
@@ -457,18 +440,14 @@ def _status(data: dict) -> str:
     return str(status)
 
 
-def _baseline(option, flags: dict[str, bool], task_count: int, private_layers) -> str:
-    """PT (frozen encoder), ST (one task trained alone), FT (fine-tuning, no extension, one shared encoder,
-    several tasks) or ""."""
+def _baseline(option, config: dict, task_count: int) -> str:
+    """PT (frozen encoder), ST (one task trained alone), FT (fine-tuning, several tasks, no idea of the registry
+    on: no extension, ``--rr min``, one shared encoder) or ""."""
     if option == "pretrain":
         return "PT"
     if task_count == 1:
         return "ST"
-    return "FT" if option == "finetune" and not any(flags.values()) and not private_layers else ""
-
-
-def _is_on(value) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "on") if isinstance(value, str) else bool(value)
+    return "FT" if option == "finetune" and not any(idea.on(config) for idea in extensions.ideas()) else ""
 
 
 def _number(value) -> float | None:

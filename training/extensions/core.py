@@ -1,0 +1,31 @@
+"""Core settings that the ablation grid varies and the results table tells apart from FT, as ``Idea``
+objects beside the extensions: their flags live in ``training/config.py`` (they are no extension), but
+their grid rows and their label come from here, so the grid and the report name no idea.
+"""
+from __future__ import annotations
+
+from .base import Idea, saved_flag
+
+
+class RoundRobin(Idea):
+    """``--rr``: the epoch's length and mix of task batches (``training/schedule.py``)."""
+    name = "rr"
+    variants = (("mean-rr-exhaust", ["--rr", "exhaust"]), ("mean-rr-proportional", ["--rr", "proportional"]))
+
+    def on(self, saved: dict) -> bool:
+        return saved_flag(saved, "rr", "min") != "min"
+
+
+class PrivateLayers(Idea):
+    """``--private_layers K``: each task's own copy of the top K layers (docs/flags.md, "Private layers").
+    Every grid row not about it trains one shared encoder, as the extensions' papers do."""
+    name = "private_layers"
+    variants = (("mean-private2", ["--private_layers", "2"]),
+                ("mean-distill-private2", ["--distill", "--private_layers", "2"]))
+    pinned = ("--private_layers", "0")
+
+    def on(self, saved: dict) -> bool:
+        return bool(saved_flag(saved, "private_layers", 0))
+
+
+CORE_IDEAS = (RoundRobin(), PrivateLayers())
