@@ -12,8 +12,8 @@ import argparse
 import sys
 
 from training.cli import run_command
-from training.config import CORE_SECTIONS, REFERENCE_SPEED, RunConfig, registry
-from training.flags import add_flags, section_from_args
+from training.config import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS, RunConfig, registry
+from training.flags import add_flags, add_refused, section_from_args
 from training.trainer import run
 
 EPILOG = """other tools:
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", action="store_true",
                         help=f"the written-out reference paths instead of the fast defaults: {reference} "
                              f"(speed flags given beside it still apply)")
+    add_refused(parser, SPLIT_FLAGS)
     return parser
 
 

@@ -21,7 +21,7 @@
 #                    DIR/lcl_study_normalized.{md,csv,png} (not copied to docs/); the fine-tuning runs
 #                    are shared with the plain study (reused when they exist)
 #   --dry_run        print each command instead of running it
-#   -- EXTRA...      flags appended to every sentence_finetune call, e.g. -- --temp 0.1 --lr 5e-5
+#   -- EXTRA...      flags appended to every sentence_finetune call, e.g. -- --cl_temp 0.1 --lr 5e-5
 #
 # The budget of each task is the BUDGETS table below (epochs and batches per epoch of 32 sentences,
 # max_length 128): SST 1 x 150 batches (4,800 of its 8,544 sentences), CFIMDB 2 x 50 batches (its

@@ -37,8 +37,10 @@ from scripts.probe import TASK_CHOICES, read_split
 from training.adamw import ParamSet, build_adamw
 from training.checkpoint import save_checkpoint
 from training.cli import run_command
-from training.config import DataConfig, ModelConfig, RunConfig, TrainConfig, add_flags, section_from_args
+from training.config import (SPLIT_FLAGS, DataConfig, ModelConfig, RunConfig, TrainConfig, add_flags,
+                             section_from_args)
 from training.device import pick_device, to_device
+from training.flags import add_refused
 from training.loop import CURVE_EVERY, Objective, TrainingLoop
 from training.losses import label_contrastive_loss
 from training.outputs import write_json
@@ -106,10 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "loss on the pooled vectors, no head (default: lcl)")
     parser.add_argument("--out", required=True, help="a new folder for checkpoint/ and metrics.json")
     parser.add_argument("--max_steps", type=int, default=None, help="batches per epoch (default: the whole training set)")
-    add_flags(parser, ModelConfig, only=("model", "pooling", "temp"), title="model")
+    add_flags(parser, ModelConfig, only=("model", "pooling"), title="model")
     add_flags(parser, DataConfig, only=("data_dir", "max_length", "batch_size"), title="data")
-    add_flags(parser, TrainConfig, only=("epochs", "lr", "head_lr", "weight_decay", "seed", "device"),
+    add_flags(parser, TrainConfig, only=("epochs", "lr", "head_lr", "weight_decay", "seed", "cl_temp", "device"),
               title="training", epochs=1, lr=3e-5)  # this tool's defaults where they differ from a run's
+    add_refused(parser, SPLIT_FLAGS)
     return parser
 
 
@@ -140,7 +143,7 @@ class SentenceObjective(Objective):
     def __init__(self, model, loader, optimizer, config: RunConfig, objective: str, head: str | None,
                  max_steps: int | None):
         self.model, self.loader, self.optimizer, self.objective, self.head = model, loader, optimizer, objective, head
-        self.epochs, self.temperature = config.train.epochs, config.model.temp
+        self.epochs, self.temperature = config.train.epochs, config.train.cl_temp
         self.device = next(model.parameters()).device
         self.per_epoch = len(loader) if max_steps is None else min(len(loader), max_steps)
         self.losses: list[torch.Tensor] = []

@@ -3,9 +3,9 @@ pooling, each setting one run of the stage alone, scored on STS dev as it trains
 
     python -m scripts.simcse_sweep --ucl_steps 1000 --out_dir predictions/simcse_sweep \\
         -- --data_dir ../shared/data/multitask
-    python -m scripts.simcse_sweep --ucl_lr 3e-5 --temp 0.05 --pooling mean cls --dry_run
+    python -m scripts.simcse_sweep --ucl_lr 3e-5 --cl_temp 0.05 --pooling mean cls --dry_run
 
-Every setting is ``python run_multitask.py --ucl --epochs 0 --ucl_lr LR --temp T --pooling P ...
+Every setting is ``python run_multitask.py --ucl --epochs 0 --ucl_lr LR --cl_temp T --pooling P ...
 --out_dir OUT --run_name <setting> [flags after --]``, run one after the other in this process
 (run_multitask's own parser, ``training.trainer.run``): no interpreter and torch start per setting,
 the same numbers as the command, which the table lists so it can be rerun by hand. A finished setting
@@ -27,16 +27,17 @@ import run_multitask  # the command's own parser: a setting is exactly its comma
 from heads import POOLING_MODES
 from minbert.atomic import atomic_path, make_folder, write_text_atomic
 from training.cli import run_command
-from training.config import OutputConfig, RunConfig, add_flags
+from training.config import SPLIT_FLAGS, OutputConfig, RunConfig, add_flags
 from training.curves import MatplotlibMissing, pyplot
 from training.extensions.ucl import UclConfig
+from training.flags import add_refused
 from training.outputs import read_metrics, write_json
 from training.resume import list_checkpoints
 from training.trainer import run
 
 # The study's grid. SimCSE chose its learning rate among the same three values on STS-B dev (Gao et al.
 # 2021, Appendix A); its example script scores every 125 steps and truncates to 32 word pieces.
-GRID = {"ucl_lr": [1e-5, 3e-5, 5e-5], "temp": [0.01, 0.05, 0.1], "pooling": ["mean", "last4_mean", "cls"]}
+GRID = {"ucl_lr": [1e-5, 3e-5, 5e-5], "cl_temp": [0.01, 0.05, 0.1], "pooling": ["mean", "last4_mean", "cls"]}
 PASSED_THROUGH = ("ucl_steps", "ucl_batch_size", "ucl_max_length", "ucl_eval_every")
 TABLE = "simcse_sweep"
 COLUMNS = ["setting", "lr", "temp", "pooling", "step 0", "best", "best step", "last", "steps", "status"]
@@ -46,7 +47,7 @@ COLUMNS = ["setting", "lr", "temp", "pooling", "step 0", "best", "best step", "l
 class Setting:
     """One point of the grid and what its run left."""
     ucl_lr: float
-    temp: float
+    cl_temp: float    # the "temp" column
     pooling: str
     status: str = "not run"
     command: str = ""
@@ -55,13 +56,14 @@ class Setting:
 
     @property
     def name(self) -> str:
-        return f"lr{self.ucl_lr:g}-t{self.temp:g}-{self.pooling}"
+        return f"lr{self.ucl_lr:g}-t{self.cl_temp:g}-{self.pooling}"
 
     def cells(self) -> dict:
         """The table's values (None where unknown)."""
         first, last = (self.curve[0][1], self.curve[-1][1]) if self.curve else (None, None)
-        return {"setting": self.name, "lr": self.ucl_lr, "temp": self.temp, "pooling": self.pooling, "step 0": first,
-                "best": self.best and self.best["spearman"], "best step": self.best and self.best["step"], "last": last,
+        return {"setting": self.name, "lr": self.ucl_lr, "temp": self.cl_temp, "pooling": self.pooling,
+                "step 0": first, "best": self.best and self.best["spearman"],
+                "best step": self.best and self.best["step"], "last": last,
                 "steps": self.curve[-1][0] if self.curve else None, "status": self.status}
 
 
@@ -78,26 +80,32 @@ def build_parser() -> argparse.ArgumentParser:
     grid = parser.add_argument_group("the grid (one run per combination)")
     grid.add_argument("--ucl_lr", nargs="+", type=float, default=GRID["ucl_lr"],
                       help=f"unsupervised SimCSE learning rates (default: {' '.join(map(str, GRID['ucl_lr']))})")
-    grid.add_argument("--temp", nargs="+", type=float, default=GRID["temp"],
-                      help=f"temperatures τ of the SimCSE loss (default: {' '.join(map(str, GRID['temp']))})")
+    grid.add_argument("--cl_temp", nargs="+", type=float, default=GRID["cl_temp"],
+                      help=f"temperatures τ of the SimCSE loss, run_multitask.py's --cl_temp (default: "
+                           f"{' '.join(map(str, GRID['cl_temp']))})")
     grid.add_argument("--pooling", nargs="+", choices=sorted(POOLING_MODES), default=GRID["pooling"],
                       metavar="MODE", help=f"sentence vectors (default: {' '.join(GRID['pooling'])})")
     add_flags(parser, UclConfig, only=PASSED_THROUGH, title="every run", ucl_max_length=32, ucl_eval_every=125)
     add_flags(parser, OutputConfig, only=("out_dir",), title="output", out_dir="predictions/simcse_sweep")
     parser.add_argument("--dry_run", action="store_true", help="print each setting's command and run nothing")
+    add_refused(parser, {"--temp": "--temp was split: the sweep's temperatures are --cl_temp (the contrastive "
+                                   "losses' tau; the cosine paraphrase head's is run_multitask.py's --head_temp)"})
     return parser
 
 
 def sweep(args: argparse.Namespace, run_flags: list[str]) -> int:
     """Run (or skip, or resume) every setting, then write the table; 1 if any setting did not finish."""
-    for name in ("ucl_lr", "temp", "pooling", *PASSED_THROUGH, "out_dir", "run_name", "epochs", "resume"):
+    for name in ("ucl_lr", "cl_temp", "pooling", *PASSED_THROUGH, "out_dir", "run_name", "epochs", "resume"):
         if any(flag == f"--{name}" or flag.startswith(f"--{name}=") for flag in run_flags):
             raise ValueError(f"--{name} after '--' would override the sweep's own; give it before '--'"
                              if name in vars(args) else f"--{name} is set by the sweep for every run")
+    for flag in run_flags:   # run_multitask.py's parser would end the sweep with its usage message
+        if flag.split("=")[0] in SPLIT_FLAGS:
+            raise ValueError(SPLIT_FLAGS[flag.split("=")[0]])
     if not args.ucl_eval_every:
         raise ValueError("--ucl_eval_every must be at least 1: the sweep compares the settings' STS dev curves")
     out_dir = Path(args.out_dir)
-    settings = [Setting(*point) for point in itertools.product(args.ucl_lr, args.temp, args.pooling)]
+    settings = [Setting(*point) for point in itertools.product(args.ucl_lr, args.cl_temp, args.pooling)]
     configs = {}
     for setting in settings:  # every command is checked before the first run starts
         flags = setting_flags(args, setting) + run_flags
@@ -119,7 +127,7 @@ def sweep(args: argparse.Namespace, run_flags: list[str]) -> int:
 
 def setting_flags(args: argparse.Namespace, setting: Setting) -> list[str]:
     """The run_multitask.py flags of one setting (run flags given after '--' come after them)."""
-    flags = ["--ucl", "--epochs", "0", "--ucl_lr", f"{setting.ucl_lr:g}", "--temp", f"{setting.temp:g}",
+    flags = ["--ucl", "--epochs", "0", "--ucl_lr", f"{setting.ucl_lr:g}", "--cl_temp", f"{setting.cl_temp:g}",
              "--pooling", setting.pooling]
     for name in PASSED_THROUGH:
         if getattr(args, name) is not None:
@@ -156,9 +164,14 @@ def run_setting(setting: Setting, config: RunConfig, run_dir: Path) -> int:
 
 
 def _differences(saved: dict | None, wanted: dict) -> str:
-    """The flags (outside the output section) in which a saved run configuration differs."""
+    """The flags (outside the output section) in which a saved run configuration differs, read as this
+    version reads it (``RunConfig.from_dict``: a run saved with the older ``temp`` has its two τ's)."""
     if not isinstance(saved, dict):
         return "no readable configuration in its metrics.json"
+    try:
+        saved = RunConfig.from_dict(saved).to_dict()
+    except (TypeError, KeyError, ValueError):
+        pass   # compared as saved
     return ", ".join(f"--{key}" for section, values in wanted.items() if section != "output"
                      for key, value in values.items() if (saved.get(section) or {}).get(key, object()) != value)
 

@@ -88,12 +88,14 @@ def test_command_of_the_defaults_and_of_odd_values():
     assert command(RunConfig.defaults().to_dict()) == "python run_multitask.py"
     config = RunConfig.defaults().to_dict()
     config["data"]["data_dir"] = "/data with spaces/it's here"
-    config["model"].update(temp=-0.5, attention_probs_dropout_prob=0.0, pooling="cls")
-    config["train"].update(warmup_ratio=None, max_steps_per_epoch=7, decay_bias_norm=True, tasks="sst,sts")
+    config["model"].update(head_temp=-0.5, attention_probs_dropout_prob=0.0, pooling="cls")
+    config["train"].update(warmup_ratio=None, max_steps_per_epoch=7, decay_bias_norm=True, tasks="sst,sts",
+                           cl_temp=0.2)
     config["speed"].update(bucket=False, sparse_embeddings=True)
     config["output"].update(out_dir="elsewhere", run_name="named", quiet=True)
     card = model_card({"run_name": "named", "config": config}, Path("/nowhere/checkpoint"))
-    assert "--temp=-0.5" in command_line(card) and "--no_bucket" in command_line(card)
+    assert "--head_temp=-0.5" in command_line(card) and "--cl_temp 0.2" in command_line(card)
+    assert "--no_bucket" in command_line(card)
     assert_reproduces(card, copy.deepcopy(config))
 
 
@@ -131,6 +133,18 @@ def test_heads_listed_are_the_file_tensors(runs):
     assert "qqp: cosine: logit = (cos(u, v) − threshold) / 0.05" in heads
     assert "sts: concat: score = 5·sigmoid(w·[u; v; |u−v|] + b)" in heads
     assert "sst: `classifier` on u: logits = W·u + b (5 classes)" in heads
+
+
+def test_card_of_a_run_saved_with_the_one_temp_before_the_split(runs):
+    """A configuration saved with the older ``model.temp`` (one τ for the cosine head and the
+    contrastive losses): the head formula shows it, the command gives it as both new flags."""
+    metrics = metrics_of(runs["trained"])
+    del metrics["config"]["model"]["head_temp"], metrics["config"]["train"]["cl_temp"]
+    metrics["config"]["model"]["temp"] = 0.1
+    card = model_card(metrics, runs["trained"] / "checkpoint")
+    assert "qqp: cosine: logit = (cos(u, v) − threshold) / 0.1" in section(card, "Heads")
+    assert "--head_temp 0.1" in command_line(card) and "--cl_temp 0.1" in command_line(card)
+    assert "--temp " not in command_line(card)
 
 
 def test_stages_only_run_has_no_heads(runs):

@@ -230,8 +230,9 @@ def test_sigterm_while_a_tensorboard_scalar_is_queued_leaves_the_writer_closable
     assert not closing.is_alive(), "closing the TensorBoard writer hangs on the queue's lock"
 
 
-@pytest.mark.parametrize("flag, value", [("--lr", "inf"), ("--head_lr", "nan"), ("--temp", "inf"),
-                                         ("--max_grad_norm", "nan"), ("--smart_weight", "inf")])
+@pytest.mark.parametrize("flag, value", [("--lr", "inf"), ("--head_lr", "nan"), ("--head_temp", "inf"),
+                                         ("--cl_temp", "nan"), ("--max_grad_norm", "nan"),
+                                         ("--smart_weight", "inf")])
 def test_non_finite_flags_are_refused(box, capsys, flag, value):
     assert box.main(flag, value) == 1
     one_line_error(capsys, f"{flag} must be a finite number, got {value}")

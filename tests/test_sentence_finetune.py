@@ -95,7 +95,7 @@ def test_same_seed_same_weights(tiny_model_dir, data_dir, tmp_path):
     (["--task", "sst", "--loss", "mse"], "error: unknown --loss 'mse'; choose one of ce, lcl"),
     (["--task", "sst", "--max_steps", "0"], "error: --max_steps must be at least 1, got 0"),
     (["--task", "sst", "--epochs", "0"], "error: --epochs must be at least 1, got 0"),
-    (["--task", "sst", "--temp", "0"], "error: --temp must be positive"),
+    (["--task", "sst", "--cl_temp", "0"], "error: --cl_temp must be positive"),
     (["--task", "sst", "--lr", "-1"], "error: --lr must be positive"),
 ])
 def test_bad_flags_are_one_line_errors(tiny_model_dir, data_dir, tmp_path, capsys, flags, message):
@@ -153,6 +153,18 @@ def test_usage_errors_are_one_line(capsys):
         main(["--task", "sst", "--out", "x", "--pooling", "avg"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(err) == 1 and "invalid choice: 'avg'" in err[0]
+    with pytest.raises(SystemExit) as exit_info:   # the one --temp was split into --head_temp and --cl_temp
+        main(["--task", "sst", "--out", "x", "--temp", "0.1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1 and "--temp was split" in err[0] and "--cl_temp" in err[0]
+
+
+def test_cl_temp_is_the_label_contrastive_temperature():
+    from scripts.sentence_finetune import SentenceObjective, build_parser, run_config
+    config = run_config(build_parser().parse_args(["--task", "sst", "--out", "x", "--cl_temp", "0.2"]))
+    assert config.train.cl_temp == 0.2 and config.model.head_temp == 0.05
+    objective = SentenceObjective(torch.nn.Linear(1, 1), [], None, config, "lcl", None, None)
+    assert objective.temperature == 0.2
 
 
 # --- scripts/lcl_study.sh and its table -----------------------------------------------------------
@@ -163,13 +175,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_lcl_study_dry_run_lists_the_runs_and_probes(data_dir, tmp_path):
     env = {**os.environ, "PYTHON": sys.executable}
     result = subprocess.run(["bash", str(ROOT / "scripts" / "lcl_study.sh"), "--dry_run", "--data_dir", str(data_dir),
-                             "--out", str(tmp_path), "--", "--temp", "0.1"],
+                             "--out", str(tmp_path), "--", "--cl_temp", "0.1"],
                             capture_output=True, text=True, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     train = [line for line in lines if "scripts.sentence_finetune" in line]
     probes = [line for line in lines if "scripts.probe" in line]
-    assert len(train) == 4 and all("--temp 0.1" in line for line in train)
+    assert len(train) == 4 and all("--cl_temp 0.1" in line for line in train)
     assert any("--task cfimdb --loss lcl" in line and "--epochs 2 --max_steps 50" in line for line in train)
     assert len(probes) == 6 and sum("--checkpoint" in line for line in probes) == 4
     assert any(f"{tmp_path}/pretrained/sst.json" in line for line in probes)

@@ -176,7 +176,7 @@ def test_resumed_stage_continues_its_curve_and_best_step(tmp_path, tiny_model_di
 
 
 def sweep(out_dir: Path, model_dir: Path, *flags) -> int:
-    return simcse_sweep.main(["--ucl_lr", "1e-2", "--temp", "0.05", "0.1", "--pooling", "cls", "--ucl_steps", "3",
+    return simcse_sweep.main(["--ucl_lr", "1e-2", "--cl_temp", "0.05", "0.1", "--pooling", "cls", "--ucl_steps", "3",
                               "--ucl_batch_size", "4", "--ucl_eval_every", "2", "--out_dir", str(out_dir), *flags,
                               "--", "--data_dir", str(FIXTURE_DATA), "--model", str(model_dir), "--max_length", "24",
                               "--quiet"])
@@ -191,7 +191,7 @@ def test_sweep_runs_each_setting_and_writes_its_table(tmp_path, tiny_model_dir, 
     assert sorted(s["setting"] for s in table["settings"]) == names
     for row in table["settings"]:
         run = metrics(tmp_path / row["setting"])
-        assert run["config"]["ucl"]["ucl_max_length"] == 32 and run["config"]["model"]["temp"] == row["temp"]
+        assert run["config"]["ucl"]["ucl_max_length"] == 32 and run["config"]["train"]["cl_temp"] == row["temp"]
         assert [step for step, _ in row["curve"]] == [0, 2, 3]
         assert row["best"] == max(s for _, s in row["curve"]) and row["status"] == "finished"
         assert row["command"].startswith("python run_multitask.py --ucl --epochs 0 --ucl_lr 0.01")
@@ -200,10 +200,15 @@ def test_sweep_runs_each_setting_and_writes_its_table(tmp_path, tiny_model_dir, 
     assert all(f"| {name} |" in markdown for name in names)
     assert (tmp_path / "simcse_sweep.csv").read_text().count("\n") == 3
     assert "simcse_sweep.png" in out.err or "matplotlib is not installed" in out.err
-    # run again: the finished settings are not trained again
+    # run again: the finished settings are not trained again, also one saved with the one "temp" of
+    # the versions before --head_temp and --cl_temp (read as both)
     stamp = (tmp_path / names[0] / "checkpoint" / "model.safetensors").stat().st_mtime_ns
+    old = metrics(tmp_path / names[0])
+    del old["config"]["model"]["head_temp"], old["config"]["train"]["cl_temp"]
+    old["config"]["model"]["temp"] = 0.05
+    (tmp_path / names[0] / "metrics.json").write_text(json.dumps(old))
     assert sweep(tmp_path, tiny_model_dir) == 0
-    assert "finished before, not run again" in capsys.readouterr().out
+    assert capsys.readouterr().out.count("finished before, not run again") == 2
     assert (tmp_path / names[0] / "checkpoint" / "model.safetensors").stat().st_mtime_ns == stamp
 
 
@@ -213,7 +218,13 @@ def test_sweep_dry_run_and_errors(tmp_path, tiny_model_dir, capsys):
     assert len(commands) == 2 and all("--ucl_max_length 32 --ucl_eval_every 2" in c for c in commands)
     assert not any(tmp_path.iterdir())
     assert sweep(tmp_path, tiny_model_dir, "--ucl_eval_every", "0") == 1
+    assert simcse_sweep.main(["--out_dir", str(tmp_path), "--", "--cl_temp", "1"]) == 1
     assert simcse_sweep.main(["--out_dir", str(tmp_path), "--", "--temp", "1"]) == 1
     errors = capsys.readouterr().err.strip().splitlines()
     assert errors[0].startswith("error: --ucl_eval_every must be at least 1")
-    assert errors[1].startswith("error: --temp after '--' would override the sweep's own")
+    assert errors[1].startswith("error: --cl_temp after '--' would override the sweep's own")
+    assert errors[2].startswith("error: --temp was split") and "--cl_temp" in errors[2]
+    with pytest.raises(SystemExit) as exit_info:   # the sweep's own axis is --cl_temp now
+        simcse_sweep.main(["--temp", "0.1", "--out_dir", str(tmp_path), "--dry_run"])
+    assert exit_info.value.code == 2 and "--cl_temp" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -22,11 +22,11 @@ class ModelConfig:
                                    "saved run (its folder or checkpoint/) to start from its encoder; default: the "
                                    "embedded all-MiniLM-L6-v2", type=str)
     pooling: str = flag("mean", "sentence vector from the encoder", choices=sorted(POOLING_MODES))
-    para_head: str = flag("concat", "paraphrase (QQP) head: linear on [u; v; |u-v|], or (cos(u, v) - b)/temp with "
-                                    "b learned", choices=["concat", "cosine"])
+    para_head: str = flag("concat", "paraphrase (QQP) head: linear on [u; v; |u-v|], or (cos(u, v) - b)/tau with "
+                                    "b learned (tau: --head_temp)", choices=["concat", "cosine"])
     sts_head: str = flag("cosine", "similarity (STS) head: 5*sigmoid(linear[u; v; |u-v|]) or 5*cos(u, v)",
                          choices=["concat", "cosine"])
-    temp: float = flag(0.05, "temperature of the cosine paraphrase head")
+    head_temp: float = flag(0.05, "temperature tau of the cosine paraphrase head, (cos(u, v) - b)/tau")
     hidden_dropout_prob: float = flag(0.1, "dropout in the encoder and before the heads")
     attention_probs_dropout_prob: float | None = flag(None, "dropout on the attention weights (default: the "
                                                             "model's config.json value)", type=float)
@@ -74,6 +74,8 @@ class TrainConfig:
                               "training and after its last (0: at every epoch end)")
     early_stopping: int = flag(0, "end multi-task training after N evaluations without a better overall dev score "
                                   "(0: never)")
+    cl_temp: float = flag(0.05, "temperature tau of the contrastive losses: the InfoNCE of --ucl and --scl, the "
+                                "label-contrastive loss of --lcl")
     device: str = flag("auto", "where to train", choices=["auto", "cpu", "cuda"])
 
 
@@ -173,9 +175,10 @@ class RunConfig:
         unknown names are ignored, an absent field takes ``ABSENT_MEANS`` (what the saving version
         did), else its default, and an older name is read through ``RENAMED``."""
         values = saved_values(data)
-        for old, (new, convert) in RENAMED.items():
-            if old in values and new not in values:
-                values[new] = convert(values.pop(old))
+        for old, (names, convert) in RENAMED.items():
+            if old in values:
+                value = convert(values.pop(old))
+                values |= {new: value for new in names if new not in values}
         values = ABSENT_MEANS | values
         for key in ("para_head", "sts_head"):
             if values.get(key) == "projected":
@@ -227,7 +230,8 @@ class RunConfig:
             (0 <= m.hidden_dropout_prob < 1, "--hidden_dropout_prob must be in [0, 1)"),
             (m.attention_probs_dropout_prob is None or 0 <= m.attention_probs_dropout_prob < 1,
              "--attention_probs_dropout_prob must be in [0, 1)"),
-            (m.temp > 0, "--temp must be positive"),
+            (m.head_temp > 0, "--head_temp must be positive"),
+            (t.cl_temp > 0, "--cl_temp must be positive"),
             (m.private_layers >= 0, "--private_layers must not be negative"),
             (self.output.save_every >= 0, "--save_every must not be negative"),
             (self.output.keep_checkpoints >= 1, "--keep_checkpoints must be at least 1"),
@@ -293,8 +297,13 @@ ABSENT_MEANS = {"warmup_ratio": None, "decay_bias_norm": True, "max_grad_norm": 
                 "attention": "manual", "bucket": False, "dropout_masks": "bernoulli", "sparse_embeddings": False,
                 "private_layers": 0}
 
-# Fields saved under an older name: old name -> (field, the old value as the field's value).
-RENAMED = {"no_decay_bias_norm": ("decay_bias_norm", lambda no_decay: not no_decay)}
+# Fields saved under an older name: old name -> (the fields it became, the old value as their value).
+RENAMED = {"no_decay_bias_norm": (("decay_bias_norm",), lambda no_decay: not no_decay),
+           "temp": (("head_temp", "cl_temp"), lambda temp: temp)}   # one τ for the head and the contrastive losses
+
+# Flags that are gone, refused by the parsers with what to give instead (``training.flags.add_refused``).
+SPLIT_FLAGS = {"--temp": "--temp was split: give --head_temp (the cosine paraphrase head's tau) and/or --cl_temp "
+                         "(the contrastive losses' tau)"}
 
 # Probes measured as giving no gain and removed (docs/defaults.md), with the value that switched them off.
 REMOVED = {"lp_steps": 0, "task_lr_scales": None}

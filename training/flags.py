@@ -72,3 +72,13 @@ def section_from_args(section: type, args: argparse.Namespace, **values):
     """The dataclass ``section`` filled from parsed flags (fields without a flag keep their default)."""
     given = vars(args)
     return section(**{f.name: given[f.name] for f in dataclasses.fields(section) if f.name in given} | values)
+
+
+def add_refused(parser: argparse.ArgumentParser, refused: dict[str, str]) -> None:
+    """Flags that are gone (hidden from ``--help``): giving one is a usage error saying what to give instead."""
+    class Refused(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            parser.error(refused[option_string])
+
+    for option in refused:
+        parser.add_argument(option, nargs="?", action=Refused, help=argparse.SUPPRESS)

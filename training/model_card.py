@@ -207,7 +207,7 @@ def _loading(checkpoint_dir: Path, pooling: str | None, tasks: list[str]) -> str
 def _heads(heads: dict[str, list[int]], model: dict, tasks: list[str]) -> str:
     if not heads:
         return "This checkpoint has no heads (`heads.safetensors` holds no tensor): it is an encoder only."
-    pooling, temp = model.get("pooling"), model.get("temp")
+    pooling, temp = model.get("pooling"), model.get("head_temp", model.get("temp"))  # "temp": saved before the split
     lines = [f"`{HEADS}` holds `heads.<task>.*` tensors. Each head reads the pooled ({pooling}) sentence "
              f"vector u (and v, the second sentence's, for pairs); dropout ({model.get('hidden_dropout_prob')}) "
              f"acts in training only.", ""]

@@ -52,7 +52,7 @@ class LabelContrastive(Extension):
 
         def loss_fn(inputs, batch):
             embeddings = run.forward_model(None, inputs)[0]
-            return label_contrastive_loss(embeddings, batch["labels"].to(run.device), run.config.model.temp)
+            return label_contrastive_loss(embeddings, batch["labels"].to(run.device), run.config.train.cl_temp)
 
         source = f"the {task} training set ({TASKS[task].files['train']})"
         return train_contrastive(run, ContrastiveStage("lcl", examples, source, "sentence", loss_fn, c.lcl_epochs,

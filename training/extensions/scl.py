@@ -67,7 +67,7 @@ class SupervisedSimCSE(Extension):
 
         def loss_fn(inputs, batch):
             anchors, positives, negatives = run.forward_model(None, inputs)
-            return info_nce(anchors, positives, run.config.model.temp, negatives, c.hard_negative_weight)
+            return info_nce(anchors, positives, run.config.train.cl_temp, negatives, c.hard_negative_weight)
 
         return train_contrastive(run, ContrastiveStage("scl", triples, source, "triple", loss_fn, c.scl_epochs,
                                                        c.scl_steps, c.scl_batch_size, c.scl_lr))

@@ -85,7 +85,7 @@ class UnsupervisedSimCSE(Extension):
             # two dropout masks; the first pass goes through the DDP wrapper (if any), which then
             # averages the gradients of the whole loss across processes
             first, second = run.forward_model(None, [inputs[0]])[0], run.model.embed(inputs[0])
-            return info_nce(first, second, run.config.model.temp)
+            return info_nce(first, second, run.config.train.cl_temp)
 
         sts_dev = None
         if c.ucl_eval_every:
