@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 # in stage order: the stages run in this order before multi-task training
 EXTENSIONS: tuple[Extension, ...] = tuple(import_module(f"{__name__}.{name}").EXTENSION for name in (
-    "ucl", "scl", "lcl", "pre_qqp", "joint_loss", "smart", "distill", "pcgrad",
+    "ucl", "scl", "lcl", "pre_qqp", "joint_loss", "smart", "distill", "pcgrad", "anneal_sampling",
 ))
 
 
