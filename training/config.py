@@ -217,6 +217,7 @@ class RunConfig:
         alone = [f"--{e.name}" for e in registry() if e.stages_alone]
         return [
             (t.epochs >= 0, "--epochs must not be negative"),
+            (0 <= t.seed < 2 ** 32, f"--seed must be between 0 and 2**32 - 1, got {t.seed}"),
             (t.lr > 0, "--lr must be positive"),
             (t.head_lr > 0, "--head_lr must be positive"),
             (t.weight_decay >= 0, "--weight_decay must not be negative"),

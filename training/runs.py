@@ -49,7 +49,8 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
     else:
         bert = BertModel.from_pretrained(model_dir, **overrides)
     check_pooling_depth(config.model.pooling, bert.config, model_dir / "config.json")
-    if config.builds_towers() and config.model.private_layers > bert.config.num_hidden_layers:
+    # refused with one task too, which builds no tower: the model card would print the value in its command
+    if config.model.private_layers > bert.config.num_hidden_layers:
         raise ValueError(f"--private_layers {config.model.private_layers} is more than the "
                          f"{bert.config.num_hidden_layers} layers of {model_dir / 'config.json'}")
     model = with_heads(bert, config, config.task_names())

@@ -369,6 +369,9 @@ def execute(args: argparse.Namespace) -> int:
     if args.bootstrap < 0 or args.bootstrap_seed < 0:
         raise ValueError(f"--bootstrap and --bootstrap_seed must be >= 0, got {args.bootstrap} and "
                          f"{args.bootstrap_seed}")
+    if args.out is not None and (args.out.name in ("", ".", "..") or args.out.is_dir()):
+        raise ValueError(f"--out {args.out} is a folder; give a file prefix, e.g. {args.out / 'ablation'} (it writes "
+                         f"PREFIX.md, PREFIX.csv and PREFIX-forest.png)")
     runs = [run for folder in args.folders for run in read_runs(folder)]
     rows = sort_rows(pool_seeds(runs), args.sort)
     if not rows:
