@@ -35,20 +35,21 @@ def enabled(config: RunConfig) -> list[Extension]:
 
 
 def provider(config: RunConfig, hook: str) -> Extension | None:
-    """The enabled extension that provides ``hook`` (overrides that method of ``Extension``), or None."""
-    return next((e for e in enabled(config) if _provides(e, hook)), None)
+    """The enabled extension that provides ``hook`` (one of ``ONE_AT_A_TIME``), or None (``check_hooks``
+    refuses two)."""
+    return next(iter(providers(config, hook)), None)
 
 
 def check_hooks(config: RunConfig) -> None:
     """Refuse two enabled extensions providing a hook of ``ONE_AT_A_TIME``, in one line naming their flags."""
     for hook, what in ONE_AT_A_TIME.items():
-        flags = [f"--{e.name}" for e in enabled(config) if _provides(e, hook)]
-        if len(flags) > 1:
-            raise ValueError(f"{' and '.join(flags)} both decide {what}: choose one")
+        if len(found := providers(config, hook)) > 1:
+            raise ValueError(f"{' and '.join(f'--{e.name}' for e in found)} both decide {what}: choose one")
 
 
-def _provides(extension: Extension, hook: str) -> bool:
-    return getattr(type(extension), hook) is not getattr(Extension, hook)
+def providers(config: RunConfig, hook: str) -> list[Extension]:
+    """The enabled extensions that override the method ``hook`` of ``Extension``."""
+    return [e for e in enabled(config) if getattr(type(e), hook) is not getattr(Extension, hook)]
 
 
 def enabled_stages(config: RunConfig) -> list[tuple[str, Callable]]:

@@ -5,7 +5,7 @@ dataclass (its flags), a subclass of ``Extension`` that overrides the hooks it u
 
 Some grid rows and table labels come from core settings rather than extensions (``--rr``,
 ``--private_layers``): those are ``Idea`` objects too (``training/extensions/core.py``), so the grid and
-the report ask one list (``IDEAS``) and never name an idea.
+the report ask one list (``training.extensions.ideas()``) and never name an idea.
 """
 from __future__ import annotations
 
