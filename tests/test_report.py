@@ -726,3 +726,18 @@ def test_ablate_loop_with_seeds_skips_finished_runs_and_the_report_pools_them(tm
     again = ablate("--seeds", "2", "--only", "ft", "mean-ucl", "--out_dir", str(out), env=env, timeout=120)
     assert "0 ok, 0 failed, 4 skipped" in again.stdout
     assert any(line.startswith("ft-s11712 ") and "skipped" in line for line in again.stdout.splitlines())
+
+
+def test_baseline_names_the_row_every_average_is_compared_with(seeds, capsys):
+    rows = collect_runs(seeds.out)
+    footer, _ = compare_to_baselines(rows, resamples=200, seed=0, baseline="ablate-mean-ucl")
+    rows = by_run(rows)
+    better = rows["ablate-mean-preqqp"].vs_ft
+    assert better.observed == pytest.approx(row_average(seeds, "mean-preqqp") - row_average(seeds, "mean-ucl"),
+                                            abs=1e-12)
+    assert rows["ablate-mean-ucl"].vs_ft is None           # the baseline itself has no Δ
+    assert "Δ vs ablate-mean-ucl = average minus that of ablate-mean-ucl" in footer
+    header = markdown_rows(render_markdown(list(rows.values()), baseline="ablate-mean-ucl"))[0]
+    assert "Δ vs ablate-mean-ucl" in header and "Δ vs FT" not in header
+    assert main([str(seeds.out), "--baseline", "no-such-row", "--bootstrap", "10"]) == 1
+    assert "--baseline no-such-row: no finished row of that name" in capsys.readouterr().err

@@ -44,7 +44,7 @@ LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT 
           "seeds = runs differing only in --seed, pooled: metrics are their mean ± sample std, wall time their "
           "mean. average = mean of the tasks' dev scores, a Pearson r counted as (r + 1) / 2 (the CS224N score for "
           "SST, QQP and STS). Unfinished runs are listed last with blank metrics.")
-DELTA, INTERVAL = "Δ vs FT", "95% CI"
+DELTA, INTERVAL = "Δ vs FT", "95% CI"   # DELTA: the default; ``--baseline ROW`` makes it "Δ vs ROW"
 ALONE = "vs alone"   # "<TASK> vs alone": a task's Δ against its single-task (ST) row, with the interval
 # What the seeds of one row may differ in besides the seed: where and how a run reports or is stored.
 SEED_FREE_SECTIONS = ("output",)
@@ -59,17 +59,23 @@ def alone_column(task: str) -> str:
     return f"{task.upper()} {ALONE}"
 
 
-def columns(tasks=DEFAULT_TASKS, alone=()) -> list[str]:
+def delta_column(baseline: str | None = None) -> str:
+    """"Δ vs FT", or "Δ vs ROW" when ``--baseline ROW`` names the row the averages are compared with."""
+    return DELTA if baseline is None else f"Δ vs {baseline}"
+
+
+def columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[str]:
     """The Markdown table's header for runs of ``tasks``, with a "vs alone" column for each of ``alone``."""
-    return ["run", "pooling", *flag_columns(), "seeds", *map(metric_column, tasks), "average", DELTA, INTERVAL,
+    return ["run", "pooling", *flag_columns(), "seeds", *map(metric_column, tasks), "average", delta_column(baseline),
+            INTERVAL,
             *map(alone_column, alone), "wall (min)", "status"]
 
 
-def csv_columns(tasks=DEFAULT_TASKS, alone=()) -> list[str]:
+def csv_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[str]:
     """The CSV's header: as ``columns``, with each metric's std and each interval's ends in columns of their own."""
     metrics = [name for column in [*map(metric_column, tasks), "average"] for name in (column, f"{column} std")]
     # Δ vs FT's interval keeps its historical names ("95% CI low", ...); a "vs alone" column names its own
-    versus = [name for column, interval in [(DELTA, INTERVAL), *((c, c) for c in map(alone_column, alone))]
+    versus = [name for column, interval in [(delta_column(baseline), INTERVAL), *((c, c) for c in map(alone_column, alone))]
               for name in (column, f"{interval} low", f"{interval} high", f"{interval} excludes 0")]
     return ["run", "pooling", *flag_columns(), "seeds", *metrics, *versus, "wall (min)", "status"]
 
@@ -213,15 +219,24 @@ def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
 
 
 def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 0,
-                         data_dir: str | Path | None = None) -> tuple[str, list[str]]:
+                         data_dir: str | Path | None = None, baseline: str | None = None) -> tuple[str, list[str]]:
     """Set ``vs_ft`` of every finished multi-task row but the FT baselines (paired bootstrap against the FT
-    row of the same pooling, else the first FT row by name) and ``vs_alone`` of every finished multi-task
-    row, for each task that has an ST row (chosen the same way); return the footer naming them and the
-    notes on rows left without an interval. ``data_dir`` replaces the runs' own data folders."""
+    row of the same pooling, else the first FT row by name; against the row named ``baseline`` instead, when
+    given) and ``vs_alone`` of every finished multi-task row, for each task that has an ST row (chosen the
+    same way); return the footer naming them and the notes on rows left without an interval. ``data_dir``
+    replaces the runs' own data folders."""
+    DELTA = delta_column(baseline)
     if resamples == 0:
         return f"{DELTA} and {INTERVAL}: not computed (--bootstrap 0).", []
     done = [row for row in rows if row.complete]
-    fts = _baselines(done, lambda row: row.baseline == "FT")
+    if baseline is None:
+        fts = _baselines(done, lambda row: row.baseline == "FT")
+    else:
+        named = [row for row in done if row.run == baseline]
+        if not named:
+            raise ValueError(f"--baseline {baseline}: no finished row of that name; the rows are "
+                             f"{', '.join(row.run for row in done) or 'none'}")
+        fts = {None: named[0]}
     alone = {task: _baselines(done, lambda row: row.baseline == "ST" and task in row.dev) for task in TASKS}
     alone = {task: by_pooling for task, by_pooling in alone.items() if by_pooling}
     multitask = [row for row in done if row.baseline != "ST" and len(row.dev) >= 2]
@@ -250,7 +265,7 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
             row.vs_ft = difference
         else:
             row.vs_alone[task] = difference
-    sentences = [f"{DELTA} = average minus that of {_named(fts, 'FT')}, both from the dev prediction files;"
+    sentences = [f"{DELTA} = average minus that of {baseline or _named(fts, 'FT')}, both from the dev prediction files;"
                  if fts else f"{DELTA}: no finished FT row to compare with.",
                  f"{INTERVAL} = paired bootstrap percentile interval ({resamples} resamples of each task's dev "
                  f"examples, seed {seed}); * = the interval excludes 0."]
@@ -283,28 +298,29 @@ def _named(baselines: dict, kind: str) -> str:
                                                       poolings.items()) + f"; else {baselines[None].run})")
 
 
-def render_markdown(rows: list[RunRow], footer: str = "") -> str:
+def render_markdown(rows: list[RunRow], footer: str = "", baseline: str | None = None) -> str:
     """A Markdown table (metrics to 3 decimals, wall time to 0.1 minute) followed by the legend and ``footer``."""
     tasks, alone = table_tasks(rows), alone_tasks(rows)
-    header = columns(tasks, alone)
+    header = columns(tasks, alone, baseline)
     align = {"run": "---", "pooling": ":-:", "status": "---", **{c: ":-:" for c in flag_columns()}}
     lines = [_md_line(header), _md_line([align.get(c, "--:") for c in header])]
     lines += [_md_line(row.markdown_cells(tasks, alone)) for row in rows]
     return "\n".join(lines) + "\n\n" + LEGEND + "\n" + ("\n" + footer + "\n" if footer else "")
 
 
-def render_compact(rows: list[RunRow], footer: str = "") -> str:
+def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = None) -> str:
     """The terminal view: run, seeds, each task's mean ± std, the average, Δ vs FT and its interval, each
     task's Δ vs alone, aligned in plain text (the Markdown table's other columns are in ``--out``'s files)."""
     tasks, alone = table_tasks(rows), alone_tasks(rows)
-    header = ["run", "seeds", *(task.upper() for task in tasks), "average", DELTA, INTERVAL,
+    delta = delta_column(baseline)
+    header = ["run", "seeds", *(task.upper() for task in tasks), "average", delta, INTERVAL,
               *map(alone_column, alone), "status"]
     lines = [header]
     for row in rows:
-        named = dict(zip(columns(tasks, alone), row.markdown_cells(tasks, alone)))
+        named = dict(zip(columns(tasks, alone, baseline), row.markdown_cells(tasks, alone)))
         status = "" if row.complete else row.status if len(row.status) <= 40 else row.status[:39] + "…"
         lines.append([named["run"], named["seeds"] or ("1" if row.complete else ""),
-                      *(named[metric_column(t)] for t in tasks), named["average"], named[DELTA], named[INTERVAL],
+                      *(named[metric_column(t)] for t in tasks), named["average"], named[delta], named[INTERVAL],
                       *(named[alone_column(t)] for t in alone), status])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     text = "\n".join("  ".join(cell.ljust(w) if i in (0, len(header) - 1) else cell.rjust(w) for i, (cell, w) in
@@ -312,29 +328,29 @@ def render_compact(rows: list[RunRow], footer: str = "") -> str:
     return text + "\n" + ("\n" + footer + "\n" if footer else "")
 
 
-def write_csv(rows: list[RunRow], path: str | Path) -> None:
+def write_csv(rows: list[RunRow], path: str | Path, baseline: str | None = None) -> None:
     """The Markdown table's rows, numbers at full precision (UTF-8, ✓/×)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     tasks, alone = table_tasks(rows), alone_tasks(rows)
-    writer.writerow(csv_columns(tasks, alone))
+    writer.writerow(csv_columns(tasks, alone, baseline))
     writer.writerows(row.csv_cells(tasks, alone) for row in rows)
     write_text_atomic(path, buffer.getvalue())
 
 
-def forest_panels(rows: list[RunRow]) -> list[tuple[str, list[tuple[str, Difference]]]]:
+def forest_panels(rows: list[RunRow], baseline: str | None = None) -> list[tuple[str, list[tuple[str, Difference]]]]:
     """The forest plot's panels, each (x-axis label, [(row, difference)]): the average's Δ vs FT, then each
     task's Δ vs its single-task row, each with the rows that have it; empty panels left out."""
-    panels = [("Δ overall dev score vs FT", [(row.run, row.vs_ft) for row in rows if row.vs_ft is not None])]
+    panels = [(f"Δ overall dev score vs {baseline or 'FT'}", [(row.run, row.vs_ft) for row in rows if row.vs_ft is not None])]
     panels += [(f"Δ {metric_column(task)} vs alone", [(row.run, row.vs_alone[task]) for row in rows
                                                       if task in row.vs_alone]) for task in alone_tasks(rows)]
     return [(label, lines) for label, lines in panels if lines]
 
 
-def write_forest(rows: list[RunRow], path: Path) -> bool:
+def write_forest(rows: list[RunRow], path: Path, baseline: str | None = None) -> bool:
     """``forest_panels`` as a PNG; False (and no stale picture left) when there is none to draw or
     matplotlib is missing."""
-    panels = forest_panels(rows)
+    panels = forest_panels(rows, baseline)
     if panels:
         try:
             plot_forest(panels, path)
@@ -355,6 +371,9 @@ def main(argv=None) -> int:
                         help="print the whole Markdown table (every column) instead of the compact view")
     parser.add_argument("--sort", choices=["average", "name"], default="average",
                         help="order of the finished runs (default: average, highest first)")
+    parser.add_argument("--baseline", default=None, metavar="ROW",
+                        help="the row (its name in the run column, seeds pooled) every average is compared with "
+                             "(default: the FT row of the same pooling)")
     parser.add_argument("--bootstrap", type=int, default=1000, metavar="N",
                         help="bootstrap resamples of the dev sets for the interval of Δ vs FT (default: 1000; 0: off)")
     parser.add_argument("--bootstrap_seed", type=int, default=0, help="seed of the resamples (default: 0)")
@@ -376,19 +395,19 @@ def execute(args: argparse.Namespace) -> int:
     rows = sort_rows(pool_seeds(runs), args.sort)
     if not rows:
         print(f"note: no run folders in {', '.join(map(str, args.folders))}", file=sys.stderr)
-    footer, notes = compare_to_baselines(rows, args.bootstrap, args.bootstrap_seed, args.data_dir)
+    footer, notes = compare_to_baselines(rows, args.bootstrap, args.bootstrap_seed, args.data_dir, args.baseline)
     for note in notes:
         print(note, file=sys.stderr)
-    markdown = render_markdown(rows, footer)
-    print(markdown if args.full else render_compact(rows, footer), end="")
+    markdown = render_markdown(rows, footer, args.baseline)
+    print(markdown if args.full else render_compact(rows, footer, args.baseline), end="")
     prefix = args.out
     if prefix is None:  # the table on stdout only: nothing is written into the given folders
         print(f"({len(rows)} rows from {len(runs)} runs; nothing written: --out PREFIX writes PREFIX.md, "
               "PREFIX.csv and PREFIX-forest.png)", file=sys.stderr)
         return 0
     write_text_atomic(prefix.with_name(prefix.name + ".md"), markdown)
-    write_csv(rows, prefix.with_name(prefix.name + ".csv"))
-    forest = write_forest(rows, prefix.with_name(prefix.name + "-forest.png"))
+    write_csv(rows, prefix.with_name(prefix.name + ".csv"), args.baseline)
+    forest = write_forest(rows, prefix.with_name(prefix.name + "-forest.png"), args.baseline)
     print(f"({len(rows)} rows from {len(runs)} runs; wrote {prefix}.md, {prefix}.csv"
           f"{f' and {prefix}-forest.png' if forest else ''})", file=sys.stderr)
     return 0
