@@ -12,7 +12,8 @@ import argparse
 import sys
 
 from training.cli import run_command
-from training.config import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS, RunConfig, registry
+from training.config import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS, RunConfig
+from training import extensions as registry
 from training.flags import add_flags, add_refused, section_from_args
 from training.trainer import run
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for section, cls in CORE_SECTIONS.items():
         add_flags(parser, cls, title=section)
-    for extension in registry():
+    for extension in registry.EXTENSIONS:
         add_flags(parser, extension.settings, title=f"{extension.name} ({extension.column})")
     reference = " ".join(f"--{k} {v}" if not isinstance(v, bool) else f"--{'' if v else 'no_'}{k}"
                          for k, v in REFERENCE_SPEED.items())
@@ -51,7 +52,7 @@ def parse_config(argv=None) -> RunConfig:
         parser.set_defaults(**REFERENCE_SPEED)
         args = parser.parse_args(argv)
     return RunConfig(**{name: section_from_args(cls, args) for name, cls in CORE_SECTIONS.items()},
-                     extensions={e.name: section_from_args(e.settings, args) for e in registry()})
+                     extensions={e.name: section_from_args(e.settings, args) for e in registry.EXTENSIONS})
 
 
 def main(argv=None) -> int:

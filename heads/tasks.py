@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -60,8 +61,50 @@ class PairHead(nn.Module):
             features = torch.cat([u, v, (u - v).abs()], dim=-1)
             z = self.classifier(self.dropout(features)).squeeze(-1)
             return z if self.output == "logit" else 5.0 * torch.sigmoid(z)
-        cos = F.cosine_similarity(u, v, dim=-1)
+        cos = self.similarity(u, v)
         return (cos - self.threshold) / self.temperature if self.output == "logit" else 5.0 * cos
+
+    @property
+    def thresholded(self) -> bool:
+        """Whether the head cuts a similarity with a learned threshold (``calibrate`` starts it)."""
+        return self.kind == "cosine" and self.output == "logit"
+
+    def similarity(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """cos(u, v): what the cosine head scores and its threshold cuts."""
+        return F.cosine_similarity(u, v, dim=-1)
+
+    @torch.no_grad()
+    def calibrate(self, similarities: torch.Tensor, labels: torch.Tensor) -> float | None:
+        """Start the threshold b of the cosine paraphrase head where it best separates ``similarities``
+        (cos(u, v) of some training pairs) by their 0/1 ``labels``; returns b, or None for a head without
+        a threshold (``concat``, or a ``score`` output).
+
+        Why: with b = 0 every pair of a pretrained encoder (cosines of about 0.5 to 0.95) starts as a
+        paraphrase with a logit of 10 to 19 at τ = 0.05; b, one number moving about the head's learning
+        rate a step, cannot travel the 0.7 or so it needs within a run, so the encoder is pushed to
+        lower every cosine instead (docs/heads.md, 'Why the cosine paraphrase head failed').
+        """
+        if not self.thresholded or len(similarities) == 0:
+            return None
+        cut = best_threshold(similarities.double().cpu().numpy(), labels.double().cpu().numpy())
+        self.threshold.fill_(cut)
+        return cut
+
+
+def best_threshold(scores, labels) -> float:
+    """The cut b that classifies the most pairs right with "label 1 when score > b": the midpoint
+    between two neighbouring sorted scores (or just outside them all); the lowest such b on a tie."""
+    order = np.argsort(scores, kind="stable")
+    ranked, gold = np.asarray(scores, dtype=np.float64)[order], np.asarray(labels, dtype=np.float64)[order]
+    # correct[i]: the cut between ranked[i-1] and ranked[i] (the first i pairs called 0, the rest 1)
+    zeros_below = np.concatenate([[0.0], np.cumsum(1.0 - gold)])
+    ones_above = gold.sum() - np.concatenate([[0.0], np.cumsum(gold)])
+    i = int(np.argmax(zeros_below + ones_above))
+    if i == 0:
+        return float(ranked[0] - 1e-3)
+    if i == len(ranked):
+        return float(ranked[-1] + 1e-3)
+    return float((ranked[i - 1] + ranked[i]) / 2)
 
 
 class MultitaskBert(nn.Module):

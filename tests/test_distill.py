@@ -122,6 +122,6 @@ def test_a_teacher_stopped_midway_is_resumed_by_the_next_sitting(tmp_path, tiny_
     train(teacher)
     stop_midway(folder / "sst")
     monkeypatch.chdir(tmp_path)   # this sitting names the same folder otherwise (a relative path)
-    assert train_teachers(config, Path("teachers")) == {"sst": Path("teachers") / "sst"}
+    assert train_teachers(config, Path("teachers"), train) == {"sst": Path("teachers") / "sst"}
     metrics = json.loads((folder / "sst" / "metrics.json").read_text())
     assert metrics["status"] == "finished" and len(metrics["resumed"]) == 1

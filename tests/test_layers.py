@@ -85,3 +85,76 @@ def test_the_layout_check_sees_a_module_left_out():
     assert unmapped_modules(block, ["minbert/model.py", "training/device.py", "training/extensions/smart.py",
                                     "training/memory.py", "minbert/config.py"]) == ["training/memory.py",
                                                                                     "minbert/config.py"]
+
+
+def module_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports, anywhere in it (inside functions too: a deferred
+    import only hides a cycle), leaving out ``if TYPE_CHECKING:`` blocks; a registry that imports its
+    package's modules by name (``import_module``) imports them all."""
+    files = {".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): path
+             for path in sorted((root / package).rglob("*.py"))}
+    graph = {}
+    for name, path in files.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+
+        def visit(node):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                    continue
+                if isinstance(child, ast.ImportFrom):
+                    base = ".".join(here.split(".")[:len(here.split(".")) - child.level + 1]) if child.level else ""
+                    module = ".".join(part for part in (base, child.module) if part)
+                    submodules = [f"{module}.{alias.name}" for alias in child.names
+                                  if f"{module}.{alias.name}" in files]
+                    found.update(submodules or [module])   # ``from . import x`` imports x, not its package
+                elif isinstance(child, ast.Import):
+                    found.update(alias.name for alias in child.names)
+                visit(child)
+        visit(ast.parse(path.read_text(), filename=str(path)))
+        if path.name == "__init__.py" and "import_module(" in path.read_text():
+            found.update(other for other in files if other.startswith(name + "."))
+        graph[name] = {module for module in found if module in files and module != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each cycle a depth-first walk meets, as the path that closes it."""
+    cycles, state, path = [], {}, []
+
+    def walk(module):
+        state[module] = "open"
+        path.append(module)
+        for other in sorted(graph[module]):
+            if state.get(other) == "open":
+                cycles.append(path[path.index(other):] + [other])
+            elif other not in state:
+                walk(other)
+        path.pop()
+        state[module] = "done"
+    for module in sorted(graph):
+        if module not in state:
+            walk(module)
+    return cycles
+
+
+def test_the_training_modules_import_each_other_without_a_cycle():
+    """The configuration imports the registry of extensions, the extensions import the run's parts below
+    them, and what sits above (the trainer's ``run``, ``runs.load_run``) reaches them through ``Run``."""
+    cycles = import_cycles(module_graph(ROOT, "training"))
+    assert not cycles, "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_cycle_check_sees_a_deferred_import_and_a_registry(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "plugins").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "config.py").write_text("def registry():\n    from .plugins import ALL\n    return ALL\n")
+    (package / "plugins" / "__init__.py").write_text("from importlib import import_module\n"
+                                                     "ALL = [import_module(f'{__name__}.one')]\n")
+    (package / "plugins" / "one.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                "    from ..config import registry\n")
+    assert import_cycles(module_graph(tmp_path, "pkg")) == []           # a type-checking import is no cycle
+    (package / "plugins" / "one.py").write_text("from ..config import registry\n")
+    assert import_cycles(module_graph(tmp_path, "pkg")) == [["pkg.config", "pkg.plugins", "pkg.plugins.one",
+                                                             "pkg.config"]]

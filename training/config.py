@@ -11,6 +11,7 @@ from pathlib import Path
 
 from heads import POOLING_MODES
 
+from . import extensions as registry   # the registry's one list, read where it is (tests extend it)
 from .flags import add_flags, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
 from .schedule import STRATEGIES
 from .tasks import DEFAULT_TASKS, TASKS, parse_tasks
@@ -145,7 +146,7 @@ class RunConfig:
     extensions: dict = field(default_factory=dict)   # extension name -> its settings (absent: the defaults)
 
     def __post_init__(self):
-        self.extensions = {e.name: self.extensions.get(e.name) or e.settings() for e in registry()}
+        self.extensions = {e.name: self.extensions.get(e.name) or e.settings() for e in registry.EXTENSIONS}
 
     def __getattr__(self, name: str):
         """``config.smart``, ``config.ucl``, ...: the settings of the extension of that name."""
@@ -187,7 +188,7 @@ class RunConfig:
         def build(section: type):
             return section(**{f.name: values[f.name] for f in dataclasses.fields(section) if f.name in values})
         return cls(**{name: build(section) for name, section in CORE_SECTIONS.items()},
-                   extensions={e.name: build(e.settings) for e in registry()})
+                   extensions={e.name: build(e.settings) for e in registry.EXTENSIONS})
 
     def validate(self) -> None:
         """Reject nonsense values with one line naming the flag."""
@@ -204,7 +205,7 @@ class RunConfig:
         for ok, message in self._core_checks():
             if not ok:
                 raise ValueError(message)
-        for extension in registry():
+        for extension in registry.EXTENSIONS:
             extension.check(self)
             if idle := extension.idle_flags(self):
                 one = len(idle) == 1
@@ -214,7 +215,7 @@ class RunConfig:
 
     def _core_checks(self) -> list[tuple[bool, str]]:
         t, d, m = self.train, self.data, self.model
-        alone = [f"--{e.name}" for e in registry() if e.stages_alone]
+        alone = [f"--{e.name}" for e in registry.EXTENSIONS if e.stages_alone]
         return [
             (t.epochs >= 0, "--epochs must not be negative"),
             (0 <= t.seed < 2 ** 32, f"--seed must be between 0 and 2**32 - 1, got {t.seed}"),
@@ -241,7 +242,7 @@ class RunConfig:
              "embedding backward); choose one"),
             (not (self.speed.compile and self.builds_towers() and t.epochs),
              "--compile compiles the shared encoder only, not the private towers: add --private_layers 0"),
-            (t.epochs > 0 or any(e.enabled(self) for e in registry() if e.stages_alone),
+            (t.epochs > 0 or any(e.enabled(self) for e in registry.EXTENSIONS if e.stages_alone),
              f"--epochs 0 runs the stages alone: give {', '.join(alone[:-1])} or {alone[-1]} (or train at least "
              f"one epoch)"),
         ]
@@ -266,14 +267,7 @@ class RunConfig:
         data-parallel processes split. ``--batch_size`` is named only when it is what the tasks use."""
         task_flag = "--task_batch_sizes ({})" if self.data.task_batch_sizes else "--batch_size"
         sizes = [(task_flag.format(name), size) for name, size in self.batch_sizes().items()]
-        return sizes + [size for e in registry() if e.enabled(self) for size in e.batch_sizes(self)]
-
-
-def registry() -> tuple:
-    """The extensions (``training/extensions``), imported when first asked for: their modules import
-    the run's parts, which import this one."""
-    from .extensions import EXTENSIONS
-    return EXTENSIONS
+        return sizes + [size for e in registry.EXTENSIONS if e.enabled(self) for size in e.batch_sizes(self)]
 
 
 def saved_values(data: dict) -> dict:

@@ -10,18 +10,21 @@ import os
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from minbert.atomic import check_folder, write_text_atomic
 from minbert.errors import describe
 
-from .config import RunConfig
 from .curves import MatplotlibMissing, plot_curves
 from .evaluate import TaskPredictions, predict
 from .precision import Precision
 from .run_log import RunLog
 from .tasks import TASKS, Task
+
+if TYPE_CHECKING:
+    from .config import RunConfig
 
 
 def claim_run_dir(config: RunConfig, claim: bool = True) -> Path:

@@ -14,6 +14,7 @@ import torch
 from data.readers import Example
 from minbert import BertTokenizer
 
+from .calibration import calibrate_heads
 from .evaluate import TaskPredictions, predict
 from .loop import Objective, TrainingLoop
 from .run_log import RunLog
@@ -24,6 +25,7 @@ from .tasks import TASKS, format_metrics, overall_score
 if TYPE_CHECKING:
     from .config import RunConfig
     from .extensions.base import Extension, GradientSurgery
+    from .runs import LoadedRun
 
 
 @dataclass
@@ -46,6 +48,9 @@ class Run:
     joint: bool = False                        # a multi-task step is a group of one batch per task (Extension.joint)
     batch_order: Extension | None = None       # the extension deciding the multi-task batch order, or None: --rr's
     surgery: GradientSurgery | None = None     # an extension's per-task gradient hook, or None
+    # the trainer's own entry points, handed down so that the extensions below it need not import it
+    load_run: Callable[[Path], LoadedRun] | None = None   # a finished run's folder as a model (``runs.load_run``)
+    train_run: Callable[[RunConfig], dict] | None = None  # a whole run of a configuration (``trainer.run``)
 
 
 def task_loaders(run: Run, seed: int) -> dict:
@@ -99,6 +104,11 @@ class TaskObjective(Objective):
                              f"{sorted(set(order))}; it must have {len(self.scheduler)} of {sorted(sizes)}")
         return order
 
+    def start(self, progress: dict) -> None:
+        """A stage that starts (not one resumed mid-way) first starts its heads' thresholds from the data."""
+        if progress["current"] is None and not progress["epochs"]:
+            calibrate_heads(self.run, self.scheduler.loaders)
+
     def steps(self) -> int:
         return len(self.scheduler) // (len(self.scheduler.loaders) if self.joint else 1)
 
@@ -122,6 +132,7 @@ class MultitaskObjective(TaskObjective):
     stage ends after N evaluations without a better overall dev score."""
 
     def start(self, progress: dict) -> None:
+        super().start(progress)
         saved = progress.setdefault("best", None)
         progress.setdefault("evaluations", [])
         progress.setdefault("since_best", 0)

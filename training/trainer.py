@@ -35,7 +35,7 @@ from .precision import Precision
 from .resume import Checkpoint, TrainingClock, TrainingDiverged, latest_checkpoint, remove_temporary_files, \
     remove_training_state
 from .run_log import RunLog
-from .runs import build_model, model_directory, tokenizer_for
+from .runs import build_model, load_run, model_directory, tokenizer_for
 from .stages import Run, multitask_stage
 from .task_loss import TaskLoss
 from .tasks import TASKS, format_metrics, overall_score
@@ -253,16 +253,17 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
     loop = TrainingLoop(precision, log, clock, t.max_grad_norm, grad_accum=t.grad_accum,
                         schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio),
                         scalars=folder.scalars(resume))
-    run = Run(config, model, forward_model, inputs.splits, loader_for(config, inputs.tokenizer, place), device, log,
+    parts = Run(config, model, forward_model, inputs.splits, loader_for(config, inputs.tokenizer, place), device, log,
               optimizer, task_loss, loop, epoch_saver(folder, model, inputs.tokenizer), inputs.tokenizer,
               inputs.data_dir)
-    task_loss.targets = tuple(t for t in (e.targets(run) for e in enabled(config)) if t is not None)
-    run.joint = any(e.joint for e in enabled(config))
-    run.batch_order = provider(config, "batch_order")
+    task_loss.targets = tuple(t for t in (e.targets(parts) for e in enabled(config)) if t is not None)
+    parts.joint = any(e.joint for e in enabled(config))
+    parts.batch_order = provider(config, "batch_order")
     surgeon = provider(config, "gradient_surgery")
-    run.surgery = surgeon.gradient_surgery(config, model) if surgeon is not None else None
-    clock.components = {"run": run}
-    return run
+    parts.surgery = surgeon.gradient_surgery(config, model) if surgeon is not None else None
+    parts.load_run, parts.train_run = load_run, run
+    clock.components = {"run": parts}
+    return parts
 
 
 def set_speed(model: MultitaskBert, config: RunConfig, place: Distributed, device: torch.device) -> torch.nn.Module:

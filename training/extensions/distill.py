@@ -11,6 +11,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn.functional as F
@@ -18,14 +19,17 @@ import torch.nn.functional as F
 from data.batching import make_loader
 from data.readers import DataError
 
-from ..config import OutputConfig, RunConfig
 from ..evaluate import predict
 from ..flags import flag
 from ..outputs import write_json
 from ..resume import list_checkpoints, rng_state, set_rng_state
-from ..runs import LoadedRun, load_run, model_max_length
+from ..encoding import model_max_length
 from ..tasks import TASKS
 from .base import Extension
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+    from ..runs import LoadedRun
 
 
 @dataclass
@@ -77,10 +81,10 @@ class Distill(Extension):
         saved_rng = rng_state()
         try:
             folder = run.loop.clock.run_dir / "teachers"
-            sources = given_teachers(run.config) or train_teachers(run.config, folder)
+            sources = given_teachers(run.config) or train_teachers(run.config, folder, run.train_run)
             targets = next(t for t in run.task_loss.targets if isinstance(t, TeacherTargets))
             for task, source in sources.items():
-                outputs = teacher_outputs(load_run(source), task, run.splits[task]["train"], run)
+                outputs = teacher_outputs(run.load_run(source), task, run.splits[task]["train"], run)
                 targets.teach(task, *outputs)
                 if run.loop.clock.enabled:
                     write_json(folder / f"{task}-train.json", {"teacher": str(source), "ids": outputs[0],
@@ -157,10 +161,10 @@ def teacher_outputs(teacher: LoadedRun, task: str, examples: list, run) -> tuple
     return result.ids, torch.from_numpy(result.predictions)
 
 
-def train_teachers(config: RunConfig, folder: Path) -> dict[str, Path]:
+def train_teachers(config: RunConfig, folder: Path, train: Callable[[RunConfig], dict]) -> dict[str, Path]:
     """``--teachers auto``: one single-task run per task in ``folder/<task>``, each finished,
-    resumed from its newest checkpoint or trained from the start."""
-    from ..trainer import run as train   # the trainer imports the registry, which imports this module
+    resumed from its newest checkpoint or trained from the start by ``train`` (``trainer.run``, which
+    the run hands over as ``Run.train_run``: this module is below the trainer)."""
     teachers = {}
     for task in config.task_names():
         teacher = teacher_config(config, task, folder)
@@ -169,8 +173,8 @@ def train_teachers(config: RunConfig, folder: Path) -> dict[str, Path]:
             if (run_dir / "metrics.json").is_file() else None
         if status != "finished":
             if run_dir.exists() and list_checkpoints(run_dir):   # resumed with its saved configuration alone
-                teacher = RunConfig.defaults(output=OutputConfig(resume=str(run_dir), quiet=config.output.quiet,
-                                                                 log_file=config.output.log_file))
+                teacher = type(config).defaults(output=type(config.output)(
+                    resume=str(run_dir), quiet=config.output.quiet, log_file=config.output.log_file))
             elif run_dir.exists():
                 shutil.rmtree(run_dir)   # ours, stopped before its first checkpoint
             train(teacher)
@@ -180,7 +184,7 @@ def train_teachers(config: RunConfig, folder: Path) -> dict[str, Path]:
 
 def teacher_config(config: RunConfig, task: str, folder: Path) -> RunConfig:
     """This run's recipe on ``task`` alone, with no extension and no private layers, as ``folder/<task>``."""
-    teacher = RunConfig.from_dict(config.to_dict())
+    teacher = type(config).from_dict(config.to_dict())
     size = config.batch_sizes()[task]
     teacher.train.tasks = task
     teacher.data.task_batch_sizes = str(size) if config.data.task_batch_sizes else None

@@ -18,7 +18,7 @@ from ..contrastive import ContrastiveStage, budget_checks, train_contrastive
 from ..flags import flag, optional_int
 from ..losses import info_nce
 from ..resume import rng_state, set_rng_state
-from ..runs import encode
+from ..encoding import encode
 from ..similarity import DEFAULT_BATCH_SIZE, correlations, score_dataset
 from ..tasks import TASKS
 from .base import Extension
