@@ -13,7 +13,8 @@ from minbert import BertModel
 
 from .pooling import POOLING_MODES, pool
 
-PAIR_HEAD_KINDS = ("concat", "cosine")
+PAIR_HEAD_KINDS = ("concat", "cosine", "sum")
+PROJECTIONS = ("none", "shared", "separate")
 
 
 class SentimentHead(nn.Module):
@@ -29,49 +30,79 @@ class SentimentHead(nn.Module):
 
 
 class PairHead(nn.Module):
-    """Scores a sentence pair from its two sentence vectors u, v.
+    """Scores a sentence pair from its two sentence vectors u, v (docs/heads.md).
 
-    ``kind="concat"``: z = linear([u; v; |u − v|]) (Sentence-BERT, Reimers & Gurevych 2019, §3);
-    ``kind="cosine"``: z = (cos(u, v) − b) / τ with a learned threshold b.
-    ``output="logit"``: z, one unnormalised log-odds per pair (QQP; train with BCE-with-logits).
-    ``output="score"``: a similarity on the STS scale 0..5 — ``5·sigmoid(z)`` for ``concat``,
-    ``5·cos(u, v)`` for ``cosine`` (trained with MSE).
+    ``kind="concat"``: z = w·[u; v; |u − v|] + c after dropout (Sentence-BERT, Reimers & Gurevych 2019, §3);
+    ``kind="cosine"``: z = (cos(u, v) − b) / τ with a learned threshold b (started from the data:
+    ``calibrate``); ``kind="sum"``: z = w·(dropout(u) + dropout(v)) + c (the CS224N handout's baseline).
+    ``projection``: first a linear layer on each dropped-out sentence vector, ``"shared"`` (one for both
+    sides, Siamese) or ``"separate"`` (one per side, as the CS224N seed design has); ``"none"``: u, v as
+    pooled.
+    ``output="logit"``: z, one unnormalised log-odds per pair (QQP; BCE-with-logits).
+    ``output="score"``: a similarity on the STS scale 0..5: ``5·sigmoid(z)`` for ``concat`` and ``sum``;
+    for ``cosine`` ``5·cos(u, v)``, or with ``sigmoid_score`` ``5·sigmoid((cos(u, v) − b)/τ)`` (STS read
+    as a probability, ``--sts_loss ce``). ``loss``: the loss of the output against the labels when it is
+    not the task's own (the task table sets it; None: the task's).
     """
 
     def __init__(self, in_dim: int, kind: str = "concat", output: str = "logit",
-                 temperature: float = 0.05, dropout: float = 0.1):
+                 temperature: float = 0.05, dropout: float = 0.1, projection: str = "none",
+                 sigmoid_score: bool = False, loss=None):
         super().__init__()
         if kind not in PAIR_HEAD_KINDS:
             raise ValueError(f"unknown pair head {kind!r}; choose one of {PAIR_HEAD_KINDS}")
         if output not in ("logit", "score"):
             raise ValueError(f"unknown pair head output {output!r}; choose logit or score")
+        if projection not in PROJECTIONS:
+            raise ValueError(f"unknown projection {projection!r}; choose one of {PROJECTIONS}")
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
-        self.kind, self.output, self.temperature = kind, output, temperature
-        if kind == "concat":
+        self.kind, self.output, self.temperature, self.projection = kind, output, temperature, projection
+        self.sigmoid_score = sigmoid_score and kind == "cosine" and output == "score"
+        self.loss = loss
+        if kind in ("concat", "sum"):
             self.dropout = nn.Dropout(dropout)
-            self.classifier = nn.Linear(3 * in_dim, 1)
+            self.classifier = nn.Linear((3 if kind == "concat" else 1) * in_dim, 1)
         else:
             # cos/τ alone puts the decision boundary at cos = 0, but the sentence vectors of a
             # pretrained encoder give most question pairs a cosine well above 0: b learns the cut.
             self.threshold = nn.Parameter(torch.zeros(()))
+        if projection != "none":
+            self.projection_dropout = nn.Dropout(dropout)
+            self.project_u = nn.Linear(in_dim, in_dim)
+            if projection == "separate":   # shared: project_u serves both sides (one name, so saved once)
+                self.project_v = nn.Linear(in_dim, in_dim)
+
+    def projected(self, u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """u, v through the projection (after dropout), or as they are without one."""
+        if self.projection == "none":
+            return u, v
+        second = self.project_u if self.projection == "shared" else self.project_v
+        return self.project_u(self.projection_dropout(u)), second(self.projection_dropout(v))
 
     def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.kind == "cosine":
+            cos = self.similarity(u, v)
+            if self.output == "logit" or self.sigmoid_score:
+                z = (cos - self.threshold) / self.temperature
+                return z if self.output == "logit" else 5.0 * torch.sigmoid(z)
+            return 5.0 * cos
+        u, v = self.projected(u, v)
         if self.kind == "concat":
             features = torch.cat([u, v, (u - v).abs()], dim=-1)
             z = self.classifier(self.dropout(features)).squeeze(-1)
-            return z if self.output == "logit" else 5.0 * torch.sigmoid(z)
-        cos = self.similarity(u, v)
-        return (cos - self.threshold) / self.temperature if self.output == "logit" else 5.0 * cos
+        else:
+            z = self.classifier(self.dropout(u) + self.dropout(v)).squeeze(-1)
+        return z if self.output == "logit" else 5.0 * torch.sigmoid(z)
 
     @property
     def thresholded(self) -> bool:
         """Whether the head cuts a similarity with a learned threshold (``calibrate`` starts it)."""
-        return self.kind == "cosine" and self.output == "logit"
+        return self.kind == "cosine" and (self.output == "logit" or self.sigmoid_score)
 
     def similarity(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """cos(u, v): what the cosine head scores and its threshold cuts."""
-        return F.cosine_similarity(u, v, dim=-1)
+        """cos(u, v) of the (projected) vectors: what the cosine head scores and its threshold cuts."""
+        return F.cosine_similarity(*self.projected(u, v), dim=-1)
 
     @torch.no_grad()
     def calibrate(self, similarities: torch.Tensor, labels: torch.Tensor) -> float | None:
@@ -86,7 +117,10 @@ class PairHead(nn.Module):
         """
         if not self.thresholded or len(similarities) == 0:
             return None
-        cut = best_threshold(similarities.double().cpu().numpy(), labels.double().cpu().numpy())
+        labels = labels.double().cpu()
+        if self.output == "score":   # a 0..5 similarity: the cut between the pairs below and above the middle
+            labels = (labels >= 2.5).double()
+        cut = best_threshold(similarities.double().cpu().numpy(), labels.numpy())
         self.threshold.fill_(cut)
         return cut
 

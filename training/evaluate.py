@@ -9,7 +9,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .device import to_device
-from .tasks import Task
+from .tasks import Task, loss_of
 
 
 @dataclass
@@ -42,6 +42,7 @@ def predict(model, task: Task, loader, device: torch.device, desc: str | None = 
     was_training = model.training
     model.eval()
     ids, predictions, labels, loss_sum = [], [], [], 0.0
+    loss = loss_of(model, task)
     for batch in tqdm(loader, desc=desc or f"predict {task.name}", leave=False, dynamic_ncols=True,
                       disable=not progress_bar):
         inputs = [to_device(encoding, device) for encoding in batch["inputs"]]
@@ -51,7 +52,7 @@ def predict(model, task: Task, loader, device: torch.device, desc: str | None = 
         ids.extend(batch["ids"])
         if batch["labels"] is not None:
             labels.append(batch["labels"].float().numpy())
-            loss_sum += task.loss(output.float(), batch["labels"].to(device)).item() * len(batch["ids"])
+            loss_sum += loss(output.float(), batch["labels"].to(device)).item() * len(batch["ids"])
     model.train(was_training)
     examples = getattr(getattr(loader, "dataset", None), "examples", None)
     position = {example.id: i for i, example in enumerate(examples or [])}

@@ -214,6 +214,9 @@ def _heads(heads: dict[str, list[int]], model: dict, tasks: list[str]) -> str:
     present = {key.split(".")[1] for key in heads if key.count(".") >= 2}
     for name in [t for t in tasks if t in present] + sorted(present - set(tasks)):
         lines.append(f"- {name}: {_head_formula(name, model, temp)}")
+    if model.get("pair_projection", "none") != "none":
+        lines += ["", "The pair heads' projections (`project_u`, and `project_v` when separate) are head tensors: `encode`, transformers "
+                      "and sentence-transformers give the exported tower's pooled vectors, before any projection."]
     lines += ["", "| tensor | shape |", "|---|---|"]
     lines += [f"| `{key}` | {list(shape)} |" for key, shape in heads.items()]
     return "\n".join(lines)
@@ -225,10 +228,25 @@ def _head_formula(name: str, model: dict, temp) -> str:
         return "a head this version does not know"
     if not task.is_pair:
         return f"`classifier` on u: logits = W·u + b ({task.num_classes} classes); the prediction is the argmax"
+    projection = model.get("pair_projection", "none")
+    first = {"none": "", "shared": "u ← `project_u`·dropout(u), v ← `project_u`·dropout(v) (one linear layer for both "
+                                   "sides); then ",
+             "separate": "u ← `project_u`·dropout(u), v ← `project_v`·dropout(v) (one linear layer a side); then "}
+    prefix = first.get(projection, f"projection {projection}; then ")
     if task.label_type == "class":  # the paraphrase head (--para_head)
-        if model.get("para_head") == "cosine":
-            return f"cosine: logit = (cos(u, v) − threshold) / {temp}; a paraphrase when logit > 0"
-        return "concat: logit = w·[u; v; |u−v|] + b (`classifier`); a paraphrase when logit > 0"
-    if model.get("sts_head") == "concat":  # the similarity head (--sts_head)
-        return "concat: score = 5·sigmoid(w·[u; v; |u−v|] + b) (`classifier`), 0..5"
-    return "cosine: score = 5·cos(u, v), clamped to 0..5 (its `threshold` is unused)"
+        kind = model.get("para_head", "concat")
+        if kind == "cosine":
+            return f"{prefix}cosine: logit = (cos(u, v) − threshold) / {temp}; a paraphrase when logit > 0"
+        if kind == "sum":
+            return f"{prefix}sum: logit = w·(dropout(u) + dropout(v)) + b (`classifier`); a paraphrase when logit > 0"
+        return f"{prefix}concat: logit = w·[u; v; |u−v|] + b (`classifier`); a paraphrase when logit > 0"
+    kind, loss = model.get("sts_head", "cosine"), model.get("sts_loss", "mse")
+    trained = {"mse": "trained with MSE", "cosent": f"trained with CoSENT (τ = {temp})",
+               "ce": "trained as a probability (score/5 against similarity/5, cross-entropy)"}.get(loss, loss)
+    if kind == "concat":  # the similarity head (--sts_head)
+        return f"{prefix}concat: score = 5·sigmoid(w·[u; v; |u−v|] + b) (`classifier`), 0..5; {trained}"
+    if kind == "sum":
+        return f"{prefix}sum: score = 5·sigmoid(w·(dropout(u) + dropout(v)) + b) (`classifier`), 0..5; {trained}"
+    if loss == "ce":
+        return f"{prefix}cosine: score = 5·sigmoid((cos(u, v) − threshold) / {temp}), 0..5; {trained}"
+    return f"{prefix}cosine: score = 5·cos(u, v), clamped to 0..5 (its `threshold` is unused); {trained}"

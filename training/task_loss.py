@@ -10,7 +10,7 @@ import torch
 from .device import to_device
 from .distributed import Distributed, average_gradients
 from .losses import LossWeighting
-from .tasks import TASKS
+from .tasks import TASKS, loss_of
 
 
 class TaskLoss:
@@ -51,7 +51,7 @@ class TaskLoss:
         labels = batch["labels"].to(self.device)
         for make_targets in self.targets:
             labels = make_targets(name, batch, labels)
-        loss = TASKS[name].loss(output, labels)
+        loss = loss_of(self.model, TASKS[name])(output, labels)
         for regularizer in self.regularizers:
             loss = regularizer.add(loss, name, inputs, output)
         return loss

@@ -6,6 +6,7 @@ more row; ``--tasks`` picks the rows a run trains.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -17,6 +18,8 @@ from torch import nn
 
 from data.readers import Example, ReadReport, read_examples
 from heads import PairHead, SentimentHead
+
+from .sts_losses import cosent_loss, mse_loss, probability_loss
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ QQP = Task(
     files={"train": "quora-train.csv", "dev": "quora-dev.csv", "test": "quora-test-student.csv"},
     text_columns=("sentence1", "sentence2"), label_column="is_duplicate", label_type="class", num_classes=2,
     score_range=None,
-    head=lambda width, m: PairHead(width, m.para_head, "logit", m.head_temp, m.hidden_dropout_prob),
+    head=lambda width, m: PairHead(width, m.para_head, "logit", m.head_temp, m.hidden_dropout_prob, m.pair_projection),
     loss=lambda logits, labels: F.binary_cross_entropy_with_logits(logits, labels.float()),
     predict=lambda logits: (logits > 0).long(),
     metric_name="accuracy", divergence="binary",
@@ -109,8 +112,8 @@ STS = Task(
     files={"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test-student.csv"},
     text_columns=("sentence1", "sentence2"), label_column="similarity", label_type="score", num_classes=None,
     score_range=(0.0, 5.0),
-    head=lambda width, m: PairHead(width, m.sts_head, "score", m.head_temp, m.hidden_dropout_prob),
-    loss=lambda scores, labels: F.mse_loss(scores, labels.float()),
+    head=lambda width, m: sts_head(width, m),
+    loss=mse_loss,
     predict=lambda scores: scores.clamp(0.0, 5.0),
     metric_name="pearson", divergence="regression",
     # "Similiarity" is spelled as in the CS224N release's output files.
@@ -125,6 +128,21 @@ CFIMDB = Task(
     loss=F.cross_entropy, predict=_argmax, metric_name="accuracy", divergence="multiclass",
     output_prefix="cfimdb", prediction_column="Predicted_Sentiment",
 )
+
+def sts_head(width: int, m) -> PairHead:
+    """The STS head of ``--sts_head`` with the loss of ``--sts_loss`` (``training/sts_losses.py``); under
+    ``ce`` the cosine head reads its score as a probability, 5·sigmoid((cos − b)/τ)."""
+    losses = {"mse": None, "cosent": partial(cosent_loss, temperature=m.head_temp), "ce": probability_loss}
+    return PairHead(width, m.sts_head, "score", m.head_temp, m.hidden_dropout_prob, m.pair_projection,
+                    sigmoid_score=m.sts_loss == "ce", loss=losses[m.sts_loss])
+
+
+def loss_of(model, task: Task):
+    """The loss a task's head trains with: the head's own (``PairHead.loss``) or the task row's."""
+    heads = getattr(getattr(model, "module", model), "heads", None)
+    head = heads[task.name] if heads is not None and task.name in heads else None
+    return getattr(head, "loss", None) or task.loss
+
 
 TASKS: dict[str, Task] = {task.name: task for task in (SST, QQP, STS, CFIMDB)}
 DEFAULT_TASKS = ("sst", "qqp", "sts")

@@ -28,4 +28,21 @@ class PrivateLayers(Idea):
         return bool(saved_flag(saved, "private_layers", 0))
 
 
-CORE_IDEAS = (RoundRobin(), PrivateLayers())
+class PairHeads(Idea):
+    """``--para_head``, ``--sts_head``, ``--pair_projection``, ``--sts_loss``: the pair heads' designs
+    (docs/heads.md); the default is ``concat`` for QQP and ``cosine`` with MSE for STS, no projection."""
+    name = "pair_heads"
+    variants = (("mean-para-cosine", ["--para_head", "cosine"]),
+                ("mean-para-cosine-shared", ["--para_head", "cosine", "--pair_projection", "shared"]),
+                ("mean-para-cosine-separate", ["--para_head", "cosine", "--pair_projection", "separate"]),
+                ("mean-sum", ["--para_head", "sum", "--sts_head", "sum"]),
+                ("mean-sts-concat", ["--sts_head", "concat"]),
+                ("mean-sts-cosent", ["--sts_loss", "cosent"]),
+                ("mean-sts-ce", ["--sts_loss", "ce"]))
+
+    def on(self, saved: dict) -> bool:
+        return (saved_flag(saved, "para_head", "concat") != "concat" or saved_flag(saved, "sts_head", "cosine") != "cosine"
+                or saved_flag(saved, "pair_projection", "none") != "none" or saved_flag(saved, "sts_loss", "mse") != "mse")
+
+
+CORE_IDEAS = (RoundRobin(), PrivateLayers(), PairHeads())
