@@ -12,10 +12,12 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from minbert import BertConfig, BertTokenizer
+from minbert import BertConfig, BertTokenizer, WeightsError
 from minbert.atomic import atomic_path, write_text_atomic
+from minbert.errors import first_line
 from minbert.weights import from_hf_names, to_hf_names
 
 from .outputs import write_json
@@ -56,12 +58,33 @@ def save_checkpoint(directory: Path, state: dict[str, torch.Tensor], bert_config
 
 def load_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], dict]:
     """``(state, config)``: the whole model's state under our names (``bert.*``, ``heads.*``) and
-    ``{"bert": BertConfig dict, "run": RunConfig dict}``, from either layout."""
-    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    ``{"bert": BertConfig dict, "run": RunConfig dict}``, from either layout. A file that is missing,
+    truncated or not what it should be is a one-line ``WeightsError`` naming that file."""
+    config = read_json(directory / "config.json")
     if not (directory / RUN_CONFIG).is_file():  # the older layout
-        return load_file(str(directory / ENCODER)), config
-    run = json.loads((directory / RUN_CONFIG).read_text(encoding="utf-8"))
-    return model_state(directory / ENCODER, directory / HEADS), {"bert": config, "run": run}
+        return read_tensors(directory / ENCODER), config
+    run = read_json(directory / RUN_CONFIG)
+    if not (directory / HEADS).is_file():
+        raise WeightsError(f"{directory / HEADS}: missing; a run's checkpoint always has one (empty when the run "
+                           "trained no head): copy the whole checkpoint/ folder")
+    return model_state(directory / ENCODER, directory / HEADS, read=read_tensors), {"bert": config, "run": run}
+
+
+def read_json(path: Path) -> dict:
+    """A checkpoint's JSON file; unreadable or not JSON: a ``WeightsError`` naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise WeightsError(f"cannot read checkpoint file {path}: {first_line(err)}") from None
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's safetensors file; unreadable, truncated or corrupt: a ``WeightsError`` naming it."""
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise WeightsError(f"cannot read checkpoint file {path}: {first_line(err)} (truncated or corrupt file?)") \
+            from None
 
 
 def saved_run_config(directory: Path) -> dict | None:
@@ -76,12 +99,13 @@ def saved_run_config(directory: Path) -> dict | None:
     return saved.get("run") if isinstance(saved, dict) and "bert" in saved else None
 
 
-def model_state(encoder_file: Path, heads_file: Path) -> dict[str, torch.Tensor]:
-    """The whole model's state from an encoder file (HuggingFace's BERT or DistilBERT names) and a heads file."""
-    encoder = load_file(str(encoder_file))
+def model_state(encoder_file: Path, heads_file: Path, read=lambda path: load_file(str(path))) -> dict[str, torch.Tensor]:
+    """The whole model's state from an encoder file (HuggingFace's BERT or DistilBERT names) and a heads
+    file (absent: no heads), each read by ``read``."""
+    encoder = read(encoder_file)
     model_type = "distilbert" if any(k.startswith("transformer.layer.") for k in encoder) else "bert"
     state = {f"bert.{k}": v for k, v in from_hf_names(encoder, model_type).items()}
-    return state | (load_file(str(heads_file)) if heads_file.is_file() else {})
+    return state | (read(heads_file) if heads_file.is_file() else {})
 
 
 def _save(tensors: dict[str, torch.Tensor], path: Path) -> None:

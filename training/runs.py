@@ -13,7 +13,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
 
 from data.batching import make_loader
 from data.readers import Example
@@ -43,7 +42,11 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
     if is_checkpoint(model_dir):  # runs chain: a saved run's encoder, with this run's dropout
         state, saved = load_checkpoint(model_dir)
         bert = BertModel(dataclasses.replace(saved_bert_config(model_dir, saved), **overrides))
-        bert.load_state_dict({k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")})
+        try:
+            bert.load_state_dict({k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")})
+        except RuntimeError as err:
+            raise WeightsError(f"{model_dir / 'model.safetensors'}: the weights do not fit the model of "
+                               f"{model_dir / 'config.json'}: {' '.join(str(err).split())[:300]}") from None
     else:
         bert = BertModel.from_pretrained(model_dir, **overrides)
     check_pooling_depth(config.model.pooling, bert.config, model_dir / "config.json")
@@ -198,19 +201,17 @@ def load_run(path: str | Path) -> LoadedRun:
     directory = checkpoint_dir(Path(path))
     warn_if_unfinished(directory)
     config_file, weights = directory / "config.json", directory / "model.safetensors"
-    try:
-        state, saved = load_checkpoint(directory)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise WeightsError(f"cannot read checkpoint file {config_file}: {first_line(err)}") from None
-    except (SafetensorError, OSError) as err:
-        raise WeightsError(f"cannot read checkpoint file {weights}: {first_line(err)} "
-                           "(truncated or corrupt file?)") from None
+    state, saved = load_checkpoint(directory)   # each unreadable file: a WeightsError naming it
     if not isinstance(saved, dict) or not isinstance(saved.get("bert"), dict) or not isinstance(saved.get("run"), dict):
         raise WeightsError(f"{directory}: no {RUN_CONFIG}, so not a run's checkpoint (training/checkpoint.py); "
                            "an HF-format BERT directory is a --model, not a run")
+    run_file = directory / RUN_CONFIG if (directory / RUN_CONFIG).is_file() else config_file   # the older layout: one file
     try:
         config = RunConfig.from_dict(saved["run"])
         tasks = config.task_names() if any(k.startswith("heads.") for k in state) else []
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise WeightsError(f"{run_file}: unusable run configuration: {first_line(err)}") from None
+    try:
         bert = BertModel(saved_bert_config(directory, saved))
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise WeightsError(f"{config_file}: unusable configuration: {first_line(err)}") from None
