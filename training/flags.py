@@ -8,12 +8,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import field
+from pathlib import Path
 
 
-def flag(default, help: str, choices=None, type=None):
-    """A dataclass field that is also a command-line flag."""
-    meta = {"help": help, "choices": choices, "type": type}
+def flag(default, help: str, choices=None, type=None, path=None):
+    """A dataclass field that is also a command-line flag. ``path``: the value names a file or folder
+    (True), or is NAME=PATH pairs separated by commas ("pairs"); the run saves it absolute
+    (``absolute_paths``), so it resumes and reloads from any working directory."""
+    meta = {"help": help, "choices": choices, "type": type, "path": path}
     return field(default=default, metadata={key: value for key, value in meta.items() if value is not None})
+
+
+def absolute_paths(section) -> None:
+    """Each path flag of the settings dataclass ``section`` (``flag(..., path=...)``) made absolute, in place."""
+    for item in dataclasses.fields(section):
+        kind, value = item.metadata.get("path"), getattr(section, item.name)
+        if kind is None or not isinstance(value, str):
+            continue
+        if kind == "pairs":
+            parts = [part.partition("=") for part in value.split(",")]
+            if all(sep and target for _, sep, target in parts):   # else a word such as "auto"
+                setattr(section, item.name, ",".join(f"{name}={Path(target).resolve()}" for name, _, target in parts))
+        else:
+            setattr(section, item.name, str(Path(value).resolve()))
 
 
 def optional_float(text: str, convert=float, what: str = "number") -> float | None:
@@ -56,6 +73,7 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
         if only is not None and f.name not in only:
             continue
         meta = dict(f.metadata)
+        meta.pop("path", None)   # what the run saves (``absolute_paths``), not argparse's business
         default = overrides.get(f.name, f.default)
         if f.type in (bool, "bool", "bool | None"):
             group.add_argument(f"--{f.name}", action="store_true", default=default, help=meta["help"])

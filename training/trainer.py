@@ -23,6 +23,7 @@ from minbert.model import set_attention, set_dropout
 from .adamw import ParamSet, build_adamw
 from .checkpoint import save_checkpoint
 from .config import REMOVED_IN, RunConfig, removed_settings
+from .flags import absolute_paths
 from .device import pick_device
 from .distributed import Distributed, check_batch_size, init_distributed, shutdown, wrap_model
 from .extensions import check_hooks, data_files_needed, enabled, enabled_stages, provider, splits_needed
@@ -209,12 +210,14 @@ class RunFolder:
 
 
 def record_absolute_paths(config: RunConfig, inputs: RunInputs) -> None:
-    """Absolute data and model folders in the saved configuration: the run resumes, and its model
-    loads, from any working directory."""
+    """Absolute data and model folders, and every path flag, in the saved configuration: the run
+    resumes, and its model loads, from any working directory."""
     if inputs.data_dir is not None:
         config.data.data_dir = str(inputs.data_dir.resolve())
     if config.model.model is not None:
         config.model.model = str(Path(config.model.model).resolve())
+    for section in config.sections().values():   # the extensions' path flags (--teachers, --ucl_data, ...)
+        absolute_paths(section)
 
 
 def check_against_model(config: RunConfig, bert: BertConfig, model_dir: Path) -> None:

@@ -23,9 +23,10 @@ from ..evaluate import predict
 from ..flags import flag
 from ..outputs import write_json
 from ..resume import list_checkpoints, rng_state, set_rng_state
+from ..checkpoint import saved_run_config
 from ..encoding import model_max_length
 from ..tasks import TASKS
-from .base import Extension
+from .base import Extension, saved_flag
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -38,7 +39,7 @@ class DistillConfig:
                                 "linearly from 0 to 1 over multi-task training")
     teachers: str = flag("auto", "the single-task teachers: auto (trained first: one run per task of --tasks with "
                                  "this run's recipe, in RUN/teachers/) or task=RUN_DIR for every task, e.g. "
-                                 "sst=predictions/a,qqp=predictions/b,sts=predictions/c")
+                                 "sst=predictions/a,qqp=predictions/b,sts=predictions/c", path="pairs")
 
 
 def given_teachers(config: RunConfig) -> dict[str, str] | None:
@@ -73,9 +74,16 @@ class Distill(Extension):
                  "--distill anneals multi-task training towards the gold labels: train at least one epoch")]
 
     def check_files(self, config) -> None:
+        """Each teacher is a run folder that trained its task: found before the run folder is claimed
+        and before any stage trains."""
         for task, path in (given_teachers(config) or {}).items():
-            if not (Path(path) / "checkpoint").is_dir() and not (Path(path) / "model.safetensors").is_file():
+            folder = Path(path) / "checkpoint" if (Path(path) / "checkpoint").is_dir() else Path(path)
+            if not (folder / "model.safetensors").is_file():
                 raise DataError(f"--teachers {task}={path}: not a run folder (no checkpoint/ in it)")
+            saved = saved_run_config(folder)
+            trained = [t.strip() for t in str(saved_flag(saved, "tasks", "sst,qqp,sts")).split(",")]
+            if saved is not None and task not in trained:
+                raise DataError(f"--teachers {task}={path}: that run trained {','.join(trained)}, not {task}")
 
     def stage(self, run) -> dict:
         saved_rng = rng_state()

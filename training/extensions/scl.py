@@ -21,7 +21,7 @@ from .base import Extension
 class SclConfig:
     scl: bool = flag(False, "supervised SimCSE stage (positives and hard negatives)")
     scl_data: str | None = flag(None, "CSV of sent0,sent1,hard_neg triples (default: built from QQP and STS "
-                                      "training pairs)", type=str)
+                                      "training pairs)", type=str, path=True)
     scl_epochs: int = flag(1, "supervised SimCSE epochs")
     scl_steps: int | None = flag(None, "cap on supervised SimCSE batches per epoch", type=optional_int)
     scl_batch_size: int = flag(16, "supervised SimCSE batch size")

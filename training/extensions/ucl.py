@@ -29,7 +29,8 @@ STS_DEV_FILE = TASKS["sts"].files["dev"]   # --ucl_eval_every scores this file o
 @dataclass
 class UclConfig:
     ucl: bool = flag(False, "unsupervised SimCSE stage (dropout positives, in-batch negatives)")
-    ucl_data: str | None = flag(None, "one sentence per line (default: the training sets' sentences)", type=str)
+    ucl_data: str | None = flag(None, "one sentence per line (default: the training sets' sentences)", type=str,
+                                path=True)
     ucl_epochs: int = flag(1, "unsupervised SimCSE epochs")
     ucl_steps: int | None = flag(None, "cap on unsupervised SimCSE batches per epoch", type=optional_int)
     ucl_batch_size: int = flag(64, "unsupervised SimCSE batch size")
@@ -40,7 +41,7 @@ class UclConfig:
                                   "score the encoder on STS dev (Spearman of cosines, the run's --pooling) and end "
                                   "the stage with the best step's encoder (0: never)")
     ucl_eval_data: str | None = flag(None, "STS file for --ucl_eval_every, any layout data/senteval.py "
-                                           "reads (default: sts-dev.csv of --data_dir)", type=str)
+                                           "reads (default: sts-dev.csv of --data_dir)", type=str, path=True)
 
 
 class UnsupervisedSimCSE(Extension):
