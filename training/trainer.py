@@ -33,9 +33,10 @@ from .memory import keep_freed_memory
 from .model_card import write_model_card
 from .outputs import RunFiles, claim_run_dir, read_metrics, release_run_dir
 from .precision import Precision
-from .resume import Checkpoint, TrainingClock, TrainingDiverged, latest_checkpoint, remove_temporary_files, \
-    remove_training_state
+from .resume import Checkpoint, ResumeError, TrainingClock, TrainingDiverged, latest_checkpoint, \
+    remove_temporary_files, remove_training_state
 from .run_log import RunLog
+from .run_lock import RunLock
 from .runs import build_model, load_run, model_directory, tokenizer_for
 from .stages import Run, multitask_stage
 from .task_loss import TaskLoss
@@ -49,15 +50,20 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     check_hooks(config)   # two extensions deciding one thing (e.g. the batch order) are refused here
     keep_freed_memory()  # fewer page faults per step; changes no number (training/memory.py)
     started = time.time()
-    config, resume, stale = resume_from(config)
-    place, device = init_distributed(pick_device(config.train.device))
-    check_processes(config, place)
-    precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
+    config, resume, stale, lock = resume_from(config)
+    try:
+        place, device = init_distributed(pick_device(config.train.device))
+        check_processes(config, place)
+        precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     log = log or RunLog(config.output.quiet, config.output.log_file, enabled=place.is_main)
     for path in stale:
         log(f"removed {path} (left by an interrupted run)")
     seed_everything(config.train.seed)
-    with RunFolder(config, resume, place, started, log) as folder:
+    with RunFolder(config, resume, place, started, log, lock) as folder:
         inputs = read_inputs(config, log)   # before the run starts: a run that cannot start leaves nothing
         record_absolute_paths(config, inputs)
         folder.start(inputs, device)
@@ -76,15 +82,23 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     return folder.metrics
 
 
-def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[Path]]:
-    """With ``--resume``: the saved configuration, the newest checkpoint and the temporary files an
-    interrupted run left (removed)."""
+def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[Path], RunLock | None]:
+    """With ``--resume``: the saved configuration, the newest checkpoint, the temporary files an
+    interrupted run left (removed) and the run's lock, taken before anything in the folder is touched
+    (``RunLive`` when the run is training now)."""
     if not config.output.resume:
-        return config, None, []
+        return config, None, [], None
     run_dir = Path(config.output.resume)
-    stale = remove_temporary_files(run_dir)
-    resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
-    return resumed_config(config, resume), resume, stale
+    if not run_dir.is_dir():
+        raise ResumeError(f"--resume {run_dir}: no such run folder")
+    lock = RunLock(run_dir).acquire()
+    try:
+        stale = remove_temporary_files(run_dir)
+        resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
+        return resumed_config(config, resume), resume, stale, lock
+    except BaseException:
+        lock.release()
+        raise
 
 
 def check_processes(config: RunConfig, place: Distributed) -> None:
@@ -131,8 +145,9 @@ class RunFolder:
     "failed" with the error ("interrupted" on Ctrl-C and SIGTERM); the error propagates."""
 
     def __init__(self, config: RunConfig, resume: Checkpoint | None, place: Distributed, started: float,
-                 log: RunLog):
+                 log: RunLog, lock: RunLock | None = None):
         self.config, self.resume, self.place, self.started, self.log = config, resume, place, started, log
+        self.lock = lock   # held from here to the end: the folder is live (training/run_lock.py)
         self.metrics: dict | None = None
         self.dir = Path(config.output.resume) if resume is not None else None
         self.tensorboard = Scalars()
@@ -140,6 +155,8 @@ class RunFolder:
     def __enter__(self) -> "RunFolder":
         if self.resume is None:
             self.dir = claim_run_dir(self.config, claim=self.place.is_main)
+            if self.place.is_main:
+                self.lock = RunLock(self.dir).acquire()   # just claimed: nobody else holds it
         self.write = RunFiles(self.dir, self.place.is_main)
         return self
 
@@ -190,7 +207,11 @@ class RunFolder:
         try:
             self.tensorboard.close()
         finally:  # the status is written whatever closing a side writer does (Scalars.close warns, not raises)
-            self._end(err)
+            try:
+                self._end(err)
+            finally:   # after the last status is written: until then the folder is live
+                if self.lock is not None:
+                    self.lock.release()
         return False
 
     def _end(self, err: BaseException | None) -> None:
@@ -198,6 +219,8 @@ class RunFolder:
             shutdown()
         elif self.metrics is None:
             if self.resume is None and self.place.is_main:
+                if self.lock is not None:
+                    self.lock.release()   # the folder must be empty to be given back
                 release_run_dir(self.dir)
         else:
             self.metrics.update(status="interrupted" if isinstance(err, KeyboardInterrupt) else "failed",
