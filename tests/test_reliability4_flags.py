@@ -67,3 +67,21 @@ def test_path_flags_are_saved_absolute(tmp_path, tiny_model_dir, monkeypatch):
                   json.loads(Path("runs/student/checkpoint/run_config.json").read_text())):
         assert saved["distill"]["teachers"] == f"sst={tmp_path / 'runs' / 'st-sst'}"
         assert saved["ucl"]["ucl_data"] == str(tmp_path / "sentences.txt")
+
+
+@pytest.mark.parametrize("flags, message", [
+    # the fixture's smallest training set, STS, has 4 batches of 4: --rr min gives 3 x 4 = 12 steps an epoch
+    (["--eval_every", "1000", "--early_stopping", "1"],
+     "--eval_every 1000: multi-task training has 12 optimizer steps, so it would evaluate after the last one only"),
+    (["--eval_every", "12"], "--eval_every 12: multi-task training has 12 optimizer steps"),
+    (["--early_stopping", "1"], "--early_stopping 1: multi-task training evaluates dev 1 time (once an epoch)"),
+    (["--eval_every", "6", "--early_stopping", "2"], "--early_stopping 2: multi-task training evaluates dev 2 times (every --eval_every 6 steps)")])
+def test_evaluation_flags_without_effect_are_refused(tmp_path, tiny_model_dir, capsys, flags, message):
+    """Item 10: --eval_every and --early_stopping that could do nothing on this data are one line naming
+    them, before the run folder exists (they were accepted and did nothing)."""
+    argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--out_dir", str(tmp_path),
+            "--batch_size", "4", "--max_length", "24", "--epochs", "1", "--run_name", "refused", "--quiet", *flags]
+    assert run_multitask.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "refused").exists()

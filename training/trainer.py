@@ -4,6 +4,7 @@ multi-task training, keep the best epoch on dev, write predictions, metrics and 
 """
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from .resume import Checkpoint, ResumeError, TrainingClock, TrainingDiverged, la
     remove_temporary_files, remove_training_state
 from .run_log import RunLog
 from .run_lock import RunLock
+from .schedule import RoundRobinScheduler
 from .runs import build_model, load_run, model_directory, tokenizer_for
 from .stages import Run, multitask_stage
 from .task_loss import TaskLoss
@@ -135,7 +137,34 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     check_against_model(config, model.bert.config, model_dir)
     tokenizer = tokenizer_for(model_dir, model.bert)
     splits, data_report = read_all_splits(data_dir, splits_needed(config), config.data.strict, log)
+    check_evaluations(config, splits)
     return RunInputs(data_dir, model_dir, model, tokenizer, splits, data_report)
+
+
+def check_evaluations(config: RunConfig, splits: dict) -> None:
+    """Refuse ``--eval_every`` and ``--early_stopping`` where they could do nothing, as other flags without
+    effect are: an ``--eval_every`` of at least multi-task training's optimizer steps (the data's batches
+    under ``--rr``, as one process takes them), or an ``--early_stopping`` of at least its evaluations."""
+    t = config.train
+    if t.epochs == 0 or not (t.eval_every or t.early_stopping) or not all(
+            name in splits and "train" in splits[name] for name in config.task_names()):
+        return
+    sizes = config.batch_sizes()
+    batches = {name: range(math.ceil(len(splits[name]["train"]) / sizes[name])) for name in config.task_names()}
+    if not all(batches.values()):
+        return   # an empty training set: the scheduler's own error says which
+    order = len(RoundRobinScheduler(batches, t.rr, t.max_steps_per_epoch))
+    joint = any(e.joint for e in enabled(config))
+    steps = -(-(order // (len(batches) if joint else 1)) // t.grad_accum) * t.epochs
+    if t.eval_every >= steps:
+        raise ValueError(f"--eval_every {t.eval_every}: multi-task training has {steps} optimizer steps, so it would "
+                         f"evaluate after the last one only, as the epochs do; give fewer steps (or leave it 0)")
+    evaluations = -(-steps // t.eval_every) if t.eval_every else t.epochs
+    if t.early_stopping and t.early_stopping >= evaluations:
+        raise ValueError(f"--early_stopping {t.early_stopping}: multi-task training evaluates dev {evaluations} "
+                         f"time{'s' if evaluations != 1 else ''} "
+                         f"({'every --eval_every ' + str(t.eval_every) + ' steps' if t.eval_every else 'once an epoch'}), "
+                         "so it could never stop early")
 
 
 class RunFolder:
