@@ -68,7 +68,12 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
             fd, name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}-", suffix=".tmp", dir=target.parent)
             tmp = Path(name)
             os.close(fd)
-        yield tmp
+        try:
+            yield tmp
+        except Exception as err:
+            if disk_full(err):   # each writer says it its own way; one line naming the file instead
+                raise OSError(errno.ENOSPC, "no space left on device", str(target)) from None
+            raise
         # mkstemp makes 0600, and a body may replace the file (safetensors' save_file does): set the mode last
         os.chmod(tmp, usual_mode())
         with open(tmp, "rb+") as f:
@@ -79,6 +84,17 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         if tmp is not None:
             with signals_deferred():
                 tmp.unlink(missing_ok=True)
+
+
+# how writers report a full disk: errno, safetensors' Rust error, torch's zip writer, numpy's file writer
+DISK_FULL_WORDS = ("no space left", "os error 28", "not enough free space", "unexpected pos", "file size limit")
+
+
+def disk_full(err: BaseException) -> bool:
+    """Whether ``err``, raised while writing a file, means the disk (or quota) is full."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return True
+    return any(words in str(err).lower() for words in DISK_FULL_WORDS)
 
 
 def usual_mode() -> int:

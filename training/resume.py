@@ -10,6 +10,7 @@ step and tell it ``step_done()`` after.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -24,7 +25,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from minbert.atomic import signals_deferred, usual_mode
+from minbert.atomic import disk_full, signals_deferred, usual_mode
 from minbert.errors import first_line
 
 from .checkpoint import ENCODER, HEADS, model_state
@@ -156,6 +157,10 @@ class TrainingClock:
                 shutil.rmtree(final)
             os.rename(tmp, final)
             _fsync(final.parent)
+        except Exception as err:
+            if disk_full(err):   # safetensors and torch.save each say it their own way
+                raise OSError(errno.ENOSPC, "no space left on device", str(final)) from None
+            raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
