@@ -34,7 +34,7 @@ from .memory import keep_freed_memory
 from .model_card import write_model_card
 from .outputs import RunFiles, claim_run_dir, read_metrics, release_run_dir
 from .precision import Precision
-from .resume import Checkpoint, ResumeError, TrainingClock, TrainingDiverged, latest_checkpoint, \
+from .resume import Checkpoint, ResumeError, TrainingClock, TrainingDiverged, latest_checkpoint, list_checkpoints, \
     remove_temporary_files, remove_training_state
 from .run_log import RunLog
 from .run_lock import RunLock
@@ -96,8 +96,12 @@ def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[P
     lock = RunLock(run_dir).acquire()
     try:
         stale = remove_temporary_files(run_dir)
+        if not list_checkpoints(run_dir) and (saved := restartable(run_dir)) is not None:
+            # stopped before its first checkpoint (e.g. while --distill trained its teachers): it starts
+            # again in its own folder, and the stages reuse what they saved there (finished teachers)
+            return resumed_config(config, saved, run_dir / "metrics.json"), None, stale, lock
         resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
-        return resumed_config(config, resume), resume, stale, lock
+        return resumed_config(config, resume.config, resume.path / "state.json"), resume, stale, lock
     except BaseException:
         lock.release()
         raise
@@ -178,11 +182,13 @@ class RunFolder:
         self.config, self.resume, self.place, self.started, self.log = config, resume, place, started, log
         self.lock = lock   # held from here to the end: the folder is live (training/run_lock.py)
         self.metrics: dict | None = None
-        self.dir = Path(config.output.resume) if resume is not None else None
+        # --resume of a run stopped before its first checkpoint: it starts again in its own folder
+        self.restart = resume is None and bool(config.output.resume)
+        self.dir = Path(config.output.resume) if config.output.resume else None
         self.tensorboard = Scalars()
 
     def __enter__(self) -> "RunFolder":
-        if self.resume is None:
+        if self.resume is None and not self.restart:
             self.dir = claim_run_dir(self.config, claim=self.place.is_main)
             if self.place.is_main:
                 self.lock = RunLock(self.dir).acquire()   # just claimed: nobody else holds it
@@ -191,9 +197,16 @@ class RunFolder:
 
     def start(self, inputs: RunInputs, device: torch.device) -> None:
         files = input_files(inputs.data_dir, inputs.data_report, inputs.model_dir)
-        if self.resume is None:
+        if self.resume is None and not self.restart:
             metrics = {"run_name": self.dir.name, "status": "running", "config": self.config.to_dict(),
                        "started": datetime.now().isoformat(timespec="seconds"), "inputs": fingerprint(files)}
+        elif self.restart:
+            earlier = read_metrics(self.dir)
+            check_unchanged(earlier.get("inputs", {}), files)
+            metrics = {"run_name": self.dir.name, "status": "running", "config": self.config.to_dict(),
+                       "started": earlier.get("started") or datetime.now().isoformat(timespec="seconds"),
+                       "inputs": earlier.get("inputs") or fingerprint(files),
+                       "restarted": [*earlier.get("restarted", []), datetime.now().isoformat(timespec="seconds")]}
         else:
             metrics = read_metrics(self.dir)
             check_unchanged(metrics.get("inputs", {}), files)   # runs saved before inputs were recorded: none
@@ -247,7 +260,7 @@ class RunFolder:
         if err is None:
             shutdown()
         elif self.metrics is None:
-            if self.resume is None and self.place.is_main:
+            if self.resume is None and not self.restart and self.place.is_main:
                 if self.lock is not None:
                     self.lock.release()   # the folder must be empty to be given back
                 release_run_dir(self.dir)
@@ -435,17 +448,25 @@ def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], s
 RESUME_FLAGS = ("resume", "resume_fallback", "quiet", "log_file", "data_dir")
 
 
-def resumed_config(flags: RunConfig, checkpoint: Checkpoint) -> RunConfig:
-    """The configuration saved in the checkpoint, with ``RESUME_FLAGS`` from the command line. Other
-    flags given that differ from the saved ones are refused: they would be ignored."""
+def restartable(run_dir: Path) -> dict | None:
+    """The configuration of a run that stopped before writing any checkpoint (its ``metrics.json`` says
+    it is not finished), or None."""
+    metrics = read_metrics(run_dir)
+    if metrics.get("status") in (None, "finished") or not isinstance(metrics.get("config"), dict):
+        return None
+    return metrics["config"]
+
+
+def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunConfig:
+    """The configuration saved in ``source`` (a checkpoint's state.json, or the metrics.json of a run
+    restarted), with ``RESUME_FLAGS`` from the command line. Other flags given that differ from the saved
+    ones are refused: they would be ignored."""
     try:
-        config = RunConfig.from_dict(checkpoint.config)
+        config = RunConfig.from_dict(saved_config)
     except (TypeError, KeyError, ValueError) as err:
-        raise ValueError(f"{checkpoint.path / 'state.json'}: saved configuration does not fit this version "
-                         f"({err})") from None
-    if removed := removed_settings(checkpoint.config):
-        raise ValueError(f"{checkpoint.path / 'state.json'}: the run trained with {', '.join(removed)}, which "
-                         f"{REMOVED_IN}")
+        raise ValueError(f"{source}: saved configuration does not fit this version ({err})") from None
+    if removed := removed_settings(saved_config):
+        raise ValueError(f"{source}: the run trained with {', '.join(removed)}, which {REMOVED_IN}")
     defaults, given, saved = RunConfig.defaults().to_dict(), flags.to_dict(), config.to_dict()
     ignored = [f"--{name} {value} (saved: {saved[section][name]})" for section, values in given.items()
                for name, value in values.items()
