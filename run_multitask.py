@@ -9,10 +9,14 @@ Flags come from the config dataclasses in ``training/config.py`` (one field, one
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
+from pathlib import Path
 
 from training.cli import run_command
-from training.config import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS, RunConfig
+from minbert.errors import first_line
+from training.config import CORE_SECTIONS, RENAMED, REFERENCE_SPEED, SPLIT_FLAGS, RunConfig, saved_values
 from training import extensions as registry
 from training.flags import add_flags, add_refused, section_from_args
 from training.trainer import run
@@ -41,18 +45,80 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", action="store_true",
                         help=f"the written-out reference paths instead of the fast defaults: {reference} "
                              f"(speed flags given beside it still apply)")
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="take the settings from FILE, JSON (a run's checkpoint/run_config.json, its metrics.json, "
+                             "or your own, in sections or flat) or YAML (with PyYAML installed); flags given on the "
+                             "command line override it; its run_name, resume and log_file are not taken (default: none, "
+                             "the flags alone)")
     add_refused(parser, SPLIT_FLAGS)
     return parser
+
+
+# a configuration file is a recipe, not a run: where a run is and what it resumes come from the command line only
+NOT_FROM_FILE = ("run_name", "resume", "resume_fallback", "log_file")
 
 
 def parse_config(argv=None) -> RunConfig:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.reference:  # the reference paths become the defaults; flags given explicitly win
-        parser.set_defaults(**REFERENCE_SPEED)
-        args = parser.parse_args(argv)
+    given = explicit_flags(argv)
+    layers = [config_file(parser, args.config)] if args.config else []
+    if args.reference:  # the reference paths over the defaults (and a file's speed settings); flags given win
+        layers.append(REFERENCE_SPEED)
+    for values in layers:
+        for name, value in values.items():
+            if name not in given:
+                setattr(args, name, value)
     return RunConfig(**{name: section_from_args(cls, args) for name, cls in CORE_SECTIONS.items()},
                      extensions={e.name: section_from_args(e.settings, args) for e in registry.EXTENSIONS})
+
+
+def explicit_flags(argv=None) -> set[str]:
+    """The settings the command line gives (a flag's ``--no_`` form included), whatever their values."""
+    parser, unset = build_parser(), object()
+    parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})
+    return {name for name, value in vars(parser.parse_args(argv)).items() if value is not unset}
+
+
+def config_file(parser: argparse.ArgumentParser, path: str) -> dict:
+    """The settings ``--config FILE`` names (what the file gives, no more): read through ``RunConfig.from_dict``
+    (older names renamed); an unreadable file, an unknown setting or a value outside its choices is
+    argparse's usage error naming the file."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+        if file.suffix.lower() in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:
+                parser.error(f"--config {file}: reading YAML needs PyYAML (pip install pyyaml); or give JSON")
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        parser.error(f"--config {file}: {first_line(err)}")
+    if isinstance(data, dict) and isinstance(data.get("config"), dict):
+        data = data["config"]   # a run's metrics.json
+    if not isinstance(data, dict):
+        parser.error(f"--config {file}: expected settings by name (a JSON object), got {type(data).__name__}")
+    flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    named = {**saved_values({k: v for k, v in data.items() if isinstance(v, dict)}), **flat}
+    actions = {action.dest: action for action in parser._actions}
+    unknown = sorted(name for name in named if name not in actions and name not in RENAMED)
+    if unknown:
+        parser.error(f"--config {file}: unknown settings {', '.join(unknown)}")
+    try:
+        config = RunConfig.from_dict({"file": named})
+    except (TypeError, ValueError) as err:
+        parser.error(f"--config {file}: {first_line(err)}")
+    present = {new for old in named for new in (RENAMED[old][0] if old in RENAMED else (old,))}
+    values = {f.name: getattr(section, f.name) for section in config.sections().values()
+              for f in dataclasses.fields(section) if f.name in present and f.name not in NOT_FROM_FILE}
+    for name, value in values.items():
+        choices = actions[name].choices
+        if choices is not None and value not in choices:
+            parser.error(f"--config {file}: {name} {value!r}: choose one of {', '.join(map(str, choices))}")
+    return values
 
 
 def main(argv=None) -> int:

@@ -76,7 +76,8 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
         meta.pop("path", None)   # what the run saves (``absolute_paths``), not argparse's business
         default = overrides.get(f.name, f.default)
         if f.type in (bool, "bool", "bool | None"):
-            group.add_argument(f"--{f.name}", action="store_true", default=default, help=meta["help"])
+            group.add_argument(f"--{f.name}", action="store_true", default=default,
+                               help=f"{meta['help']} (default: {'on' if default else 'off'}; off: --no_{f.name})")
             group.add_argument(f"--no_{f.name}", action="store_false", dest=f.name, default=default,
                                help=argparse.SUPPRESS)  # every switch has its off form
             continue

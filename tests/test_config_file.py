@@ -1,0 +1,87 @@
+"""--config FILE (issue 44, item 3): a run's saved configuration, its metrics.json or a file of one's own
+(sections or flat, JSON or YAML) sets the flags; flags on the command line override it; what names a
+run (run_name, resume, log_file) is never taken from a file; bad files are argparse's usage error."""
+import json
+from pathlib import Path
+
+import pytest
+
+import run_multitask
+from training.config import REFERENCE_SPEED, RunConfig
+
+FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
+
+
+@pytest.fixture(scope="module")
+def saved_run(tiny_model_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs")
+    assert run_multitask.main(["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--out_dir", str(out),
+                               "--run_name", "first", "--epochs", "2", "--max_steps_per_epoch", "2", "--batch_size",
+                               "4", "--max_length", "24", "--pooling", "cls", "--no_bucket", "--seed", "7",
+                               "--quiet"]) == 0
+    return out / "first"
+
+
+def test_a_saved_run_config_with_epochs_overridden_runs_for_one_epoch(saved_run):
+    saved = RunConfig.from_dict(json.loads((saved_run / "checkpoint" / "run_config.json").read_text()))
+    config = run_multitask.parse_config(["--config", str(saved_run / "checkpoint" / "run_config.json"),
+                                         "--epochs", "1"])
+    assert config.train.epochs == 1 and config.output.run_name is None   # the flag wins; a new run's name
+    config.train.epochs, config.output.run_name = saved.train.epochs, saved.output.run_name
+    assert config == saved                                                # everything else as saved
+    assert run_multitask.main(["--config", str(saved_run / "checkpoint" / "run_config.json"), "--epochs", "1",
+                               "--run_name", "again"]) == 0
+    metrics = json.loads((saved_run.parent / "again" / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and len(metrics["epochs"]) == 1
+    assert metrics["config"]["model"]["pooling"] == "cls" and metrics["config"]["train"]["seed"] == 7
+
+
+def test_metrics_json_is_a_config_file_too(saved_run):
+    from_metrics = run_multitask.parse_config(["--config", str(saved_run / "metrics.json")])
+    from_checkpoint = run_multitask.parse_config(["--config", str(saved_run / "checkpoint" / "run_config.json")])
+    assert from_metrics == from_checkpoint
+
+
+def test_a_flat_file_of_ones_own_and_flags_over_it(tmp_path):
+    file = tmp_path / "recipe.json"
+    file.write_text(json.dumps({"epochs": 2, "pooling": "cls", "bucket": False, "smart": True, "temp": 0.1}))
+    config = run_multitask.parse_config(["--config", str(file), "--bucket", "--pooling", "max"])
+    assert (config.train.epochs, config.model.pooling, config.speed.bucket, config.smart.smart) == (2, "max", True, True)
+    assert config.model.head_temp == config.train.cl_temp == 0.1          # an older name, read as both
+    assert config.model.private_layers == RunConfig.defaults().model.private_layers   # absent: today's default
+
+
+def test_reference_paths_over_a_file(tmp_path):
+    file = tmp_path / "recipe.json"
+    file.write_text(json.dumps({"speed": {"attention": "sdpa", "bucket": True}}))
+    config = run_multitask.parse_config(["--config", str(file), "--reference", "--bucket"])
+    assert config.speed.attention == REFERENCE_SPEED["attention"] and config.speed.bucket is True
+
+
+def test_yaml(tmp_path):
+    pytest.importorskip("yaml")
+    file = tmp_path / "recipe.yaml"
+    file.write_text("model:\n  pooling: cls\ntrain:\n  epochs: 4\n")
+    config = run_multitask.parse_config(["--config", str(file)])
+    assert (config.model.pooling, config.train.epochs) == ("cls", 4)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"epochs": 1, "epoch": 2}', "unknown settings epoch"),
+    ('{"pooling": "best"}', "pooling 'best': choose one of"),
+    ('{"epochs": 1', "Expecting"),
+    ('[1, 2]', "expected settings by name"),
+])
+def test_a_bad_file_is_a_usage_error_naming_it(tmp_path, capsys, text, message):
+    file = tmp_path / "bad.json"
+    file.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        run_multitask.parse_config(["--config", str(file)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"--config {file}: " in err and message in err
+
+
+def test_a_missing_file_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_multitask.parse_config(["--config", str(tmp_path / "nowhere.json")])
+    assert f"--config {tmp_path / 'nowhere.json'}: " in capsys.readouterr().err
