@@ -176,4 +176,31 @@ def test_what_the_model_is_and_how_to_load_it(runs, tiny_model_dir):
     metrics["config"]["model"].update(pooling="first_last", model=None)
     other = model_card(metrics, checkpoint)
     assert "falls back to mean pooling" in section(other, "Load") and "all-MiniLM-L6-v2" in section(other, "Model")
-    assert 40 <= len(card.splitlines()) <= 75
+    body = card.split("\n---\n", 1)[1]   # after the YAML front matter
+    assert 40 <= len(body.splitlines()) <= 75
+
+
+def test_front_matter_and_tokenizer_length_for_the_hub(tmp_path, tiny_model_dir):
+    """Issue 44, item 6: the card opens with the YAML header the hub reads (library, base model, pipeline,
+    data sets, dev scores as a model-index), and tokenizer_config.json has model_max_length, without which
+    transformers' tokenizer does not truncate a long input."""
+    assert run_multitask.main(["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--out_dir",
+                               str(tmp_path), "--run_name", "hub", "--epochs", "1", "--max_steps_per_epoch", "1",
+                               "--batch_size", "4", "--max_length", "24", "--quiet"]) == 0
+    checkpoint = tmp_path / "hub" / "checkpoint"
+    card = (checkpoint / "README.md").read_text()
+    header = card.split("---\n")[1]
+    assert card.startswith("---\n") and "library_name: sentence-transformers\n" in header
+    assert f'base_model: "{tiny_model_dir.name}"' in header and "pipeline_tag: sentence-similarity" in header
+    dev = json.loads((tmp_path / "hub" / "metrics.json").read_text())["dev"]
+    assert f"{{type: accuracy, value: {round(dev['sst'], 4)}}}" in header
+    assert f"{{type: pearson, value: {round(dev['sts'], 4)}}}" in header
+    tokenizer = json.loads((checkpoint / "tokenizer_config.json").read_text())
+    assert tokenizer["model_max_length"] == json.loads((checkpoint / "config.json").read_text())["max_position_embeddings"]
+    try:
+        import yaml
+    except ImportError:
+        return
+    meta = yaml.safe_load(header)
+    assert meta["model-index"][0]["results"][0]["metrics"][0]["value"] == round(dev["sst"], 4)
+    assert meta["datasets"] == ["stanfordnlp/sst", "quora", "mteb/stsbenchmark-sts"]

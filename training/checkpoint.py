@@ -43,7 +43,9 @@ def save_checkpoint(directory: Path, state: dict[str, torch.Tensor], bert_config
     if tokenizer is not None:
         write_text_atomic(directory / "vocab.txt", tokenizer.vocab_file.read_text(encoding="utf-8"))
         write_json(directory / "tokenizer_config.json",
-                    {"do_lower_case": tokenizer.lowercase, "tokenizer_class": "BertTokenizer"})
+                    {"do_lower_case": tokenizer.lowercase, "tokenizer_class": "BertTokenizer",
+                     # without it transformers' tokenizer does not truncate, and a longer input breaks the model
+                     "model_max_length": bert_config.max_position_embeddings})
     pooling = SENTENCE_TRANSFORMERS_POOLING.get(run_config.get("model", {}).get("pooling"))
     if pooling is not None:
         write_json(directory / "modules.json", [

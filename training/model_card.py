@@ -39,6 +39,7 @@ def model_card(metrics: dict, checkpoint_dir: Path) -> str:
             if _stages_only(metrics) else
             "A BERT sentence encoder with task heads, trained by minbert-mtl's multi-task fine-tuning")
     parts = [
+        front_matter(metrics, config, tasks) +
         f"# {metrics.get('run_name') or checkpoint_dir.parent.name}\n\n{what} (`run_multitask.py`).",
         "## Model\n\n" + "\n".join(_about(metrics, config, tasks, checkpoint_dir)),
         "## Reproduce\n\n```bash\n" + command(config) + "\n```",
@@ -47,6 +48,38 @@ def model_card(metrics: dict, checkpoint_dir: Path) -> str:
         "## Heads\n\n" + _heads(heads, model, tasks),
     ]
     return "\n\n".join(parts) + "\n"
+
+
+# the hub's names of the benchmark's data sets, and each task's kind for its model-index entry
+HUB_DATASETS = {"sst": "stanfordnlp/sst", "qqp": "quora", "sts": "mteb/stsbenchmark-sts", "cfimdb": "imdb"}
+TASK_TYPES = {"accuracy": "text-classification", "pearson": "sentence-similarity"}
+
+
+def front_matter(metrics: dict, config: dict, tasks: list[str]) -> str:
+    """The YAML header that the HuggingFace hub and sentence-transformers read from a model card: library,
+    base model, pipeline, data sets and the dev scores as a model-index (JSON scalars, which YAML reads)."""
+    model = config.get("model") or {}
+    pooling, base = model.get("pooling"), model.get("model")
+    library = "sentence-transformers" if pooling in SENTENCE_TRANSFORMERS_POOLING else "transformers"
+    lines = ["---", f"library_name: {library}",
+             f"base_model: {json.dumps('sentence-transformers/all-MiniLM-L6-v2' if base is None else Path(base).name)}",
+             f"pipeline_tag: {'sentence-similarity' if library == 'sentence-transformers' else 'feature-extraction'}",
+             "tags: [bert, multi-task, minbert-mtl]"]
+    datasets = [HUB_DATASETS[t] for t in tasks if t in HUB_DATASETS]
+    if datasets:
+        lines.append(f"datasets: [{', '.join(datasets)}]")
+    dev = {name: value for name, value in (metrics.get("dev") or {}).items()
+           if name in TASKS and isinstance(value, (int, float))}
+    if dev:
+        lines += ["metrics: [" + ", ".join(sorted({TASKS[t].metric_name for t in dev})) + "]", "model-index:",
+                  f"- name: {json.dumps(metrics.get('run_name') or 'minbert-mtl')}", "  results:"]
+        for name, value in dev.items():
+            task = TASKS[name]
+            lines += [f"  - task: {{type: {TASK_TYPES[task.metric_name]}, name: {json.dumps(task.description)}}}",
+                      f"    dataset: {{type: {HUB_DATASETS.get(name, name)}, name: {json.dumps(name.upper())}, "
+                      "split: dev}",
+                      f"    metrics: [{{type: {task.metric_name}, value: {round(float(value), 4)}}}]"]
+    return "\n".join(lines + ["---", ""]) + "\n"
 
 
 def command(config: dict) -> str:
@@ -183,7 +216,7 @@ def _number(value) -> str:
 
 
 def _loading(checkpoint_dir: Path, pooling: str | None, tasks: list[str]) -> str:
-    path = json.dumps(str(checkpoint_dir))
+    path = json.dumps(str(checkpoint_dir.resolve()))   # the snippets work from any folder
     ours = ["from training.runs import load_run", f"run = load_run({path})",
             'vectors = run.encode(["A sentence.", "Another one."])']
     if tasks:
