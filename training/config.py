@@ -135,7 +135,8 @@ class OutputConfig:
     save_every: int = flag(200, "write a resumable checkpoint every N optimizer steps (0: only at epoch ends)")
     keep_checkpoints: int = flag(2, "resumable checkpoints kept (the newest)")
     resume: str | None = flag(None, "continue the run in this folder from its newest checkpoint, with the "
-                                    "configuration saved there (other flags are ignored)", type=str)
+                                    "configuration saved there (other flags that differ from it are refused; --quiet, "
+                                    "--log_file, --resume_fallback and --data_dir are taken)", type=str)
     resume_fallback: bool = flag(False, "with --resume: if the newest checkpoint is unreadable, continue from the "
                                         "newest intact one")
     keep_training_state: bool = flag(False, "keep the resumable checkpoints (checkpoints/) when the run finishes "

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="the .npy file to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file (default: refuse)")
     add_flags(parser, DataConfig, only=("batch_size",), batch_size=64)
-    add_flags(parser, TrainConfig, only=("device",))
+    add_flags(parser, TrainConfig, only=("device",), title="device")
     return parser
 
 

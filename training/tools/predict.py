@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", default=None, help="comma-separated tasks to predict (default: the run's tasks)")
     add_flags(parser, DataConfig, only=("data_dir",))
     parser.add_argument("--batch_size", type=int, default=None, help="examples per batch (default: the run's)")
-    add_flags(parser, TrainConfig, only=("device",))
+    add_flags(parser, TrainConfig, only=("device",), title="device")
     return parser
 
 
