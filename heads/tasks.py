@@ -106,9 +106,9 @@ class PairHead(nn.Module):
 
     @torch.no_grad()
     def calibrate(self, similarities: torch.Tensor, labels: torch.Tensor) -> float | None:
-        """Start the threshold b of the cosine paraphrase head where it best separates ``similarities``
-        (cos(u, v) of some training pairs) by their 0/1 ``labels``; returns b, or None for a head without
-        a threshold (``concat``, or a ``score`` output).
+        """Start the threshold b of a cosine head where it best separates ``similarities`` (cos(u, v) of
+        some training pairs) by their ``labels`` (0/1, or a 0..5 similarity cut at 2.5); returns b, or None
+        for a head without a threshold (``concat``, ``sum``, the plain 5·cos score).
 
         Why: with b = 0 every pair of a pretrained encoder (cosines of about 0.5 to 0.95) starts as a
         paraphrase with a logit of 10 to 19 at τ = 0.05; b, one number moving about the head's learning
