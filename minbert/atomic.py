@@ -72,7 +72,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
             yield tmp
         except Exception as err:
             if disk_full(err):   # each writer says it its own way; one line naming the file instead
-                raise OSError(errno.ENOSPC, "no space left on device", str(target)) from None
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target)) from None
             raise
         # mkstemp makes 0600, and a body may replace the file (safetensors' save_file does): set the mode last
         os.chmod(tmp, usual_mode())

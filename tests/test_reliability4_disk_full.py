@@ -3,6 +3,7 @@
 checkpoints map each to ``OSError(ENOSPC, ..., path)``; a run stops "failed" with that one line."""
 import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import training.resume
 from minbert.atomic import atomic_path
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
+NO_SPACE = os.strerror(errno.ENOSPC)   # "No space left on device", as the OS says it
 SAYINGS = [
     SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on '
                     'device" })'),
@@ -32,7 +34,7 @@ def test_every_way_of_saying_disk_full_is_one_error_naming_the_file(tmp_path, sa
             tmp.write_bytes(b"partial")
             raise saying
     assert err.value.errno == errno.ENOSPC and err.value.filename == str(target)
-    assert f"{target}: no space left on device" in f"{err.value.filename}: {err.value.strerror}"
+    assert f"{target}: {NO_SPACE}" in f"{err.value.filename}: {err.value.strerror}"
     assert list(tmp_path.iterdir()) == []   # neither the target nor a temporary file
 
 
@@ -54,7 +56,7 @@ def test_a_full_disk_under_checkpoint_is_one_line(tmp_path, tiny_model_dir, caps
     monkeypatch.setattr(training.checkpoint, "save_file", full)
     assert run(tmp_path, tiny_model_dir) == 1
     err = capsys.readouterr().err
-    assert err == f"error: {tmp_path / 'run' / 'checkpoint' / 'model.safetensors'}: no space left on device\n"
+    assert err == f"error: {tmp_path / 'run' / 'checkpoint' / 'model.safetensors'}: {NO_SPACE}\n"
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "failed"
 
 
@@ -64,5 +66,5 @@ def test_a_full_disk_under_a_step_checkpoint_is_one_line(tmp_path, tiny_model_di
     monkeypatch.setattr(training.resume.torch, "save", full)
     assert run(tmp_path, tiny_model_dir, "--save_every", "1") == 1
     err = capsys.readouterr().err
-    assert err == f"error: {tmp_path / 'run' / 'checkpoints' / 'step-00000001'}: no space left on device\n"
+    assert err == f"error: {tmp_path / 'run' / 'checkpoints' / 'step-00000001'}: {NO_SPACE}\n"
     assert not list((tmp_path / "run" / "checkpoints").glob(".tmp-*"))

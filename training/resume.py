@@ -159,7 +159,7 @@ class TrainingClock:
             _fsync(final.parent)
         except Exception as err:
             if disk_full(err):   # safetensors and torch.save each say it their own way
-                raise OSError(errno.ENOSPC, "no space left on device", str(final)) from None
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(final)) from None
             raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
