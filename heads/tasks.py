@@ -117,12 +117,14 @@ class PairHead(nn.Module):
         """
         if not self.thresholded or len(similarities) == 0:
             return None
-        labels = labels.double().cpu()
-        if self.output == "score":   # a 0..5 similarity: the cut between the pairs below and above the middle
-            labels = (labels >= 2.5).double()
-        cut = best_threshold(similarities.double().cpu().numpy(), labels.numpy())
+        cut = best_threshold(similarities.double().cpu().numpy(), self.positives(labels).double().cpu().numpy())
         self.threshold.fill_(cut)
         return cut
+
+    def positives(self, labels: torch.Tensor) -> torch.Tensor:
+        """Which pairs the threshold should put above it: the paraphrases, or for a 0..5 similarity the
+        pairs of its upper half (>= 2.5)."""
+        return labels >= 2.5 if self.output == "score" else labels.bool()
 
 
 def best_threshold(scores, labels) -> float:

@@ -30,7 +30,7 @@ def calibrate_heads(run, tasks) -> None:
         similarities, labels = pair_similarities(run, name, examples)
         cut = head.calibrate(similarities, labels)
         if cut is not None:
-            positive = labels >= 2.5 if head.output == "score" else labels.bool()   # a 0..5 similarity: its upper half
+            positive = head.positives(labels)
             right = ((similarities > cut) == positive).float().mean().item()
             run.log(f"{name}: the cosine head's threshold starts at b = {cut:.3f} (right on {right:.1%} of the "
                     f"first {len(labels)} training pairs; b = 0 would be right on {positive.float().mean().item():.1%})")

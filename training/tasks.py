@@ -107,12 +107,20 @@ QQP = Task(
     output_prefix="para", prediction_column="Predicted_Is_Paraphrase",
 )
 
+def sts_head(width: int, m) -> PairHead:
+    """The STS head of ``--sts_head`` with the loss of ``--sts_loss`` (``training/sts_losses.py``); under
+    ``ce`` the cosine head reads its score as a probability, 5·sigmoid((cos − b)/τ)."""
+    losses = {"mse": None, "cosent": partial(cosent_loss, temperature=m.head_temp), "ce": probability_loss}
+    return PairHead(width, m.sts_head, "score", m.head_temp, m.hidden_dropout_prob, m.pair_projection,
+                    sigmoid_score=m.sts_loss == "ce", loss=losses[m.sts_loss])
+
+
 STS = Task(
     name="sts", description="STS-B sentence pairs: similarity 0.0 .. 5.0",
     files={"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test-student.csv"},
     text_columns=("sentence1", "sentence2"), label_column="similarity", label_type="score", num_classes=None,
     score_range=(0.0, 5.0),
-    head=lambda width, m: sts_head(width, m),
+    head=sts_head,
     loss=mse_loss,
     predict=lambda scores: scores.clamp(0.0, 5.0),
     metric_name="pearson", divergence="regression",
@@ -128,13 +136,6 @@ CFIMDB = Task(
     loss=F.cross_entropy, predict=_argmax, metric_name="accuracy", divergence="multiclass",
     output_prefix="cfimdb", prediction_column="Predicted_Sentiment",
 )
-
-def sts_head(width: int, m) -> PairHead:
-    """The STS head of ``--sts_head`` with the loss of ``--sts_loss`` (``training/sts_losses.py``); under
-    ``ce`` the cosine head reads its score as a probability, 5·sigmoid((cos − b)/τ)."""
-    losses = {"mse": None, "cosent": partial(cosent_loss, temperature=m.head_temp), "ce": probability_loss}
-    return PairHead(width, m.sts_head, "score", m.head_temp, m.hidden_dropout_prob, m.pair_projection,
-                    sigmoid_score=m.sts_loss == "ce", loss=losses[m.sts_loss])
 
 
 def loss_of(model, task: Task):

@@ -225,9 +225,9 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     given) and ``vs_alone`` of every finished multi-task row, for each task that has an ST row (chosen the
     same way); return the footer naming them and the notes on rows left without an interval. ``data_dir``
     replaces the runs' own data folders."""
-    DELTA = delta_column(baseline)
+    delta = delta_column(baseline)
     if resamples == 0:
-        return f"{DELTA} and {INTERVAL}: not computed (--bootstrap 0).", []
+        return f"{delta} and {INTERVAL}: not computed (--bootstrap 0).", []
     done = [row for row in rows if row.complete]
     if baseline is None:
         fts = _baselines(done, lambda row: row.baseline == "FT")
@@ -241,7 +241,7 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     alone = {task: by_pooling for task, by_pooling in alone.items() if by_pooling}
     multitask = [row for row in done if row.baseline != "ST" and len(row.dev) >= 2]
     if not fts and not alone:
-        return f"{DELTA} and {INTERVAL}: no finished FT row to compare with.", []
+        return f"{delta} and {INTERVAL}: no finished FT row to compare with.", []
     pairs = [(row, _pick(fts, row), None) for row in multitask if fts and _pick(fts, row) is not row]
     pairs += [(row, _pick(alone[task], row), task) for row in multitask for task in row.dev if task in alone]
     runs = {run.folder: DevSource(run.folder, str(data_dir) if data_dir else run.data_dir, tuple(run.dev))
@@ -259,14 +259,14 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
         try:
             difference = paired_difference(seed_scores(row), seed_scores(base, f"baseline {base.run}: "), task=task)
         except Unavailable as err:
-            notes.append(f"note: {row.run}: no {DELTA if task is None else alone_column(task)}: {err}")
+            notes.append(f"note: {row.run}: no {delta if task is None else alone_column(task)}: {err}")
             continue
         if task is None:
             row.vs_ft = difference
         else:
             row.vs_alone[task] = difference
-    sentences = [f"{DELTA} = average minus that of {baseline or _named(fts, 'FT')}, both from the dev prediction files;"
-                 if fts else f"{DELTA}: no finished FT row to compare with.",
+    sentences = [f"{delta} = average minus that of {baseline or _named(fts, 'FT')}, both from the dev prediction files;"
+                 if fts else f"{delta}: no finished FT row to compare with.",
                  f"{INTERVAL} = paired bootstrap percentile interval ({resamples} resamples of each task's dev "
                  f"examples, seed {seed}); * = the interval excludes 0."]
     if alone:
