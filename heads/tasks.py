@@ -153,7 +153,7 @@ class MultitaskBert(nn.Module):
     ``private_layers`` K > 0 gives each head but ``home`` a *tower*: its own copy of the encoder's top
     K layers, over the shared bottom (MT-DNN/PALs-style task-specific top layers; Liu et al. 2019,
     Stickland & Murray 2019). ``home`` (default: the first head) keeps the encoder's own top layers,
-    so ``bert`` alone is that task's whole encoder. A round-robin step trains one task, so a tower
+    so ``bert`` alone is that task's whole encoder. An optimizer step trains one task's batch, so a tower
     costs no compute per step, only memory.
     """
 

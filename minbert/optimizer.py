@@ -69,6 +69,21 @@ class AdamW(Optimizer):
         super().__init__(params, defaults)
         self.foreach, self.fused = foreach, fused
 
+    # torch.optim.Optimizer wraps these four in torch._disable_dynamo, whose first call imports torch._dynamo:
+    # about 2 s of every run's start on 2 CPU cores, for a guard that matters only when torch.compile traces
+    # code calling them. Nothing here is compiled (--compile compiles the encoder), so call the bodies beneath.
+    def add_param_group(self, param_group: dict) -> None:
+        _undecorated(Optimizer.add_param_group)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        _undecorated(Optimizer.zero_grad)(self, set_to_none)
+
+    def state_dict(self) -> dict:
+        return _undecorated(Optimizer.state_dict)(self)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        _undecorated(Optimizer.load_state_dict)(self, state_dict)
+
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None):
         """Perform one optimisation step; ``closure`` re-evaluates the model and returns the loss."""
@@ -176,6 +191,11 @@ class AdamW(Optimizer):
             torch._foreach_add_(denoms, group["eps"])
             step_sizes = [-self._step_size(group, s["step"]) for s in states]  # θ ← θ - α_t·m/(sqrt(v)+ε)
             torch._foreach_addcdiv_(ps, exp_avgs, denoms, step_sizes)
+
+
+def _undecorated(method: Callable) -> Callable:
+    """``method`` without the decorator that ``functools.wraps`` recorded (itself if it has none)."""
+    return getattr(method, "__wrapped__", method)
 
 
 def _update(p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,

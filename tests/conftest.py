@@ -1,4 +1,9 @@
 """Shared test fixtures."""
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):   # `-n 2`: one thread a worker (and its subprocesses), so that two
+    os.environ.setdefault("OMP_NUM_THREADS", "1")   # workers share 2 cores instead of fighting over them
+
 import json
 import shutil
 from pathlib import Path

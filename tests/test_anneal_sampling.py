@@ -46,6 +46,7 @@ def tiny(tmp_path, tiny_model_dir, name, *flags):
                                "--run_name", name, *flags])
 
 
+@pytest.mark.slow
 def test_an_annealed_epoch_has_the_batches_rr_gives_and_says_so(tmp_path, tiny_model_dir, capsys):
     assert tiny(tmp_path, tiny_model_dir, "ft", "--quiet") == 0
     assert tiny(tmp_path, tiny_model_dir, "anneal", "--anneal_sampling") == 0
@@ -56,6 +57,7 @@ def test_an_annealed_epoch_has_the_batches_rr_gives_and_says_so(tmp_path, tiny_m
     assert anneal["config"]["anneal_sampling"] == {"anneal_sampling": True}
 
 
+@pytest.mark.slow
 def test_annealed_sampling_with_pcgrad_steps_on_groups_of_three_batches(tmp_path, tiny_model_dir):
     assert tiny(tmp_path, tiny_model_dir, "both", "--anneal_sampling", "--pcgrad", "--quiet") == 0
     metrics = json.loads((tmp_path / "both" / "metrics.json").read_text())
@@ -68,6 +70,7 @@ def test_a_single_task_run_refuses_it_before_the_run_folder(tmp_path, tiny_model
     assert not (tmp_path / "one").exists()
 
 
+@pytest.mark.slow
 def test_a_resumed_annealed_run_ends_exactly_like_an_uninterrupted_one(tiny_model_dir, tmp_path):
     flags = ["--epochs", "3", "--anneal_sampling", "--max_steps_per_epoch", "3"]
     subprocess.run(command(*argv(tiny_model_dir, tmp_path / "clean", "anneal", *flags)), env=env(), check=True,

@@ -23,6 +23,7 @@ def run(tmp_path_factory, tiny_model_dir):
     return load_run(train(tmp_path_factory.mktemp("runs"), tiny_model_dir, "api"))
 
 
+@pytest.mark.slow
 def test_encode_takes_a_str_a_list_a_series_and_an_array(run):
     vectors = run.encode(SENTENCES)
     one = run.encode(SENTENCES[0])
@@ -95,6 +96,7 @@ def test_probabilities_and_logits(run):
     assert TASKS["sst"].predict is not None    # the task table itself is left as it was
 
 
+@pytest.mark.slow
 def test_an_unfinished_run_says_so_and_from_which_epoch(tmp_path, tiny_model_dir):
     run_dir = train(tmp_path, tiny_model_dir, "unfinished", "--epochs", "2")
     with warnings.catch_warnings():
@@ -112,3 +114,15 @@ def test_an_unfinished_run_says_so_and_from_which_epoch(tmp_path, tiny_model_dir
     shutil.rmtree(run_dir / "checkpoint")   # still in its first epoch: no weights yet
     with pytest.raises(Exception, match=r"unfinished \(status running\) and has saved no weights yet"):
         load_run(run_dir)
+
+
+def test_load_run_puts_the_model_on_the_device_asked(run, monkeypatch):
+    """``load_run(..., device=...)``: the model's parameters live there, so encode and predict compute there;
+    ``cuda`` without a GPU is one line, as ``--device cuda`` is."""
+    again = load_run(run.source, device=torch.device("cpu"))
+    assert {p.device.type for p in again.model.parameters()} == {"cpu"}
+    np.testing.assert_array_equal(again.encode(SENTENCES), run.encode(SENTENCES))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert {p.device.type for p in load_run(run.source, device="auto").model.parameters()} == {"cpu"}
+    with pytest.raises(ValueError, match="no CUDA device is available"):
+        load_run(run.source, device="cuda")

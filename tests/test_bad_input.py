@@ -111,6 +111,7 @@ BAD_ROWS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BAD_ROWS)
 def test_bad_row_is_skipped_and_reported_with_file_line_and_field(box, capsys, name):
     file, line, column, value, field, reason = BAD_ROWS[name]
@@ -122,6 +123,7 @@ def test_bad_row_is_skipped_and_reported_with_file_line_and_field(box, capsys, n
     assert json.loads((box.run_dir / "metrics.json").read_text())["data"][file]["skipped"] == 1
 
 
+@pytest.mark.slow
 def test_long_sentence_under_the_field_limit_is_kept_and_truncated(box, capsys):
     """Only a field past the csv limit is refused; a long sentence is cut to --max_length pieces."""
     edit_row(box.data / "ids-sst-dev.csv", 3, "sentence", " long" * (FIELD_LIMIT // 6))

@@ -108,6 +108,7 @@ def duplicate_id(box) -> tuple[Path, str]:
     return path, first
 
 
+@pytest.mark.slow
 def test_duplicate_id_is_skipped_and_reported(box, capsys):
     path, first = duplicate_id(box)
     assert box.main() == 0

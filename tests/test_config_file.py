@@ -22,6 +22,7 @@ def saved_run(tiny_model_dir, tmp_path_factory) -> Path:
     return out / "first"
 
 
+@pytest.mark.slow
 def test_a_saved_run_config_with_epochs_overridden_runs_for_one_epoch(saved_run):
     saved = RunConfig.from_dict(json.loads((saved_run / "checkpoint" / "run_config.json").read_text()))
     config = run_multitask.parse_config(["--config", str(saved_run / "checkpoint" / "run_config.json"),

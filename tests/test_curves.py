@@ -15,6 +15,7 @@ def run(tmp_path, model_dir, *extra):
                                "--run_name", "run", "--save_every", "0", *extra])
 
 
+@pytest.mark.slow
 def test_curves_png_is_written(tmp_path, tiny_model_dir):
     pytest.importorskip("matplotlib")
     assert run(tmp_path, tiny_model_dir, "--ucl", "--ucl_steps", "12", "--ucl_batch_size", "4") == 0

@@ -47,6 +47,7 @@ def distil_dir(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_a_run_starts_from_a_distilbert_and_saves_one(distil_dir, tmp_path):
     argv = ["--data_dir", str(DATA), "--model", str(distil_dir), "--epochs", "1", "--batch_size", "4",
             "--max_length", "32", "--out_dir", str(tmp_path), "--quiet"]

@@ -61,6 +61,7 @@ def run(out: Path, model_dir: Path, name: str, *flags) -> dict:
     return json.loads((out / name / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_teachers_trained_or_given_make_the_same_student(tmp_path, tiny_model_dir):
     auto = run(tmp_path, tiny_model_dir, "auto", *FLAGS)
     teachers = tmp_path / "auto" / "teachers"
@@ -95,6 +96,7 @@ def test_bad_teachers_are_one_line(tmp_path, tiny_model_dir, capsys, teachers, m
     assert message in capsys.readouterr().err and not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_a_run_stopped_in_multitask_training_resumes_exactly(tmp_path, tiny_model_dir):
     """Resuming from a checkpoint in the middle of the annealing (the teachers' outputs come back
     from the checkpoint, λ from the clock) ends exactly like the uninterrupted run."""
@@ -106,6 +108,7 @@ def test_a_run_stopped_in_multitask_training_resumes_exactly(tmp_path, tiny_mode
     assert_same_run(final_state(run_dir), final_state(clean))
 
 
+@pytest.mark.slow
 def test_a_teacher_stopped_midway_is_resumed_by_the_next_sitting(tmp_path, tiny_model_dir, monkeypatch):
     """--teachers auto finds a teacher that was stopped (a killed sitting) and resumes it with its
     saved configuration, whatever the paths of this sitting."""

@@ -64,6 +64,7 @@ def test_only_the_batch_sizes_in_use_must_split_evenly():
     assert ("--batch_size", 5) in parse_config(["--batch_size", "5"]).training_batch_sizes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["--joint_loss", "--loss_weighting", "learned", "--smart", "--pre_qqp",
                                         "--pre_qqp_steps", "2"]], ids=["round_robin", "joint_smart_pre_qqp"])
 def test_two_processes_match_one(tiny_model_dir, tmp_path, extra):

@@ -29,6 +29,7 @@ def train(tmp_path, model_dir, name, *flags) -> dict:
     return json.loads((tmp_path / name / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_eval_every_scores_dev_every_n_steps_and_after_the_last(tmp_path, tiny_model_dir):
     metrics = train(tmp_path, tiny_model_dir, "run", "--epochs", "2", "--eval_every", "4")
     steps = sum(e["train_steps"] for e in metrics["epochs"])
@@ -42,12 +43,14 @@ def test_eval_every_scores_dev_every_n_steps_and_after_the_last(tmp_path, tiny_m
     assert all(set(e["dev_loss"]) == {"sst", "qqp", "sts"} for e in evaluations)
 
 
+@pytest.mark.slow
 def test_the_default_evaluates_at_epoch_ends_as_before(tmp_path, tiny_model_dir):
     metrics = train(tmp_path, tiny_model_dir, "run", "--epochs", "2")
     assert "evaluations" not in metrics and "best_step" not in metrics and "early_stopped" not in metrics
     assert [sorted(e["dev_loss"]) for e in metrics["epochs"]] == [["qqp", "sst", "sts"]] * 2
 
 
+@pytest.mark.slow
 def test_early_stopping_ends_training_after_patience_evaluations_without_gain(tmp_path, tiny_model_dir):
     frozen = ["--lr", "1e-12", "--head_lr", "1e-12", "--warmup_ratio", "none"]   # the dev score cannot improve
     metrics = train(tmp_path, tiny_model_dir, "run", "--epochs", "3", "--eval_every", "2", "--early_stopping", "2",
@@ -60,6 +63,7 @@ def test_early_stopping_ends_training_after_patience_evaluations_without_gain(tm
     assert sum(e["train_steps"] for e in full["epochs"]) > 6 and "early_stopped" not in full
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, cut", [(["--eval_every", "3"], 2),   # stopped between two evaluations
                                         (["--eval_every", "2", "--early_stopping", "2", "--lr", "1e-12",
                                           "--head_lr", "1e-12"], 5)],  # one step before the stop
@@ -75,6 +79,7 @@ def test_a_stopped_run_resumes_exactly(tmp_path, tiny_model_dir, flags, cut):
     assert a.get("early_stopped") == b.get("early_stopped")
 
 
+@pytest.mark.slow
 def test_tensorboard_scalars(tmp_path, tiny_model_dir):
     metrics = train(tmp_path, tiny_model_dir, "run", "--epochs", "2", "--pre_qqp", "--pre_qqp_steps", "3")
     events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
@@ -88,3 +93,15 @@ def test_tensorboard_scalars(tmp_path, tiny_model_dir):
     assert [s.step for s in overall] == steps      # the run's step count, pre-QQP's 3 steps first
     assert [s.value for s in overall] == pytest.approx([e["dev_overall"] for e in metrics["epochs"]])
     assert [s.step for s in events.Scalars("lr/pre_qqp")] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_progress_bars_written_to_a_file_leave_no_cursor_escapes(tmp_path, tiny_model_dir):
+    """stderr redirected to a file: the epoch's bar is there, but dev scoring inside it (a nested bar on
+    a terminal) draws none, so the log holds no ``ESC[A`` cursor-up sequences (issue 44)."""
+    flags = [a for a in argv(tiny_model_dir, tmp_path, "run", "--epochs", "1", "--eval_every", "2") if a != "--quiet"]
+    bars = {key: value for key, value in env().items() if key != "TQDM_DISABLE"}
+    with open(tmp_path / "stderr.log", "w") as log:
+        subprocess.run(command(*flags), env=bars, stdout=subprocess.DEVNULL, stderr=log, check=True, timeout=300)
+    written = (tmp_path / "stderr.log").read_text()
+    assert "epoch 1/1" in written and "\x1b[A" not in written

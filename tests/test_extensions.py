@@ -34,6 +34,7 @@ def baseline(tmp_path_factory, tiny_model_dir):
     return train(tmp_path_factory.mktemp("runs"), tiny_model_dir, "baseline")[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, stage", [
     (["--pre_qqp"], "pre_qqp"),
     (["--joint_loss"], None),
@@ -55,12 +56,14 @@ def test_flag_changes_the_trained_parameters(tmp_path, tiny_model_dir, baseline,
         assert log["batches"] == 2 and log["seconds"] >= 0
 
 
+@pytest.mark.slow
 def test_same_flags_same_parameters(tmp_path, tiny_model_dir, baseline):
     """The comparison above is meaningful: without a flag, a second run reproduces the baseline."""
     state, _ = train(tmp_path, tiny_model_dir, "again")
     assert all(torch.equal(baseline[k], state[k]) for k in baseline)
 
 
+@pytest.mark.slow
 def test_stages_run_in_the_documented_order(tmp_path, tiny_model_dir, capsys):
     train(tmp_path, tiny_model_dir, "all", "--pre_qqp", "--ucl", "--scl", "--lcl")
     out = capsys.readouterr().out

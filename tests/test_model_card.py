@@ -75,6 +75,7 @@ def assert_reproduces(card: str, saved: dict) -> None:
     assert parsed == saved
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["trained", "stages"])
 def test_command_line_reproduces_the_configuration(runs, name):
     card = card_of(runs[name])
@@ -180,6 +181,7 @@ def test_what_the_model_is_and_how_to_load_it(runs, tiny_model_dir):
     assert 40 <= len(body.splitlines()) <= 75
 
 
+@pytest.mark.slow
 def test_front_matter_and_tokenizer_length_for_the_hub(tmp_path, tiny_model_dir):
     """Issue 44, item 6: the card opens with the YAML header the hub reads (library, base model, pipeline,
     data sets, dev scores as a model-index), and tokenizer_config.json has model_max_length, without which

@@ -55,6 +55,7 @@ def other_data(tmp_path: Path) -> Path:
     return data
 
 
+@pytest.mark.slow
 def test_predict_out_the_run_itself_is_refused_and_the_run_untouched(run_dir, tmp_path, capsys):
     data = other_data(tmp_path)
     before = snapshot(run_dir)

@@ -122,6 +122,7 @@ DESIGNS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(DESIGNS))
 def test_each_design_trains_and_reloads_to_its_own_predictions(name, tmp_path, tiny_model_dir):
     argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--epochs", "1",

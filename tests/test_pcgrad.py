@@ -73,6 +73,7 @@ def tiny(tmp_path, tiny_model_dir, name, *flags):
                                "--max_length", "24", "--quiet", "--run_name", name, *flags])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--private_layers", "1"], ["--private_layers", "0", "--grad_accum", "2"],
                                    ["--private_layers", "0", "--no_sparse_embeddings"], ["--amp", "bf16"]],
                          ids=["towers", "accum", "dense", "bf16"])
@@ -106,6 +107,7 @@ def test_pcgrad_under_torchrun_is_refused_before_the_run_folder(tmp_path, tiny_m
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_a_resumed_pcgrad_run_ends_exactly_like_an_uninterrupted_one(tiny_model_dir, tmp_path):
     flags = ["--epochs", "2", "--pcgrad", "--private_layers", "1", "--grad_accum", "2"]
     subprocess.run(command(*argv(tiny_model_dir, tmp_path / "clean", "pcgrad", *flags)), env=env(), check=True,

@@ -42,6 +42,7 @@ def test_pooling_study_script_parses():
     assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 def test_pooling_study_dry_run_lists_every_mode_and_reduction(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable}
     result = subprocess.run(["bash", str(SCRIPT), "--dry_run", "--data", str(STS_DEV), "--out", str(tmp_path),

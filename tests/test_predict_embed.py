@@ -31,6 +31,7 @@ def run_dir(tmp_path_factory, tiny_model_dir):
     return train(tmp_path_factory.mktemp("runs"), tiny_model_dir, "first")
 
 
+@pytest.mark.slow
 def test_predict_reproduces_the_runs_own_files_and_scores_labelled_ones(run_dir, tmp_path, capsys):
     out = tmp_path / "preds"
     assert predict.main([str(run_dir), "--data_dir", str(FIXTURE_DATA), "--out", str(out)]) == 0
@@ -87,6 +88,7 @@ def test_embed_writes_the_runs_vectors_from_text_and_csv(run_dir, tmp_path):
     assert not (tmp_path / "x.npy").exists()
 
 
+@pytest.mark.slow
 def test_a_saved_run_is_a_model_to_start_from(run_dir, tmp_path):
     assert (run_dir / "checkpoint" / "vocab.txt").is_file()
     chained = train(tmp_path, run_dir, "second", "--option", "pretrain")   # frozen: the encoder stays as loaded

@@ -76,6 +76,7 @@ def train(out, model_dir, name, *flags):
     return out / name
 
 
+@pytest.mark.slow
 def test_a_run_saves_the_sts_tower_as_its_encoder_and_reloads_to_its_predictions(tmp_path, tiny_model_dir):
     run_dir = train(tmp_path, tiny_model_dir, "pl", "--epochs", "1", "--private_layers", "1")
     checkpoint = run_dir / "checkpoint"
@@ -115,6 +116,7 @@ def test_the_default_is_two_and_a_saved_configuration_without_the_field_had_none
     assert RunConfig.from_dict(saved).model.private_layers == 0
 
 
+@pytest.mark.slow
 def test_with_one_task_private_layers_change_nothing(tmp_path, tiny_model_dir):
     runs = [train(tmp_path, tiny_model_dir, f"sst-{k}", "--tasks", "sst", "--epochs", "1", "--max_steps_per_epoch",
                   "2", "--private_layers", k) for k in ("0", "2")]
@@ -132,6 +134,7 @@ def test_more_private_layers_than_the_model_has_names_its_config(tmp_path, tiny_
     assert "--private_layers 3 is more than the 2 layers of" in err and str(tiny_model_dir / "config.json") in err
 
 
+@pytest.mark.slow
 def test_a_stopped_run_resumes_exactly(tmp_path, tiny_model_dir):
     flags = ("--epochs", "2", "--private_layers", "1")
     clean = tmp_path / "clean"
@@ -145,6 +148,7 @@ def test_a_stopped_run_resumes_exactly(tmp_path, tiny_model_dir):
     assert heads[0].keys() == heads[1].keys() and all(torch.equal(heads[0][k], heads[1][k]) for k in heads[0])
 
 
+@pytest.mark.slow
 def test_auto_teachers_of_a_student_with_private_layers_share_every_layer(tmp_path, tiny_model_dir):
     run_dir = train(tmp_path, tiny_model_dir, "student", "--epochs", "1", "--private_layers", "1", "--distill")
     for task in ("sst", "qqp", "sts"):

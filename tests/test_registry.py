@@ -76,6 +76,7 @@ def with_toy(monkeypatch):
     return registry
 
 
+@pytest.mark.slow
 def test_a_new_extension_is_one_module(with_toy, tmp_path, tiny_model_dir, capsys):
     help_text = run_multitask.build_parser().format_help()
     assert "--toy_rounds" in help_text and "toy (TOY)" in help_text
@@ -152,6 +153,7 @@ def _tiny_run(tmp_path, tiny_model_dir, name, *flags):
     return code, tmp_path / name
 
 
+@pytest.mark.slow
 def test_a_batch_order_extension_decides_every_epochs_batches(with_hooks, tmp_path, tiny_model_dir):
     code, run = _tiny_run(tmp_path, tiny_model_dir, "order", "--sst_only")
     assert code == 0
@@ -234,6 +236,7 @@ EXTENSION = ToyHooks()
 '''
 
 
+@pytest.mark.slow
 def test_a_toy_module_and_a_registry_line_reach_help_grid_run_and_report(tmp_path, tiny_model_dir):
     """Copy the library, add the toy module and its name in the registry, and nothing else."""
     root, copy = Path(__file__).resolve().parents[1], tmp_path / "copy"

@@ -63,6 +63,7 @@ def stderr_after_exit(process: subprocess.Popen, timeout: float = 120) -> str:
         pytest.fail(f"the command had not exited {timeout} s later; its stderr, with every thread's stack:\n{err}")
 
 
+@pytest.mark.slow
 def test_a_command_that_hangs_fails_its_test_with_the_stacks_of_its_threads():
     """The guard of the signal tests: it must fail, not wait, and say where the command was."""
     hung = subprocess.Popen([sys.executable, "-c", "import time\ndef waiting_forever():\n    time.sleep(60)\n"
@@ -80,6 +81,7 @@ def box_command(box, *extra: str) -> list[str]:
 
 # --- 1. two runs, one name ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_two_runs_started_together_with_one_name_one_is_refused(box):
     """Both used to pass the "already holds a run" check and exit 0, one replacing the other's files."""
     command = box_command(box, "--epochs", "1", "--max_steps_per_epoch", "2")
@@ -93,6 +95,7 @@ def test_two_runs_started_together_with_one_name_one_is_refused(box):
     assert (box.run_dir / "sst-dev-output.csv").is_file()
 
 
+@pytest.mark.slow
 def test_a_run_that_cannot_start_gives_its_claim_back(box, capsys):
     (box.data / "sts-dev.csv").unlink()
     assert box.main() == 1
@@ -103,6 +106,7 @@ def test_a_run_that_cannot_start_gives_its_claim_back(box, capsys):
 
 # --- 2. settings the model cannot take ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_max_length_beyond_the_model_positions_is_refused_before_the_run(box, capsys):
     """Used to be found only when a sentence that long came, possibly in the test file after training."""
     positions = json.loads((box.model / "config.json").read_text())["max_position_embeddings"]
@@ -123,6 +127,7 @@ def test_tools_truncate_to_the_model_positions_instead_of_failing(tiny_model_dir
     assert np.allclose(vectors[0], truncated[0], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_saved_run_with_a_bad_config_as_model_names_the_file(box, capsys):
     assert box.main() == 0
     config = box.run_dir / "checkpoint" / "config.json"
@@ -265,6 +270,7 @@ def test_full_disk_while_saving_a_checkpoint_fails_the_run_in_one_line(box, caps
     assert not leftovers(box.run_dir)
 
 
+@pytest.mark.slow
 def test_side_tools_out_that_is_a_folder_or_under_a_file(box, capsys):
     assert box.main() == 0
     capsys.readouterr()
@@ -288,6 +294,7 @@ def test_side_tools_out_that_is_a_folder_or_under_a_file(box, capsys):
 
 # --- 5. signals --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_sigterm_is_handled_like_ctrl_c(box):
     """SIGTERM used to leave status "running" and a half-written checkpoint folder."""
     process = subprocess.Popen(box_command(box, "--epochs", "50", "--save_every", "1"), env=subprocess_env(),
@@ -316,6 +323,7 @@ def test_run_name_must_stay_inside_out_dir(box, capsys, name):
 
 # --- 8. quieter defects --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_finished_run_drops_its_resume_state_unless_asked(box):
     assert box.main("--save_every", "1") == 0
     assert not (box.run_dir / "checkpoints").exists()

@@ -73,6 +73,7 @@ def test_tensorboard_folder_that_cannot_be_made_warns_and_writes_nothing(tmp_pat
     assert capsys.readouterr().err.count("warning: TensorBoard scalars stopped") == 1
 
 
+@pytest.mark.slow
 def test_tensorboard_folder_deleted_during_a_run_costs_only_the_scalars(box, capsys, monkeypatch):
     """The issue's case: ``rm -rf RUN/tensorboard`` while the run trains. It used to exit 1 with
     metrics.json left "running"; now the run finishes, with one warning line."""
@@ -119,6 +120,7 @@ def test_curves_png_that_cannot_be_written_warns_once_and_the_run_finishes(box, 
 
 # --- 2. checkpoints hold copies of the best weights, not links to one file ---------------------
 
+@pytest.mark.slow
 def test_best_weights_damaged_in_one_checkpoint_leave_the_others_intact(tiny_model_dir, tmp_path, capsys):
     """The best weights were hard links to checkpoint/model.safetensors: damage to one (in place)
     was damage to all, and --resume_fallback found "no readable checkpoint"."""
@@ -149,6 +151,7 @@ def test_ctrl_c_in_the_body_of_atomic_path_stops_it_at_once_and_leaves_nothing(t
     assert reached == [] and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_embed_encodes_stops_it_at_once(box, tmp_path, monkeypatch, capsys):
     """embed used to go on encoding for a minute after Ctrl-C, then write its file anyway."""
     from training import runs
@@ -208,6 +211,7 @@ def killed_writer_leftover(target: Path) -> Path:
     return left[0]
 
 
+@pytest.mark.slow
 def test_the_next_write_of_a_target_removes_a_killed_writers_temporary_file(tmp_path):
     target = tmp_path / "model-int8.pt"
     killed_writer_leftover(target)
@@ -230,6 +234,7 @@ def test_a_live_writers_temporary_file_is_left_alone(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, other_target.name, live.name])
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
 def test_quantize_removes_what_a_killed_quantize_left(checkpoint, tmp_path, capsys):  # noqa: F811
     """A SIGKILLed quantize left its 66 MB temporary file for good, even after quantizing again."""
@@ -247,6 +252,7 @@ def test_quantize_removes_what_a_killed_quantize_left(checkpoint, tmp_path, caps
 
 # --- 9. every file gets the umask's mode -------------------------------------------------------
 
+@pytest.mark.slow
 def test_checkpoint_weights_get_the_umask_mode_like_config_json(umask_022, tiny_model_dir, tmp_path):
     """safetensors' save_file recreates the file with mode 600: another user could not read the weights."""
     assert run_multitask.main(resume_argv(tiny_model_dir, tmp_path, "run", "--epochs", "1")) == 0

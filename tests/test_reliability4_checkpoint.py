@@ -43,6 +43,7 @@ def one_line(path: Path) -> str:
     return str(err.value)
 
 
+@pytest.mark.slow
 def test_a_truncated_heads_file_is_named(checkpoint, tmp_path):
     copy = damaged(checkpoint, tmp_path, lambda c: truncate(c / "heads.safetensors"))
     assert one_line(copy).startswith(f"cannot read checkpoint file {copy / 'heads.safetensors'}")

@@ -36,6 +36,7 @@ def test_report_out_that_is_a_folder_is_refused_before_computing(tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "runs"]   # nothing written
 
 
+@pytest.mark.slow
 def test_teachers_of_other_tasks_are_refused_naming_teachers_before_anything_trains(tmp_path, tiny_model_dir, capsys):
     """Item 12: a --teachers run that trained another task is one line naming --teachers, before the run
     folder is claimed and before --ucl trains (it was found after both, in words that named no flag)."""
@@ -52,6 +53,7 @@ def test_teachers_of_other_tasks_are_refused_naming_teachers_before_anything_tra
     assert err.count("\n") == 1 and not (tmp_path / "refused").exists()
 
 
+@pytest.mark.slow
 def test_path_flags_are_saved_absolute(tmp_path, tiny_model_dir, monkeypatch):
     """Item 11: --teachers and --ucl_data given relative are saved absolute (metrics.json and the
     checkpoint's run_config.json), so --resume and load_run work from any working directory."""

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import run_multitask
 from test_resume import argv
 from test_resume_inputs import stop_midway
@@ -21,6 +23,7 @@ def stopped_run(tmp_path, tiny_model_dir):
     return run_dir
 
 
+@pytest.mark.slow
 def test_resume_of_a_live_run_is_refused_and_touches_nothing(tmp_path, tiny_model_dir, capsys):
     run_dir = stopped_run(tmp_path, tiny_model_dir)
     holder = subprocess.Popen([sys.executable, "-c", (
@@ -47,6 +50,7 @@ def test_resume_of_a_live_run_is_refused_and_touches_nothing(tmp_path, tiny_mode
     assert not (run_dir / ".lock").exists()
 
 
+@pytest.mark.slow
 def test_a_lock_file_left_by_a_killed_run_does_not_stop_a_resume(tmp_path, tiny_model_dir):
     run_dir = stopped_run(tmp_path, tiny_model_dir)
     (run_dir / ".lock").write_text("999999")             # SIGKILL leaves the file; the kernel freed the lock
@@ -54,6 +58,7 @@ def test_a_lock_file_left_by_a_killed_run_does_not_stop_a_resume(tmp_path, tiny_
     assert not (run_dir / ".lock").exists()
 
 
+@pytest.mark.slow
 def test_a_training_run_holds_its_lock(tmp_path, tiny_model_dir, monkeypatch):
     """While a run trains, its folder's lock is taken (checked from another open file, as a second
     process would see it)."""

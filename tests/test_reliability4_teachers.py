@@ -6,11 +6,14 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 import run_multitask
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
 
+@pytest.mark.slow
 def test_resume_after_the_teachers_reuses_them_and_ends_as_an_uninterrupted_run(tmp_path, tiny_model_dir):
     argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--out_dir", str(tmp_path),
             "--tasks", "sst,qqp", "--epochs", "1", "--max_steps_per_epoch", "2", "--batch_size", "4",

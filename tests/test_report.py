@@ -204,12 +204,40 @@ def test_the_terminal_view_is_compact_and_holds_the_same_numbers(capsys):
     assert main([str(RUNS)]) == 0
     compact = capsys.readouterr().out.splitlines()
     assert compact[0].split() == ["run", "seeds", "SST", "QQP", "STS", "average", "Δ", "vs", "FT", "95%", "CI", "status"]
-    assert max(len(line) for line in compact if not line.startswith("Δ vs FT")) <= 120
+    assert max(len(line) for line in compact) <= 120      # the footer wrapped too
     rows = collect_runs(RUNS)
     for line, row in zip(compact[1:], rows):
         assert line.split()[0] == row.run.split()[0] and (row.average is None or f"{row.average:.3f}" in line)
 
 
+def test_the_terminal_view_fits_120_columns_however_wide_the_table():
+    """Long run names, a vs-alone column per task and a long status: the vs-alone columns get a block of
+    their own, run names are cut (to no fewer than MIN_RUN_WIDTH, marked …), then whatever still
+    overflows; the footer is wrapped. A single-task row's "average" (its one metric) stays blank."""
+    from training.tools.bootstrap import Difference
+    from training.tools.report import MIN_RUN_WIDTH, RunRow, render_compact
+
+    d = Difference(0.0123, -0.004, 0.0281)
+    dev = {"sst": 0.4961, "qqp": 0.8361, "sts": 0.8812}
+    rows = [RunRow(run=f"pcgrad-anneal-private2-with-a-very-long-name-{i}", status="finished", dev=dev, average=0.75,
+                   vs_ft=d, vs_alone={task: d for task in dev}) for i in range(3)]
+    rows += [RunRow(run="st-sts", status="finished", baseline="ST", dev={"sts": 0.885}, average=0.9425),
+             RunRow(run="stopped", status="interrupted at epoch 2 of 3 by SIGTERM, resumable with --resume " * 2)]
+    view = render_compact(rows, footer="Δ vs FT = average minus that of ft. " * 12)
+    lines = view.splitlines()
+    assert max(map(len, lines)) <= 120
+    assert lines[1].startswith(rows[0].run[:MIN_RUN_WIDTH - 1] + "… ")
+    header = next(line for line in lines if "vs alone" in line)
+    assert header.split() == ["run", "SST", "vs", "alone", "QQP", "vs", "alone", "STS", "vs", "alone"]
+    assert "+0.012 [-0.004, +0.028]" in lines[lines.index(header) + 1]
+    st = next(line for line in lines if line.startswith("st-sts"))
+    assert "0.885" in st and "0.943" not in st
+    assert sum(line.startswith("Δ vs FT = average") for line in lines) == 1 and lines[-1].endswith("ft.")
+    roomy = render_compact(rows[:1], width=400)        # room enough: nothing cut
+    assert rows[0].run + " " in roomy and "…" not in roomy
+
+
+@pytest.mark.slow
 def test_report_runs_as_a_module(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, "-m", "training.tools.report", str(RUNS), "--out", str(tmp_path / "t"),
@@ -522,6 +550,7 @@ def test_ablate_script_parses():
     assert subprocess.run(["bash", "-n", str(ABLATE)], capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 def test_ablate_help_prints_usage_and_runs_nothing(tmp_path):
     result = ablate("--help", "--out_dir", str(tmp_path / "grid"))
     assert result.returncode == 0
@@ -529,6 +558,7 @@ def test_ablate_help_prints_usage_and_runs_nothing(tmp_path):
     assert not (tmp_path / "grid").exists()
 
 
+@pytest.mark.slow
 def test_ablate_grid_rows_come_from_the_extension_table():
     result = ablate("--list")
     assert result.returncode == 0
@@ -563,6 +593,7 @@ def test_ablate_grid_rows_come_from_the_extension_table():
                 or config.joint_loss.loss_weighting != "fixed"), name
 
 
+@pytest.mark.slow
 def test_ablate_stage_steps_and_a_whole_epoch_budget(tmp_path):
     result = ablate("--dry_run", "--only", "mean-all", "--max_steps_per_epoch", "none", "--stage_steps", "126",
                     "--", "--data_dir", "somewhere", env={"PYTHON": sys.executable})
@@ -574,6 +605,7 @@ def test_ablate_stage_steps_and_a_whole_epoch_budget(tmp_path):
     assert config.ucl.ucl_steps == config.scl.scl_steps == config.lcl.lcl_steps == 126
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra, message", [
     (["--bogus", "1"], "ablate.sh: unrecognized arguments: --bogus 1"),
     (["--loss_weights", "1,2,3"], "ablate.sh: row pt: --loss_weights has no effect without --joint_loss"),
@@ -586,6 +618,7 @@ def test_ablate_refuses_bad_extra_flags_once_before_any_run(tmp_path, extra, mes
     assert result.stderr.count("ablate.sh:") == 1 and not (tmp_path / "grid").exists()
 
 
+@pytest.mark.slow
 def test_ablate_dry_run_commands_parse_with_run_multitask(tmp_path):
     result = ablate("--dry_run", "--only", "pt", "mean-all", "--epochs", "2", "--out_dir", str(tmp_path),
                     "--", "--data_dir", "somewhere", env={"PYTHON": sys.executable})
@@ -603,6 +636,7 @@ def test_ablate_dry_run_commands_parse_with_run_multitask(tmp_path):
     assert all(everything[e.name] == (e in together(EXTENSIONS)) for e in EXTENSIONS)
 
 
+@pytest.mark.slow
 def test_ablate_rejects_an_unknown_row_or_option():
     assert ablate("--only", "no-such-row").returncode == 2
     assert ablate("--bogus").returncode == 2
@@ -610,6 +644,7 @@ def test_ablate_rejects_an_unknown_row_or_option():
         assert ablate("--seeds", seeds, "--list").returncode == 2, seeds
 
 
+@pytest.mark.slow
 def test_ablate_seeds_runs_each_row_with_consecutive_seeds_from_the_default(tmp_path):
     first = TrainConfig().seed
     assert first == 11711
@@ -628,6 +663,7 @@ def test_ablate_seeds_runs_each_row_with_consecutive_seeds_from_the_default(tmp_
     assert listed == [f"{row} --seed {first}", f"{row} --seed {first + 1}"]
 
 
+@pytest.mark.slow
 def test_ablate_one_seed_is_the_grid_as_before():
     one_seed = ablate("--seeds", "1", "--dry_run", "--only", "ft").stdout
     assert one_seed == ablate("--dry_run", "--only", "ft").stdout
@@ -661,6 +697,7 @@ EOF
 """
 
 
+@pytest.mark.slow
 def test_ablate_loop_reports_failures_goes_on_and_builds_the_table(tmp_path):
     fake = tmp_path / "fake-python"
     fake.write_text(FAKE_PYTHON.format(python=sys.executable))
@@ -683,6 +720,7 @@ def test_ablate_loop_reports_failures_goes_on_and_builds_the_table(tmp_path):
     assert (out / "ablation.md").is_file() and (out / "ablation.csv").is_file()
 
 
+@pytest.mark.slow
 def test_ablate_resume_continues_a_stopped_run_and_skips_it_without_the_flag(tmp_path):
     fake = tmp_path / "fake-python"
     fake.write_text(FAKE_PYTHON.format(python=sys.executable))
@@ -708,6 +746,7 @@ def test_ablate_resume_continues_a_stopped_run_and_skips_it_without_the_flag(tmp
     assert json.loads((out / "ablate-cls" / "metrics.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_ablate_loop_with_seeds_skips_finished_runs_and_the_report_pools_them(tmp_path):
     fake = tmp_path / "fake-python"
     fake.write_text(FAKE_PYTHON.format(python=sys.executable))

@@ -124,7 +124,9 @@ def test_the_table_shows_a_vs_alone_column_per_compared_task(study):
 def test_the_csv_and_terminal_view_carry_the_per_task_columns(study, tmp_path, capsys):
     assert main([str(study["out"]), "--bootstrap", "200", "--out", str(tmp_path / "t")]) == 0
     printed = capsys.readouterr().out
-    assert "SST vs alone" in printed.splitlines()[0]
+    assert "SST vs alone" not in printed.splitlines()[0]     # a block of its own, below the main one
+    assert next(line for line in printed.splitlines() if "vs alone" in line).split()[:4] == ["run", "SST", "vs", "alone"]
+    assert max(map(len, printed.splitlines())) <= 120
     with open(tmp_path / "t.csv", encoding="utf-8", newline="") as f:
         table = list(csv.DictReader(f))
     smart = next(row for row in table if row["run"] == "smart")

@@ -1,5 +1,6 @@
 """Checkpoints and exact resumption: a run killed with SIGKILL and resumed ends with the same
 parameters, dev metrics and predictions as a run never interrupted (CPU, same thread count)."""
+import contextlib
 import json
 import os
 import random
@@ -22,9 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 OUTPUTS = ["sst-dev-output.csv", "sst-test-output.csv", "para-dev-output.csv", "sts-dev-output.csv"]
 PLAIN = ["--epochs", "4"]
-EVERY_STAGE = ["--epochs", "2", "--ucl", "--ucl_steps", "4", "--ucl_batch_size", "4", "--scl", "--scl_steps", "3",
-               "--scl_batch_size", "4", "--pre_qqp", "--pre_qqp_steps", "4", "--joint_loss", "--loss_weighting",
-               "learned", "--smart", "--smart_bregman"]
 
 
 def argv(model_dir, out_dir, name, *extra):
@@ -53,10 +51,22 @@ def final_state(run_dir: Path) -> dict:
             "outputs": {name: (run_dir / name).read_text() for name in OUTPUTS}}
 
 
+@contextlib.contextmanager
+def one_thread():
+    """One torch thread in this process, as ``env()`` gives a subprocess: the same arithmetic."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def resume_after_cut(clean: Path, run_dir: Path, keep: int) -> str:
     """Copy ``clean`` to ``run_dir`` as if stopped right after its checkpoint number ``keep`` (an index of
-    ``list_checkpoints``) and before the predictions were written, then ``--resume`` it in a subprocess,
-    like the clean run (the same thread count, so the same arithmetic). Returns the kept checkpoint's stage."""
+    ``list_checkpoints``) and before the predictions were written, then ``--resume`` it in this process
+    (one thread, as the clean run's subprocess had: the same arithmetic; the tests that kill a process
+    resume in a subprocess). Returns the kept checkpoint's stage."""
     shutil.copytree(clean, run_dir)
     checkpoints = list_checkpoints(run_dir)
     kept = checkpoints[keep]
@@ -65,9 +75,8 @@ def resume_after_cut(clean: Path, run_dir: Path, keep: int) -> str:
     for name in OUTPUTS:
         (run_dir / name).unlink(missing_ok=True)
     stage = json.loads((kept / "state.json").read_text())["stage"]
-    resumed = subprocess.run(command("--resume", str(run_dir), "--quiet"), env=env(), capture_output=True, text=True,
-                             timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
+    with one_thread():
+        assert run_multitask.main(["--resume", str(run_dir), "--quiet"]) == 0
     return stage
 
 
@@ -82,19 +91,20 @@ def assert_same_run(a: dict, b: dict):
     assert a["outputs"] == b["outputs"]
 
 
+def clean_run(model_dir, out: Path, name: str, *flags) -> Path:
+    """An uninterrupted run to compare with (in this process, one thread: the arithmetic of ``env()``'s)."""
+    with one_thread():
+        assert run_multitask.main(argv(model_dir, out, name, *flags)) == 0
+    return out / name
+
+
 @pytest.fixture(scope="module")
-def clean_runs(tiny_model_dir, tmp_path_factory):
-    """Uninterrupted runs (subprocesses, like the interrupted ones), one per configuration."""
-    out = tmp_path_factory.mktemp("clean")
-    runs = {}
-    for name, flags in (("plain", PLAIN), ("every_stage", EVERY_STAGE)):
-        subprocess.run(command(*argv(tiny_model_dir, out, name, *flags)), env=env(), check=True,
-                       capture_output=True, timeout=300)
-        runs[name] = out / name
-    return runs
+def clean_plain(tiny_model_dir, tmp_path_factory) -> Path:
+    return clean_run(tiny_model_dir, tmp_path_factory.mktemp("clean"), "plain", *PLAIN)
 
 
-def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, clean_runs):
+@pytest.mark.slow
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, clean_plain):
     """Kill the run (SIGKILL, wherever it happens to be) once a few checkpoints exist, resume it."""
     process = subprocess.Popen(command(*argv(tiny_model_dir, tmp_path, "killed", *PLAIN)), env=env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -114,11 +124,12 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_pa
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["status"] == "finished"
     assert metrics["resumed"][0]["step"] == killed_at
-    assert_same_run(final_state(run_dir), final_state(clean_runs["plain"]))
+    assert_same_run(final_state(run_dir), final_state(clean_plain))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_fault_injection_signal_or_kill_at_a_random_point_then_resume(tiny_model_dir, tmp_path, clean_runs, seed):
+def test_fault_injection_signal_or_kill_at_a_random_point_then_resume(tiny_model_dir, tmp_path, clean_plain, seed):
     """SIGTERM, SIGINT or SIGKILL at a random moment (after a random number of checkpoints, plus a
     random delay, so sometimes in the middle of writing one). After it: no run left "running" by a
     signal it could handle, no temporary files once resumed, the newest complete checkpoint loads,
@@ -157,22 +168,10 @@ def test_fault_injection_signal_or_kill_at_a_random_point_then_resume(tiny_model
     assert metrics["status"] == "finished"
     assert earlier < metrics["wall_seconds"] < earlier + 300   # the sittings added up
     assert not list(run_dir.rglob(".tmp-step-*")) and not list(run_dir.rglob(".*.tmp"))
-    assert_same_run(final_state(run_dir), final_state(clean_runs["plain"]))
+    assert_same_run(final_state(run_dir), final_state(clean_plain))
 
 
-@pytest.mark.parametrize("which", [1, 5, 9, 15, 18, -1])
-def test_resume_from_any_checkpoint_of_any_stage(tiny_model_dir, tmp_path, clean_runs, which):
-    """With every stage on (SimCSE, pre-QQP, joint learned loss, SMART + Bregman), resuming from a
-    checkpoint inside each stage (steps 1–4 are ucl, 5–7 scl, 8–11 pre-QQP, 12–19 the first
-    multi-task epoch, 20–27 the second; checkpoint i is step i + 1) ends exactly like the
-    uninterrupted run — also from the end of the first epoch (18) and of the last (-1)."""
-    clean = clean_runs["every_stage"]
-    run_dir = tmp_path / "every_stage"
-    stage = resume_after_cut(clean, run_dir, which)
-    assert stage == {1: "ucl", 5: "scl", 9: "pre_qqp", 15: "multitask", 18: "multitask", -1: "multitask"}[which]
-    assert_same_run(final_state(run_dir), final_state(clean))
-
-
+@pytest.mark.slow
 def test_checkpoint_folder_is_complete_and_pruned(tiny_model_dir, tmp_path):
     assert run_multitask.main(argv(tiny_model_dir, tmp_path, "run", "--epochs", "2", "--save_every", "5",
                                    "--keep_checkpoints", "2")) == 0
@@ -241,6 +240,7 @@ def finished_run(tiny_model_dir, tmp_path):
     return tmp_path / "run"
 
 
+@pytest.mark.slow
 def test_resume_errors_are_one_line_and_name_the_place(tmp_path, finished_run, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -266,6 +266,7 @@ def test_resume_errors_are_one_line_and_name_the_place(tmp_path, finished_run, c
     assert (finished_run / "sst-dev-output.csv").read_text() == before  # nothing written was damaged
 
 
+@pytest.mark.slow
 def test_unreadable_newest_checkpoint_names_the_intact_one_and_fallback_takes_it(tiny_model_dir, tmp_path, capsys):
     """Found before the run is touched (it used to fail mid-replay and mark the run "failed")."""
     assert run_multitask.main(argv(tiny_model_dir, tmp_path, "run", "--epochs", "2", "--save_every", "0")) == 0
@@ -284,6 +285,7 @@ def test_unreadable_newest_checkpoint_names_the_intact_one_and_fallback_takes_it
     assert metrics["status"] == "finished" and metrics["resumed"][-1]["checkpoint"] == previous.name
 
 
+@pytest.mark.slow
 def test_resume_removes_what_an_interrupted_writer_left(finished_run):
     half = finished_run / "checkpoints" / ".tmp-step-00009999-123"
     half.mkdir()
@@ -293,6 +295,7 @@ def test_resume_removes_what_an_interrupted_writer_left(finished_run):
     assert not half.exists() and not (finished_run / ".metrics.json.x1y2.tmp").exists()
 
 
+@pytest.mark.slow
 def test_half_written_checkpoint_folder_is_ignored(finished_run):
     good = list_checkpoints(finished_run)[-1]
     half = finished_run / "checkpoints" / ".tmp-step-00009999-123"
@@ -301,6 +304,7 @@ def test_half_written_checkpoint_folder_is_ignored(finished_run):
     assert latest_checkpoint(finished_run).path == good
 
 
+@pytest.mark.slow
 def test_quiet_and_log_file(tiny_model_dir, tmp_path, capsys):
     log_file = tmp_path / "logs" / "run.log"
     assert run_multitask.main(argv(tiny_model_dir, tmp_path, "run", "--epochs", "2", "--log_file", str(log_file))) == 0

@@ -48,6 +48,7 @@ def refused(argv_, capsys, run_dir: Path) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_the_run_records_size_and_hash_of_what_it_read(copies):
     data, model, clean, _ = copies
     inputs = json.loads((clean / "metrics.json").read_text())["inputs"]
@@ -60,6 +61,7 @@ def test_the_run_records_size_and_hash_of_what_it_read(copies):
     assert config["data"]["data_dir"] == str(data.resolve()) and config["model"]["model"] == str(model.resolve())
 
 
+@pytest.mark.slow
 def test_an_edited_training_file_is_refused_naming_it(copies, capsys):
     data, _, _, stopped = copies
     train = data / "ids-sst-train.csv"
@@ -69,6 +71,7 @@ def test_an_edited_training_file_is_refused_naming_it(copies, capsys):
     assert str(train) in err and "changed since the run started" in err and "bytes" in err
 
 
+@pytest.mark.slow
 def test_same_size_other_content_is_refused_too(copies, capsys):
     data, model, _, stopped = copies
     vocab = model / "vocab.txt"
@@ -78,12 +81,14 @@ def test_same_size_other_content_is_refused_too(copies, capsys):
     assert str(vocab) in err and "same size, other content" in err
 
 
+@pytest.mark.slow
 def test_flags_that_differ_from_the_saved_run_are_refused(copies, capsys):
     _, _, _, stopped = copies
     err = refused(["--resume", str(stopped), "--epochs", "10", "--lr", "0.5", "--quiet"], capsys, stopped)
     assert "--epochs 10 (saved: 2)" in err and "--lr 0.5 (saved: 0.0001)" in err and "start a new run" in err
 
 
+@pytest.mark.slow
 def test_moved_data_resumes_with_data_dir_and_ends_as_the_uninterrupted_run(copies, tmp_path, monkeypatch):
     data, _, clean, stopped = copies
     moved = tmp_path / "elsewhere" / "data"
@@ -94,6 +99,7 @@ def test_moved_data_resumes_with_data_dir_and_ends_as_the_uninterrupted_run(copi
     assert_same_run(final_state(stopped), final_state(clean))
 
 
+@pytest.mark.slow
 def test_a_relative_data_dir_resumes_from_another_directory(tmp_path, tiny_model_dir, monkeypatch):
     shutil.copytree(FIXTURE_DATA, tmp_path / "data")
     monkeypatch.chdir(tmp_path)

@@ -31,6 +31,7 @@ def run(tmp_path, model_dir, *extra, data_dir=FIXTURE_DATA, run_name="smoke"):
     return run_multitask.main(argv)
 
 
+@pytest.mark.slow
 def test_end_to_end_writes_every_output(tmp_path, tiny_model_dir):
     assert run(tmp_path, tiny_model_dir) == 0
     run_dir = tmp_path / "smoke"
@@ -78,6 +79,7 @@ def test_end_to_end_writes_every_output(tmp_path, tiny_model_dir):
     assert any(k.startswith("heads.sst.") for k in state) and any(k.startswith("bert.") for k in state)
 
 
+@pytest.mark.slow
 def test_same_seed_same_predictions(tmp_path, tiny_model_dir):
     assert run(tmp_path, tiny_model_dir, run_name="a") == 0
     assert run(tmp_path, tiny_model_dir, run_name="b") == 0
@@ -85,6 +87,7 @@ def test_same_seed_same_predictions(tmp_path, tiny_model_dir):
         assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
 
 
+@pytest.mark.slow
 def test_missing_paraphrase_test_file_is_skipped(tmp_path, tiny_model_dir, capsys):
     data_dir = tmp_path / "data"
     shutil.copytree(FIXTURE_DATA, data_dir)
@@ -97,6 +100,7 @@ def test_missing_paraphrase_test_file_is_skipped(tmp_path, tiny_model_dir, capsy
     assert json.loads((run_dir / "metrics.json").read_text())["skipped_prediction_files"] == ["para-test-output.csv"]
 
 
+@pytest.mark.slow
 def test_pretrain_option_freezes_the_encoder(tmp_path, tiny_model_dir):
     assert run(tmp_path, tiny_model_dir, "--option", "pretrain", "--epochs", "1") == 0
     state, _ = load_checkpoint(tmp_path / "smoke" / "checkpoint")
@@ -152,6 +156,7 @@ def test_unknown_pooling_is_rejected_by_the_parser(capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_task_batch_sizes_set_each_tasks_training_batch(tmp_path, tiny_model_dir):
     # round-robin min over the fixture's 20 SST, 20 QQP and 16 STS training rows: SST in batches of 5
     # (4), QQP of 3 (7), STS of 2 (8) gives 4 rounds of one batch per task, 5 + 3 + 2 examples each
@@ -161,6 +166,7 @@ def test_task_batch_sizes_set_each_tasks_training_batch(tmp_path, tiny_model_dir
     assert (epoch["train_steps"], epoch["train_examples"]) == (4 * 3, 4 * (5 + 3 + 2))
 
 
+@pytest.mark.slow
 def test_grad_accum_and_clipping_flags_train_through_the_loop(tmp_path, tiny_model_dir):
     assert run(tmp_path, tiny_model_dir, "--epochs", "1", run_name="plain") == 0
     assert run(tmp_path, tiny_model_dir, "--epochs", "1", "--grad_accum", "2", "--max_grad_norm", "1.0",
@@ -195,6 +201,7 @@ def test_docs_flags_names_every_flag_of_help():
     assert [flag for flag in flags if f"`{flag}" not in text] == []
 
 
+@pytest.mark.slow
 def test_warmup_schedule_and_no_decay_groups_reach_the_run(tmp_path, tiny_model_dir, monkeypatch):
     """--warmup_ratio: the logged learning rate rises then falls (the multi-task stage's curve);
     --no_decay_bias_norm: the run's optimizer keeps biases and LayerNorm weights in groups without decay."""
@@ -223,6 +230,7 @@ def test_warmup_ratio_out_of_range_is_refused(tmp_path, tiny_model_dir, capsys):
     assert "--warmup_ratio must be in [0, 1)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_labelled_test_file_is_scored_beside_dev(tmp_path, tiny_model_dir, capsys):
     """A user's own split: sts-test-student.csv with a similarity column is scored; the others are not."""
     data = tmp_path / "data"

@@ -43,6 +43,7 @@ def run(run_dir):
     return load_run(run_dir)
 
 
+@pytest.mark.slow
 def test_run_folder_and_checkpoint_folder_load_the_same_run(run_dir, run):
     again = load_run(run_dir / "checkpoint")
     saved = json.loads((run_dir / "checkpoint" / "run_config.json").read_text())

@@ -106,6 +106,7 @@ def test_proportional_has_no_rounds_for_the_joint_loss():
         next(RoundRobinScheduler(_loaders(a=1, b=2), strategy="proportional").rounds())
 
 
+@pytest.mark.slow
 def test_a_proportional_run_trains_on_every_batch_of_every_task_once(tmp_path, tiny_model_dir):
     data = Path(__file__).parent / "fixtures" / "data"
     argv = ["--data_dir", str(data), "--model", str(tiny_model_dir), "--out_dir", str(tmp_path), "--run_name", "p",

@@ -48,6 +48,7 @@ def assert_same_weights(a: dict, b: dict) -> None:
 # --- --ucl_max_length ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ucl_max_length_truncates_the_stage_sentences(tmp_path, tiny_model_dir, monkeypatch):
     widths = []
     batches = ContrastiveObjective.batches
@@ -66,6 +67,7 @@ def test_ucl_max_length_truncates_the_stage_sentences(tmp_path, tiny_model_dir, 
     assert metrics(tmp_path / "cut")["config"]["ucl"]["ucl_max_length"] == 6
 
 
+@pytest.mark.slow
 def test_ucl_max_length_default_changes_nothing(tmp_path, tiny_model_dir):
     """Unset, it is --max_length: the same encoder as a run giving --ucl_max_length equal to it."""
     assert_same_weights(encoder(train(tmp_path, tiny_model_dir, "unset", "--ucl_steps", "3")),
@@ -75,6 +77,7 @@ def test_ucl_max_length_default_changes_nothing(tmp_path, tiny_model_dir):
 # --- the stage alone -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ucl_alone_writes_a_loadable_encoder_and_no_predictions(tmp_path, tiny_model_dir):
     """With --ucl_data no task file is read: the data folder may be empty."""
     empty = tmp_path / "no-data"
@@ -127,6 +130,7 @@ def test_bad_flags_are_one_line_errors(tmp_path, tiny_model_dir, capsys, flags, 
 # --- the STS dev curve -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_curve_has_its_steps_and_the_run_keeps_the_best_step(tmp_path, tiny_model_dir):
     run_dir = train(tmp_path, tiny_model_dir, "curve", "--ucl_steps", "5", "--ucl_eval_every", "2")
     sts_dev = metrics(run_dir)["stages"]["ucl"]["sts_dev"]
@@ -142,6 +146,7 @@ def test_curve_has_its_steps_and_the_run_keeps_the_best_step(tmp_path, tiny_mode
     assert json.loads(out.read_text())["datasets"]["sts-dev"]["all"]["spearman"] == pytest.approx(best[1], abs=1e-12)
 
 
+@pytest.mark.slow
 def test_curve_every_0_is_off_and_scoring_leaves_training_unchanged(tmp_path, tiny_model_dir):
     plain = encoder(train(tmp_path, tiny_model_dir, "plain", "--ucl_steps", "5"))
     off = train(tmp_path, tiny_model_dir, "off", "--ucl_steps", "5", "--ucl_eval_every", "0")
@@ -154,6 +159,7 @@ def test_curve_every_0_is_off_and_scoring_leaves_training_unchanged(tmp_path, ti
     assert_same_weights({k: v for k, v in last.items() if k.startswith("bert.")}, plain)
 
 
+@pytest.mark.slow
 def test_resumed_stage_continues_its_curve_and_best_step(tmp_path, tiny_model_dir):
     """A crash after step 3 (its newer checkpoints and the final checkpoint/ gone): --resume ends
     like the uninterrupted run."""
@@ -182,6 +188,7 @@ def sweep(out_dir: Path, model_dir: Path, *flags) -> int:
                               "--quiet"])
 
 
+@pytest.mark.slow
 def test_sweep_runs_each_setting_and_writes_its_table(tmp_path, tiny_model_dir, capsys):
     assert sweep(tmp_path, tiny_model_dir) == 0
     out = capsys.readouterr()

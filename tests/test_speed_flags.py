@@ -37,6 +37,7 @@ def speed(tmp_path, name):
     return json.loads((tmp_path / name / "metrics.json").read_text())["config"]["speed"]
 
 
+@pytest.mark.slow
 def test_reference_is_the_written_out_paths_and_explicit_flags_win(tmp_path, tiny_model_dir):
     assert run(tmp_path, tiny_model_dir, "default", "--epochs", "1") == 0
     assert speed(tmp_path, "default") | {"sparse_embeddings": None} == {
@@ -60,6 +61,7 @@ def test_sparse_embeddings_default_applies_to_one_process_without_compile():
     assert not SpeedConfig(sparse_embeddings=False).sparse(distributed=False)
 
 
+@pytest.mark.slow
 def test_fast_paths_train_the_same_model(tmp_path, tiny_model_dir):
     assert run(tmp_path, tiny_model_dir, "reference", "--reference") == 0
     assert run(tmp_path, tiny_model_dir, "fast", "--reference", "--attention", "sdpa", "--adamw", "fused") == 0
@@ -68,6 +70,7 @@ def test_fast_paths_train_the_same_model(tmp_path, tiny_model_dir):
         torch.testing.assert_close(fast[name], reference[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.slow
 def test_bucketed_batches_predict_every_example_in_file_order(tmp_path, tiny_model_dir):
     assert run(tmp_path, tiny_model_dir, "plain", "--reference") == 0
     assert run(tmp_path, tiny_model_dir, "bucket", "--reference", "--bucket") == 0
@@ -77,6 +80,7 @@ def test_bucketed_batches_predict_every_example_in_file_order(tmp_path, tiny_mod
                                                     weights(tmp_path, "bucket").values()))
 
 
+@pytest.mark.slow
 def test_sparse_embeddings_move_only_the_rows_of_seen_word_pieces(tmp_path, tiny_model_dir):
     name = "embeddings.word_embeddings.weight"
     start = BertModel.from_pretrained(tiny_model_dir).state_dict()[name]
@@ -90,6 +94,7 @@ def test_sparse_embeddings_move_only_the_rows_of_seen_word_pieces(tmp_path, tiny
     assert not all(torch.equal(weights(tmp_path, "dense")[k], weights(tmp_path, "sparse")[k]) for k in others)
 
 
+@pytest.mark.slow
 def test_uniform_dropout_masks_train_another_model(tmp_path, tiny_model_dir):
     assert run(tmp_path, tiny_model_dir, "bernoulli", "--epochs", "1", "--dropout_masks", "bernoulli") == 0
     assert run(tmp_path, tiny_model_dir, "uniform", "--epochs", "1") == 0
@@ -103,6 +108,7 @@ def test_sparse_embeddings_refuse_compile(tmp_path, tiny_model_dir, capsys):
     assert not (tmp_path / "both").exists()
 
 
+@pytest.mark.slow
 def test_bf16_autocast_runs_on_cpu(tmp_path, tiny_model_dir):
     assert run(tmp_path, tiny_model_dir, "bf16", "--amp", "bf16") == 0
     assert all(v.dtype == torch.float32 for v in weights(tmp_path, "bf16").values())  # parameters stay fp32

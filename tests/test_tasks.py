@@ -78,6 +78,7 @@ def test_scl_and_lcl_need_their_tasks():
     assert lcl_task(config(tasks="sts,cfimdb,sst")) == "cfimdb"
 
 
+@pytest.mark.slow
 def test_tasks_cfimdb_trains_and_predicts_through_the_same_run(tmp_path, tiny_model_dir, capsys):
     argv = ["--data_dir", str(CFIMDB_DATA), "--model", str(tiny_model_dir), "--tasks", "cfimdb", "--epochs", "1",
             "--batch_size", "4", "--max_length", "32", "--out_dir", str(tmp_path), "--run_name", "cf", "--quiet",

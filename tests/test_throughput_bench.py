@@ -2,9 +2,12 @@
 prints a speed line (transformers is not installed in the test environment: ours only)."""
 import re
 
+import pytest
+
 from bench import throughput
 
 
+@pytest.mark.slow
 def test_every_side_reports_a_speed(tiny_model_dir, capsys):
     throughput.main(["--model", str(tiny_model_dir), "--batch_size", "2", "--seq_lens", "8", "--reps", "1",
                      "--warmup", "1", "--threads", "1", "--also_ours_unfused", "--also_ours_manual",

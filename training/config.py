@@ -69,8 +69,8 @@ class TrainConfig:
     rr: str = flag("min", "round-robin epoch length: 'min' = batches of the smallest task, "
                           "'exhaust' = until the largest task is used up, cycling the others, "
                           "'proportional' = every task's batches once, spread evenly", choices=list(STRATEGIES))
-    max_steps_per_epoch: int | None = flag(None, "cap on round-robin steps per epoch (one step = one batch of "
-                                                 "each task)", type=optional_int)
+    max_steps_per_epoch: int | None = flag(None, "cap on round-robin rounds per epoch (a round: one batch of "
+                                                 "each task, so one optimizer step per task)", type=optional_int)
     grad_accum: int = flag(1, "batches whose gradients make one optimizer step (gradient accumulation)")
     max_grad_norm: float | None = flag(1.0, "clip the global gradient norm to this before each optimizer step "
                                             "(none: no clipping)", type=optional_float)

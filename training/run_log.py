@@ -5,6 +5,7 @@ time so that a crash loses nothing already logged.
 """
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +27,12 @@ class RunLog:
     @property
     def progress_bars(self) -> bool:
         return self.enabled and not self.quiet
+
+    @property
+    def nested_progress_bars(self) -> bool:
+        """Bars drawn while another is open (dev scoring inside an epoch's bar): only on a terminal. Written
+        to a file, tqdm's cursor moves for them would leave ``ESC[A`` sequences in it."""
+        return self.progress_bars and sys.stderr.isatty()
 
     def __call__(self, message: str) -> None:
         self._emit(message, to_terminal=not self.quiet)

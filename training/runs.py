@@ -25,6 +25,7 @@ from minbert.weights import resolve_model_dir
 
 from .checkpoint import EXPORTED_TOWER, RUN_CONFIG, load_checkpoint, saved_run_config
 from .config import ModelConfig, RunConfig
+from .device import pick_device
 from .encoding import encode, model_max_length
 from .evaluate import TaskPredictions, predict
 from .tasks import TASKS, Task
@@ -193,11 +194,14 @@ def pair_list(pairs) -> tuple[list[tuple[str, str]], bool]:
     return [tuple(pair) for pair in pairs], False
 
 
-def load_run(path: str | Path) -> LoadedRun:
+def load_run(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
     """The model a run saved in ``path/checkpoint/`` (or ``path``, a checkpoint folder): the encoder
     built from the saved BertConfig (the original weights are not read), every weight loaded strictly.
     Anything unusable is a one-line ``WeightsError`` naming the file. An unfinished run (metrics.json)
-    is loaded with a warning, or refused if it has saved no weights yet."""
+    is loaded with a warning, or refused if it has saved no weights yet. ``device``: where the model
+    lives, and so where ``encode`` and ``predict`` compute (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a
+    ``torch.device``, or ``"auto"``: CUDA when available)."""
+    device = pick_device(device) if device in ("auto", "cuda") else torch.device(device)
     directory = checkpoint_dir(Path(path))
     warn_if_unfinished(directory)
     config_file, weights = directory / "config.json", directory / "model.safetensors"
@@ -222,7 +226,7 @@ def load_run(path: str | Path) -> LoadedRun:
         raise WeightsError(f"{weights}: the weights do not fit the model of {config_file.name}: "
                            f"{' '.join(str(err).split())[:300]}") from None
     set_attention(model, config.speed.attention)
-    return LoadedRun(directory, config, model.eval(), tokenizer_for(directory, bert))
+    return LoadedRun(directory, config, model.to(device).eval(), tokenizer_for(directory, bert))
 
 
 def pretrained_run(model: str | Path | None = None, pooling: str = "mean") -> LoadedRun:

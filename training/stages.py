@@ -167,7 +167,7 @@ class MultitaskObjective(TaskObjective):
         far. ``step`` is the run's step count (TensorBoard's x axis); ``record["step"]`` the stage's."""
         run, started = self.run, time.time()
         dev = {name: predict(run.model, TASKS[name], run.loader(split["dev"], run.config.data.batch_size, False, 0),
-                             run.device, f"dev {name}", run.log.progress_bars, run.loop.precision)
+                             run.device, f"dev {name}", run.log.nested_progress_bars, run.loop.precision)
                for name, split in run.splits.items()}
         metrics = {name: dev[name].score(TASKS[name]) for name in dev}
         score = overall_score(metrics)

@@ -22,7 +22,6 @@ from minbert.atomic import atomic_path
 
 from ..cli import check_overwrite, run_command
 from ..config import DataConfig, TrainConfig, add_flags
-from ..device import pick_device
 from ..runs import load_run
 
 
@@ -38,8 +37,7 @@ def execute(args: argparse.Namespace) -> int:
     if not out.is_dir():  # a folder is atomic_path's error, below
         check_overwrite([out], args.overwrite)
     sentences = read_sentences(Path(args.input), args.column)
-    run = load_run(args.run)
-    run.model.to(pick_device(args.device))
+    run = load_run(args.run, device=args.device)
     with atomic_path(out) as tmp:  # an --out that cannot be written fails before the encoding
         vectors = run.encode(sentences, batch_size=args.batch_size)
         with open(tmp, "wb") as f:

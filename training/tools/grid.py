@@ -20,7 +20,7 @@ from .. import extensions
 from ..extensions.base import Extension
 from ..tasks import DEFAULT_TASKS
 
-# The multi-task budget of every run (the extensions add theirs): one epoch of 30 round-robin steps.
+# The multi-task budget of every run (the extensions add theirs): one epoch of 30 round-robin rounds.
 BUDGET = {"--epochs": "1", "--max_steps_per_epoch": "30"}
 # The best combination of the CS224N default-project reports this grid follows.
 PUBLISHED = ("published", ["--pre_qqp", "--joint_loss", "--smart", "--scl"])

@@ -21,7 +21,6 @@ from minbert.atomic import check_folder, make_folder
 
 from ..cli import check_overwrite, run_command
 from ..config import DataConfig, TrainConfig, add_flags
-from ..device import pick_device
 from ..outputs import prediction_path, write_json, write_predictions
 from ..runs import load_run
 from ..tasks import TASKS, format_metrics, parse_tasks
@@ -37,12 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def execute(args: argparse.Namespace) -> int:
     if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
-    run = load_run(args.run)
+    run = load_run(args.run, device=args.device)
     tasks = parse_tasks(args.tasks) if args.tasks else run.config.task_names()
     data_dir = resolve_data_dir(args.data_dir)
     out = Path(args.out)
     check_not_the_run(out, Path(args.run), run.source)
-    run.model.to(pick_device(args.device))
     scores = predict_files(run, tasks, data_dir, out, args.batch_size, overwrite=args.overwrite)
     write_json(out / METRICS, {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
     return 0

@@ -23,6 +23,7 @@ import io
 import json
 import math
 import sys
+import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -45,6 +46,8 @@ LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT 
           "mean. average = mean of the tasks' dev scores, a Pearson r counted as (r + 1) / 2 (the CS224N score for "
           "SST, QQP and STS). Unfinished runs are listed last with blank metrics.")
 DELTA, INTERVAL = "Δ vs FT", "95% CI"   # DELTA: the default; ``--baseline ROW`` makes it "Δ vs ROW"
+# the terminal view: at most TERMINAL_WIDTH columns; run names are cut to no fewer than MIN_RUN_WIDTH
+TERMINAL_WIDTH, MIN_RUN_WIDTH, MAX_STATUS_WIDTH = 120, 24, 40
 ALONE = "vs alone"   # "<TASK> vs alone": a task's Δ against its single-task (ST) row, with the interval
 # What the seeds of one row may differ in besides the seed: where and how a run reports or is stored.
 SEED_FREE_SECTIONS = ("output",)
@@ -308,24 +311,52 @@ def render_markdown(rows: list[RunRow], footer: str = "", baseline: str | None =
     return "\n".join(lines) + "\n\n" + LEGEND + "\n" + ("\n" + footer + "\n" if footer else "")
 
 
-def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = None) -> str:
-    """The terminal view: run, seeds, each task's mean ± std, the average, Δ vs FT and its interval, each
-    task's Δ vs alone, aligned in plain text (the Markdown table's other columns are in ``--out``'s files)."""
+def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = None, width: int = TERMINAL_WIDTH) -> str:
+    """The terminal view, ``width`` columns at most: run, seeds, each task's mean ± std, the average, Δ vs FT
+    and its interval, status; then, where the folder has single-task rows, a second block with each task's
+    Δ vs alone; then the footer, wrapped. Run names longer than fit are cut (marked …, no shorter than
+    ``MIN_RUN_WIDTH``), and so are statuses; ``--full`` prints the whole Markdown table. A single-task row's
+    average is blank here: it is that task's own metric (a Pearson r as (r + 1) / 2), not an average."""
     tasks, alone = table_tasks(rows), alone_tasks(rows)
     delta = delta_column(baseline)
-    header = ["run", "seeds", *(task.upper() for task in tasks), "average", delta, INTERVAL,
-              *map(alone_column, alone), "status"]
-    lines = [header]
-    for row in rows:
-        named = dict(zip(columns(tasks, alone, baseline), row.markdown_cells(tasks, alone)))
-        status = "" if row.complete else row.status if len(row.status) <= 40 else row.status[:39] + "…"
-        lines.append([named["run"], named["seeds"] or ("1" if row.complete else ""),
-                      *(named[metric_column(t)] for t in tasks), named["average"], named[delta], named[INTERVAL],
-                      *(named[alone_column(t)] for t in alone), status])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = "\n".join("  ".join(cell.ljust(w) if i in (0, len(header) - 1) else cell.rjust(w) for i, (cell, w) in
-                                enumerate(zip(line, widths))).rstrip() for line in lines)
-    return text + "\n" + ("\n" + footer + "\n" if footer else "")
+    named = [dict(zip(columns(tasks, alone, baseline), row.markdown_cells(tasks, alone))) for row in rows]
+    main = [["run", "seeds", *(task.upper() for task in tasks), "average", delta, INTERVAL, "status"]]
+    for row, cells in zip(rows, named):
+        main.append([cells["run"], cells["seeds"] or ("1" if row.complete else ""),
+                     *(cells[metric_column(t)] for t in tasks), "" if row.baseline == "ST" else cells["average"],
+                     cells[delta], cells[INTERVAL], "" if row.complete else _shortened(row.status, MAX_STATUS_WIDTH)])
+    blocks = [_aligned(main, width)]
+    compared = [(row, cells) for row, cells in zip(rows, named) if row.vs_alone]
+    if compared:
+        versus = [["run", *map(alone_column, alone)]]
+        versus += [[cells["run"], *(cells[alone_column(t)] for t in alone)] for _, cells in compared]
+        blocks.append(_aligned(versus, width))
+    notes = [textwrap.fill(footer, width)] if footer else []
+    return "\n\n".join("\n".join(block) for block in blocks + [notes] if block) + "\n"
+
+
+def _aligned(table: list[list[str]], width: int) -> list[str]:
+    """Rows of cells as aligned text lines (first column left, last column left if it is "status", others
+    right), at most ``width`` characters: the first column is cut to fit (not below ``MIN_RUN_WIDTH``), and
+    whatever still overflows is cut at the end."""
+    def lines(run_width: int | None) -> list[str]:
+        cells = [[_shortened(line[0], run_width), *line[1:]] for line in table]
+        widths = [max(len(line[i]) for line in cells) for i in range(len(table[0]))]
+        left = {0, len(widths) - 1} if table[0][-1] == "status" else {0}
+        return ["  ".join(cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in
+                          enumerate(zip(line, widths))).rstrip() for line in cells]
+
+    text = lines(None)
+    overflow = max(map(len, text)) - width
+    if overflow > 0:
+        first = max(len(line[0]) for line in table)
+        text = [_shortened(line, width) for line in lines(max(MIN_RUN_WIDTH, first - overflow))]
+    return text
+
+
+def _shortened(text: str, most: int | None) -> str:
+    """``text`` cut to ``most`` characters, its end marked with "…"."""
+    return text if most is None or len(text) <= most else text[:most - 1] + "…"
 
 
 def write_csv(rows: list[RunRow], path: str | Path, baseline: str | None = None) -> None:

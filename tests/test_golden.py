@@ -1,0 +1,74 @@
+"""Pinned numbers (issue 45): a few steps of the multi-task run on the tiny fixture model, with and
+without the extensions, must give exactly the train losses, dev metrics and trained weights recorded in
+``tests/fixtures/golden.json``. A change that moves a number fails here; if the change is meant to,
+rewrite the file and say why in the commit message:
+
+    MINBERT_UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden.py
+
+The weights are pinned as a SHA-256 over every tensor of ``checkpoint/model.safetensors`` (names, dtypes,
+shapes and bytes; the file's own metadata left out). One torch thread, so the arithmetic does not depend
+on the machine's core count.
+"""
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import run_multitask
+
+GOLDEN = Path(__file__).parent / "fixtures" / "golden.json"
+FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
+CONFIGURATIONS = {
+    "default": [],
+    "private_layers_0": ["--private_layers", "0"],
+    "stages_and_smart": ["--pre_qqp", "--pre_qqp_steps", "2", "--smart", "--scl", "--scl_steps", "2",
+                         "--scl_batch_size", "4"],
+    "joint_learned": ["--joint_loss", "--loss_weighting", "learned"],
+    "pcgrad_anneal": ["--pcgrad", "--anneal_sampling"],
+    "cosine_heads": ["--para_head", "cosine", "--pair_projection", "shared", "--sts_loss", "cosent"],
+}
+
+
+def weights_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(load_file(str(path)).items()):
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
+        digest.update(tensor.contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def numbers(run_dir: Path) -> dict:
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return {"train_loss": [epoch["train_loss"] for epoch in metrics["epochs"]],
+            "dev": [epoch["dev"] for epoch in metrics["epochs"]],
+            "dev_loss": [epoch["dev_loss"] for epoch in metrics["epochs"]],
+            "weights_sha256": weights_digest(run_dir / "checkpoint" / "model.safetensors")}
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_the_pinned_runs_give_the_pinned_numbers(tmp_path, tiny_model_dir, one_thread):
+    found = {}
+    for name, flags in CONFIGURATIONS.items():
+        argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--epochs", "2",
+                "--max_steps_per_epoch", "3", "--batch_size", "4", "--max_length", "24", "--seed", "11711",
+                "--out_dir", str(tmp_path), "--run_name", name, "--quiet", *flags]
+        assert run_multitask.main(argv) == 0, name
+        found[name] = numbers(tmp_path / name)
+    if os.environ.get("MINBERT_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    pinned = json.loads(GOLDEN.read_text())
+    assert sorted(pinned) == sorted(CONFIGURATIONS)
+    for name in CONFIGURATIONS:   # exact: the same code on the same torch gives the same bits
+        assert found[name] == pinned[name], f"{name}: the numbers moved (see this file's docstring)"
