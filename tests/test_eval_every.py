@@ -93,6 +93,16 @@ def test_tensorboard_scalars(tmp_path, tiny_model_dir):
     assert [s.step for s in overall] == steps      # the run's step count, pre-QQP's 3 steps first
     assert [s.value for s in overall] == pytest.approx([e["dev_overall"] for e in metrics["epochs"]])
     assert [s.step for s in events.Scalars("lr/pre_qqp")] == [1, 2, 3]
+    steps = 3 + sum(e["train_steps"] for e in metrics["epochs"])
+    for tag in ("grad_norm/multitask", "examples_per_second/multitask", "lr/multitask/group0"):   # issue 44
+        assert [s.step for s in events.Scalars(tag)] == list(range(4, steps + 1)), tag
+    assert all(s.value > 0 for s in events.Scalars("grad_norm/multitask"))
+    groups = {tag for tag in tags if tag.startswith("lr/multitask/group")}
+    assert len(groups) >= 2    # the encoder's and the heads' learning rates differ
+    head_lr = [s.value for s in events.Scalars(f"lr/multitask/group{len(groups) - 1}")]
+    assert max(head_lr) > max(s.value for s in events.Scalars("lr/multitask/group0"))
+    config = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert '"epochs": 2' in config and '"pre_qqp": true' in config
 
 
 @pytest.mark.slow

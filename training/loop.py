@@ -92,7 +92,8 @@ class TrainingLoop:
                  max_grad_norm: float | None = None, schedule=None, grad_accum: int = 1, scalars: Scalars = Scalars()):
         self.precision, self.log, self.clock = precision, log, clock or TrainingClock.off()
         self.max_grad_norm, self.schedule, self.grad_accum = max_grad_norm, schedule, grad_accum
-        self.scalars = scalars   # TensorBoard: each step's losses and learning rate
+        self.scalars = scalars   # TensorBoard: each step's losses, learning rates, gradient norm, examples/s
+        self.grad_norm: float | None = None
         self.objective: Objective | None = None   # the one being trained (its optimizer is checkpointed)
         self.scheduler = None
 
@@ -126,10 +127,12 @@ class TrainingLoop:
                     continue
                 if progress.get("stopped"):   # resumed from the checkpoint written when it stopped
                     break
-                lr = objective.optimizer.param_groups[0]["lr"]   # this step's (a schedule moves it after the step)
-                self.record_step(objective, progress, curves, self.step(objective, *batches), lr)
-                current["examples"] += sum(objective.examples(batch) for batch in batches)
-                current["seconds"] += time.time() - mark
+                lrs = [group["lr"] for group in objective.optimizer.param_groups]   # this step's (a schedule moves them after it)
+                self.record_step(objective, progress, curves, self.step(objective, *batches), lrs)
+                examples, seconds = sum(objective.examples(batch) for batch in batches), time.time() - mark
+                current["examples"] += examples
+                current["seconds"] += seconds
+                self.scalars.add(f"examples_per_second/{objective.name}", examples / max(seconds, 1e-9), clock.step + 1)
                 stop = objective.step_done(clock.step + 1, progress)
                 mark = time.time()
                 clock.step_done()
@@ -151,10 +154,11 @@ class TrainingLoop:
         self.objective = None
         return objective.result(progress)
 
-    def record_step(self, objective: Objective, progress: dict, curves: dict, losses: dict, lr: float) -> None:
-        """A computed step's losses into the epoch's totals, the loss curves and TensorBoard, and the
+    def record_step(self, objective: Objective, progress: dict, curves: dict, losses: dict, lrs: list[float]) -> None:
+        """A computed step's losses into the epoch's totals, the loss curves and TensorBoard (with every
+        parameter group's learning rate and the gradient norm), and the first group's (the encoder's)
         learning rate every ``CURVE_EVERY`` steps of the stage."""
-        current, step = progress["current"], self.clock.step + 1
+        current, step, lr = progress["current"], self.clock.step + 1, lrs[0]
         for name, value in losses.items():
             current["losses"].setdefault(name, []).append(value)
             if name not in curves:
@@ -162,6 +166,10 @@ class TrainingLoop:
             curves[name].add(value)
             self.scalars.add(f"train_loss/{objective.name}/{name}", value, step)
         self.scalars.add(f"lr/{objective.name}", lr, step)
+        for i, group_lr in enumerate(lrs):
+            self.scalars.add(f"lr/{objective.name}/group{i}", group_lr, step)
+        if self.grad_norm is not None:
+            self.scalars.add(f"grad_norm/{objective.name}", self.grad_norm, step)
         current["steps"] += 1
         done = sum(e["train_steps"] for e in progress["epochs"] if e["epoch"] < current["epoch"]) + current["steps"]
         if done % CURVE_EVERY == 0:
@@ -172,6 +180,7 @@ class TrainingLoop:
         With the objective's ``surgery``, each task's loss is backpropagated alone (``training/gradients.py``)."""
         precision, optimizer = self.precision, objective.optimizer
         optimizer.zero_grad(set_to_none=True)
+        self.grad_norm = None   # the global gradient norm before clipping, for TensorBoard
         logged, learned = {}, False
         per_task = TaskGradients(objective.surgery) if objective.surgery is not None else None
         for batch in batches:
@@ -195,7 +204,8 @@ class TrainingLoop:
             objective.after_backward()
             if self.max_grad_norm is not None:
                 precision.unscale(optimizer)
-                clip_grad_norm([p for g in optimizer.param_groups for p in g["params"]], self.max_grad_norm)
+                norm = clip_grad_norm([p for g in optimizer.param_groups for p in g["params"]], self.max_grad_norm)
+                self.grad_norm = float(norm) if self.scalars.writer is not None else None   # TensorBoard's only
             precision.step(optimizer)
             if self.scheduler is not None:
                 self.scheduler.step()

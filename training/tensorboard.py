@@ -1,6 +1,8 @@
-"""TensorBoard scalars of a run in ``RUN/tensorboard/`` (``train_loss/<stage>/<part>``, ``lr/<stage>``,
-``dev/<task>``, ``dev/overall``, ``dev_loss/<task>``) against the run's optimizer step, so that
-``tensorboard --logdir predictions/`` shows a grid side by side (docs/long-runs.md, 'Curves and logging').
+"""TensorBoard scalars of a run in ``RUN/tensorboard/`` (``train_loss/<stage>/<part>``, ``lr/<stage>`` and
+``lr/<stage>/group<i>`` for each AdamW parameter group, ``grad_norm/<stage>`` (before clipping),
+``examples_per_second/<stage>``, ``dev/<task>``, ``dev/overall``, ``dev_loss/<task>``) against the run's
+optimizer step, and its configuration as text (``config``), so that ``tensorboard --logdir predictions/``
+shows a grid side by side (docs/long-runs.md, 'Curves and logging').
 
 The event files are a side output: a writer that fails (its folder deleted, a full disk, any error of its
 thread) costs the scalars from then on and one warning line, never the run.
@@ -51,6 +53,15 @@ class Scalars:
             with signals_deferred():
                 try:
                     self.writer.add_scalar(tag, value, step)
+                except Exception as err:
+                    self._stop(err)
+
+    def text(self, tag: str, text: str) -> None:
+        """Markdown under TensorBoard's Text tab (the run's configuration)."""
+        if self.writer is not None:
+            with signals_deferred():
+                try:
+                    self.writer.add_text(tag, text, 0)
                 except Exception as err:
                     self._stop(err)
 

@@ -4,6 +4,7 @@ multi-task training, keep the best epoch on dev, write predictions, metrics and 
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -231,6 +232,7 @@ class RunFolder:
                                    purge_step=resume.step if resume is not None else None, warn=self.log.result)
         if self.tensorboard.missing:
             self.log(self.tensorboard.missing)
+        self.tensorboard.text("config", "    " + json.dumps(self.config.to_dict(), indent=1).replace("\n", "\n    "))
         return self.tensorboard
 
     def finish(self, **results) -> None:
