@@ -124,5 +124,6 @@ def test_load_run_puts_the_model_on_the_device_asked(run, monkeypatch):
     np.testing.assert_array_equal(again.encode(SENTENCES), run.encode(SENTENCES))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert {p.device.type for p in load_run(run.source, device="auto").model.parameters()} == {"cpu"}
-    with pytest.raises(ValueError, match="no CUDA device is available"):
-        load_run(run.source, device="cuda")
+    for device in ("cuda", "cuda:1", torch.device("cuda:0")):
+        with pytest.raises(ValueError, match="no CUDA device is available"):
+            load_run(run.source, device=device)

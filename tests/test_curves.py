@@ -51,3 +51,25 @@ def test_curves_are_redrawn_at_most_once_a_minute_during_training_and_always_at_
     assert outputs.REDRAW_SECONDS == 60.0
     outputs.RunFiles(tmp_path, enabled=False).curves({"step": 8}, log, final=True)   # not process 0
     assert drawn == [3, 5, 6, 7]
+
+
+def test_every_panel_is_drawn_and_the_kept_evaluation_is_marked(tmp_path, monkeypatch):
+    """Two loss kinds and no stage: the top row has two panels, not three with one blank; the dev
+    panels mark the evaluation whose weights the run kept (the first of two equal best scores)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from training.curves import plot_curves
+    drawn = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (drawn.append(fig), real_savefig(fig, *a, **k))[1])
+    epochs = [{"epoch": e, "dev": {"sst": 0.3, "sts": 0.5}, "dev_overall": score, "dev_loss": {"sst": 1.0, "sts": 2.0}}
+              for e, score in ((1, 0.40), (2, 0.45), (3, 0.45))]
+    metrics = {"run_name": "run", "epochs": epochs, "lr_curve": [[10, 1e-4], [20, 5e-5]],
+               "loss_curves": {"sst": [[10, 1.6], [20, 1.5]], "sts": [[10, 4.0], [20, 3.0]]}}
+    plot_curves(metrics, tmp_path / "curves.png")
+    axes = drawn[0].axes
+    assert len(axes) == 5 and all(ax.axison and ax.lines for ax in axes)
+    best = [line for ax in axes for line in ax.lines if line.get_label().startswith("best")]
+    assert [line.get_label() for line in best] == ["best (epoch 2)"] * 2
+    assert all(list(line.get_xdata()) == [2, 2] for line in best)

@@ -1,7 +1,7 @@
 """``curves.png``, drawn from a run's metrics.json after evaluations (at most once a minute) and at
 the run's end. Top row: each task's training loss (one axis per kind of loss: their scales differ
 tenfold) and the stages' losses; bottom row: the learning rates, dev metrics and dev losses, by epoch
-or (``--eval_every``) step.
+or (``--eval_every``) step, the kept (best) evaluation marked. Each row has only the panels it fills.
 """
 from __future__ import annotations
 
@@ -44,14 +44,15 @@ def plot_curves(metrics: dict, path: Path) -> Path:
     panels = {**({"stages before multi-task training": stage_losses} if stage_losses else {}),
               **{f"training loss: {kind}": curves for kind, curves in by_kind.items()}} or {"training loss": {}}
     columns = max(len(panels), 3)
-    fig, axes = plt.subplots(2, columns, figsize=(4.6 * columns, 7.5), constrained_layout=True, squeeze=False)
-    for ax, (title, curves) in zip(axes[0], panels.items()):
+    fig = plt.figure(figsize=(4.6 * columns, 7.5), constrained_layout=True)
+    rows = fig.add_gridspec(2, 1)   # each row as many panels as it has, sharing the width: no empty panel
+    top = [fig.add_subplot(cell) for cell in rows[0].subgridspec(1, len(panels))]
+    bottom = [fig.add_subplot(cell) for cell in rows[1].subgridspec(1, 3)]
+    for ax, (title, curves) in zip(top, panels.items()):
         _draw_losses(ax, title, curves, stage=title.startswith("stages"))
-    _draw_learning_rates(axes[1][0], [*((n, log.get("lr_curve")) for n, log in stages.items()),
-                                      ("multitask", metrics.get("lr_curve"))])
-    _draw_evaluations(axes[1][1], axes[1][2], metrics)
-    for ax in [*axes[0][len(panels):], *axes[1][3:]]:
-        ax.axis("off")
+    _draw_learning_rates(bottom[0], [*((n, log.get("lr_curve")) for n, log in stages.items()),
+                                     ("multitask", metrics.get("lr_curve"))])
+    _draw_evaluations(bottom[1], bottom[2], metrics)
     fig.suptitle(metrics.get("run_name", ""))
     try:
         with atomic_path(path) as tmp:
@@ -93,6 +94,10 @@ def _draw_evaluations(dev_ax, loss_ax, metrics: dict) -> None:
         if all(e.get("dev_loss", {}).get(name) is not None for e in evaluations):
             loss_ax.plot(x, [e["dev_loss"][name] for e in evaluations], marker="o", label=name.upper())
     dev_ax.plot(x, [e["dev_overall"] for e in evaluations], marker="s", color="black", label="overall")
+    if evaluations:   # the evaluation whose weights were kept (the first of equal best scores, as the run keeps)
+        best = max(range(len(evaluations)), key=lambda i: (evaluations[i]["dev_overall"], -i))
+        for ax in (dev_ax, loss_ax):
+            ax.axvline(x[best], color="grey", linestyle="--", linewidth=1, label=f"best ({key} {x[best]})")
     dev_ax.set(title="dev metrics", xlabel=key, ylabel="score")
     loss_ax.set(title="dev loss", xlabel=key, ylabel="loss", yscale="log" if loss_ax.lines else "linear")
     for ax in (dev_ax, loss_ax):

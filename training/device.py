@@ -5,9 +5,13 @@ import torch
 
 
 def pick_device(choice: str) -> torch.device:
-    """``auto``: CUDA when available, else CPU; ``cuda`` without a GPU is a one-line error."""
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available (use --device cpu or auto)")
+    """``auto``: CUDA when available, else CPU; ``cuda`` (or ``cuda:N``) without that GPU is a one-line error."""
+    if choice.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {choice}: no CUDA device is available (use --device cpu or auto)")
+        index = torch.device(choice).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise ValueError(f"--device {choice}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     if choice == "auto":
         choice = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(choice)

@@ -201,7 +201,7 @@ def load_run(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
     is loaded with a warning, or refused if it has saved no weights yet. ``device``: where the model
     lives, and so where ``encode`` and ``predict`` compute (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a
     ``torch.device``, or ``"auto"``: CUDA when available)."""
-    device = pick_device(device) if device in ("auto", "cuda") else torch.device(device)
+    device = pick_device(str(device))
     directory = checkpoint_dir(Path(path))
     warn_if_unfinished(directory)
     config_file, weights = directory / "config.json", directory / "model.safetensors"
