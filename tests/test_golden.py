@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 import run_multitask
+from test_resume import one_thread
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden.json"
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -49,22 +50,15 @@ def numbers(run_dir: Path) -> dict:
             "weights_sha256": weights_digest(run_dir / "checkpoint" / "model.safetensors")}
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
-def test_the_pinned_runs_give_the_pinned_numbers(tmp_path, tiny_model_dir, one_thread):
+def test_the_pinned_runs_give_the_pinned_numbers(tmp_path, tiny_model_dir):
     found = {}
     for name, flags in CONFIGURATIONS.items():
         argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--epochs", "2",
                 "--max_steps_per_epoch", "3", "--batch_size", "4", "--max_length", "24", "--seed", "11711",
                 "--out_dir", str(tmp_path), "--run_name", name, "--quiet", *flags]
-        assert run_multitask.main(argv) == 0, name
+        with one_thread():
+            assert run_multitask.main(argv) == 0, name
         found[name] = numbers(tmp_path / name)
     if os.environ.get("MINBERT_UPDATE_GOLDEN"):
         GOLDEN.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")

@@ -49,28 +49,23 @@ class Scalars:
             _quiet(self.writer)
 
     def add(self, tag: str, value: float | None, step: int) -> None:
-        if self.writer is not None and value is not None:
-            with signals_deferred():
-                try:
-                    self.writer.add_scalar(tag, value, step)
-                except Exception as err:
-                    self._stop(err)
+        if value is not None:
+            self._write(lambda writer: writer.add_scalar(tag, value, step))
 
     def text(self, tag: str, text: str) -> None:
         """Markdown under TensorBoard's Text tab (the run's configuration)."""
-        if self.writer is not None:
-            with signals_deferred():
-                try:
-                    self.writer.add_text(tag, text, 0)
-                except Exception as err:
-                    self._stop(err)
+        self._write(lambda writer: writer.add_text(tag, text, 0))
 
     def close(self) -> None:
+        self._write(lambda writer: writer.close())
+        self.writer = None
+
+    def _write(self, call: Callable) -> None:
+        """``call(writer)`` with signals held, any error of it turned into ``_stop``; nothing without a writer."""
         if self.writer is not None:
             with signals_deferred():
                 try:
-                    self.writer.close()
-                    self.writer = None
+                    call(self.writer)
                 except Exception as err:
                     self._stop(err)
 

@@ -232,7 +232,8 @@ class RunFolder:
                                    purge_step=resume.step if resume is not None else None, warn=self.log.result)
         if self.tensorboard.missing:
             self.log(self.tensorboard.missing)
-        self.tensorboard.text("config", "    " + json.dumps(self.config.to_dict(), indent=1).replace("\n", "\n    "))
+        if resume is None:   # a resumed run's event files have it already
+            self.tensorboard.text("config", "    " + json.dumps(self.config.to_dict(), indent=1).replace("\n", "\n    "))
         return self.tensorboard
 
     def finish(self, **results) -> None:
