@@ -1,4 +1,5 @@
 """curves.png: written beside metrics.json when matplotlib is there, a one-line note when it is not."""
+import json
 import sys
 from pathlib import Path
 
@@ -53,23 +54,57 @@ def test_curves_are_redrawn_at_most_once_a_minute_during_training_and_always_at_
     assert drawn == [3, 5, 6, 7]
 
 
+def drawn_figures(monkeypatch) -> list:
+    """The figures plot_curves saves, kept for their axes."""
+    from matplotlib.figure import Figure
+    drawn, real_savefig = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (drawn.append(fig), real_savefig(fig, *a, **k))[1])
+    return drawn
+
+
+@pytest.mark.slow
 def test_every_panel_is_drawn_and_the_kept_evaluation_is_marked(tmp_path, monkeypatch):
     """Two loss kinds and no stage: the top row has two panels, not three with one blank; the dev
     panels mark the evaluation whose weights the run kept (the first of two equal best scores)."""
     pytest.importorskip("matplotlib")
-    from matplotlib.figure import Figure
-
     from training.curves import plot_curves
-    drawn = []
-    real_savefig = Figure.savefig
-    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (drawn.append(fig), real_savefig(fig, *a, **k))[1])
-    epochs = [{"epoch": e, "dev": {"sst": 0.3, "sts": 0.5}, "dev_overall": score, "dev_loss": {"sst": 1.0, "sts": 2.0}}
-              for e, score in ((1, 0.40), (2, 0.45), (3, 0.45))]
+    drawn = drawn_figures(monkeypatch)
+    epochs = [{"epoch": e, "dev": {"sst": 0.3, "sts": 0.5}, "dev_overall": score, "dev_loss": {"sst": 1.0, "sts": 2.0},
+               "run_step": 10 * e} for e, score in ((1, 0.40), (2, 0.45), (3, 0.45))]
     metrics = {"run_name": "run", "epochs": epochs, "lr_curve": [[10, 1e-4], [20, 5e-5]],
                "loss_curves": {"sst": [[10, 1.6], [20, 1.5]], "sts": [[10, 4.0], [20, 3.0]]}}
     plot_curves(metrics, tmp_path / "curves.png")
     axes = drawn[0].axes
     assert len(axes) == 5 and all(ax.axison and ax.lines for ax in axes)
     best = [line for ax in axes for line in ax.lines if line.get_label().startswith("best")]
-    assert [line.get_label() for line in best] == ["best (epoch 2)"] * 2
-    assert all(list(line.get_xdata()) == [2, 2] for line in best)
+    assert [line.get_label() for line in best] == ["best (epoch 2, step 20)"] * 2
+    assert all(list(line.get_xdata()) == [20, 20] for line in best)
+
+
+@pytest.mark.slow
+def test_a_short_run_plots_every_panel_against_the_runs_optimizer_step(tmp_path, tiny_model_dir, monkeypatch):
+    """3 pre-QQP steps, then 2 epochs of 9 multi-task steps (3 batches of each task): fewer than a loss
+    window (10 batches of a task), so the loss panels used to be blank; and each panel had its own x
+    (batches of the task or of the stage, the stage's step, the epoch). Now every panel plots against the
+    run's optimizer step, as TensorBoard does."""
+    pytest.importorskip("matplotlib")
+    drawn = drawn_figures(monkeypatch)
+    assert run(tmp_path, tiny_model_dir, "--max_steps_per_epoch", "3", "--pre_qqp", "--pre_qqp_steps", "3",
+               "--quiet") == 0
+    epochs = json.loads((tmp_path / "run" / "metrics.json").read_text())["epochs"]
+    ends = [3 + sum(e["train_steps"] for e in epochs[:i + 1]) for i in range(2)]   # pre-QQP's 3 steps first
+    assert [e["run_step"] for e in epochs] == ends
+    axes = {ax.get_title(): ax for ax in drawn[-1].axes}
+    assert {ax.get_xlabel() for ax in axes.values()} == {"optimizer step"}
+    assert len({ax.get_xlim() for ax in axes.values()}) == 1     # one shared x axis
+
+    def xs(title, label=None):
+        return [x for line in axes[title].lines if label in (None, line.get_label()) for x in line.get_xdata()]
+
+    stage = xs("stages before multi-task training")
+    losses = {line.get_label(): list(line.get_xdata()) for title in axes if title.startswith("training loss")
+              for line in axes[title].lines}
+    assert stage == [3]                                            # the unfinished window's mean, at its last step
+    assert sorted(losses) == ["QQP", "SST", "STS"] and all(ends[0] < x[-1] <= ends[1] for x in losses.values())
+    assert xs("learning rate (encoder)", "pre_qqp") == [3] and xs("learning rate (encoder)", "multitask")[-1] == ends[1]
+    assert xs("dev metrics", "overall") == ends and xs("dev loss", "SST") == ends

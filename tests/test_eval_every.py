@@ -6,12 +6,14 @@ import subprocess
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
 
 import run_multitask
 from safetensors.torch import load_file
 
 from test_resume import OUTPUTS, argv, assert_same_run, command, env, resume_after_cut
 from training.resume import list_checkpoints
+from training.tensorboard import Scalars
 
 
 def final_state(run_dir) -> dict:
@@ -77,12 +79,38 @@ def test_a_stopped_run_resumes_exactly(tmp_path, tiny_model_dir, flags, cut):
     assert_same_run(final_state(run_dir), final_state(clean))
     a, b = (json.loads((folder / "metrics.json").read_text()) for folder in (run_dir, clean))
     assert a.get("early_stopped") == b.get("early_stopped")
+    assert tensorboard_runs(tmp_path) == ["clean", run_dir.name]   # the resumed run appended to its own
+    assert dev_steps(run_dir) == dev_steps(clean)                   # the steps done again drawn once
+
+
+def dev_steps(run_dir) -> list[int]:
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return [scalar.step for scalar in events.Scalars("dev/overall")]
+
+
+def tensorboard_runs(logdir) -> list[str]:
+    """The runs ``tensorboard --logdir logdir`` lists."""
+    return sorted(EventMultiplexer().AddRunsFromDirectory(str(logdir)).Runs())
+
+
+def test_tensorboard_lists_each_run_by_its_folder(tmp_path):
+    """The event files used to be in RUN/tensorboard/, listed as "<run>/tensorboard"; a run begun then
+    keeps its folder, so that a --resume appends to the same TensorBoard run."""
+    (tmp_path / "old" / "tensorboard").mkdir(parents=True)
+    for name in ("new", "old"):
+        scalars = Scalars(tmp_path / name)
+        scalars.add("loss", 1.0, 1)
+        scalars.close()
+    assert tensorboard_runs(tmp_path) == ["new", "old/tensorboard"]
+    assert list((tmp_path / "new").glob("events.out.tfevents.*"))
 
 
 @pytest.mark.slow
 def test_tensorboard_scalars(tmp_path, tiny_model_dir):
     metrics = train(tmp_path, tiny_model_dir, "run", "--epochs", "2", "--pre_qqp", "--pre_qqp_steps", "3")
-    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    assert tensorboard_runs(tmp_path) == ["run"]
+    events = EventAccumulator(str(tmp_path / "run"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {"train_loss/pre_qqp/qqp", "lr/pre_qqp", "train_loss/multitask/sst", "train_loss/multitask/qqp",

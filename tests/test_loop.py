@@ -115,12 +115,20 @@ def test_epoch_records_and_log_lines(capsys):
 def test_loss_curve_points_are_window_means_and_survive_a_round_trip():
     curve = LossCurve()
     for value in range(1, 16):
-        curve.add(float(value))
-    assert curve.points == [[10, 5.5]]
+        curve.add(float(value), step=100 + 2 * value)   # x: the run's step of the window's last batch
+    assert curve.points == [[120, 5.5]]
+    assert curve.so_far() == [[120, 5.5], [130, 13.0]]   # the unfinished window too, as a view
     again = LossCurve(curve.data)   # the saved dict continues the curve
     for value in range(16, 21):
-        again.add(float(value))
-    assert again.points == [[10, 5.5], [20, 15.5]]
+        again.add(float(value), step=100 + 2 * value)
+    assert again.points == again.so_far() == [[120, 5.5], [140, 15.5]]
+
+
+def test_a_stage_shorter_than_a_window_still_has_its_curves():
+    """3 steps, fewer than CURVE_EVERY: the loss and learning-rate curves end at its last step, where
+    they used to be empty (a blank loss panel in curves.png)."""
+    result = loop().train(Regression(model(), data(n=3)))
+    assert [step for step, _ in result["loss_curve"]] == [6] and [step for step, _ in result["lr_curve"]] == [6]
 
 
 def test_warmup_then_linear_decay_is_the_bert_schedule():

@@ -23,7 +23,6 @@ from minbert.atomic import atomic_path
 from test_bad_input import box  # noqa: F401 (box: the fixture)
 from test_quantize import FIXTURE_DATA, checkpoint, quantize  # noqa: F401 (checkpoint: the fixture)
 from test_resume import argv as resume_argv
-from training import tensorboard
 from training.resume import TrainingClock, list_checkpoints
 from training.tensorboard import Scalars
 
@@ -49,11 +48,11 @@ def umask_022():
 
 def test_tensorboard_folder_deleted_under_the_writer_warns_once_and_nothing_raises(tmp_path, capfd):
     """The writer's thread used to print a traceback, and every later add() and close() raised."""
-    scalars = Scalars(tmp_path)
+    scalars = Scalars(tmp_path / "run")
     scalars.add("loss", 1.0, 0)
     thread = scalars.writer.file_writer.event_writer._async_writer._worker
     scalars.writer.flush()
-    shutil.rmtree(tmp_path / tensorboard.FOLDER)
+    shutil.rmtree(tmp_path / "run")
     scalars.add("loss", 2.0, 1)   # the thread fails writing it
     scalars.close()               # waits for the thread: its error comes out here, as a warning
     scalars.add("loss", 3.0, 2)
@@ -66,26 +65,28 @@ def test_tensorboard_folder_deleted_under_the_writer_warns_once_and_nothing_rais
 
 
 def test_tensorboard_folder_that_cannot_be_made_warns_and_writes_nothing(tmp_path, capsys):
-    (tmp_path / tensorboard.FOLDER).write_text("a file where the folder goes")
-    scalars = Scalars(tmp_path)
+    (tmp_path / "run").write_text("a file where the folder goes")
+    scalars = Scalars(tmp_path / "run")
     scalars.add("loss", 1.0, 0)
     scalars.close()
     assert capsys.readouterr().err.count("warning: TensorBoard scalars stopped") == 1
 
 
 @pytest.mark.slow
-def test_tensorboard_folder_deleted_during_a_run_costs_only_the_scalars(box, capsys, monkeypatch):
-    """The issue's case: ``rm -rf RUN/tensorboard`` while the run trains. It used to exit 1 with
+def test_tensorboard_writer_failing_during_a_run_costs_only_the_scalars(box, capsys, monkeypatch):
+    """The issue's case was ``rm -rf RUN/tensorboard`` while the run trains (the event files are now in
+    the run folder itself): the writer's thread failing mid-run, here on a full disk, used to exit 1 with
     metrics.json left "running"; now the run finishes, with one warning line."""
-    real_add = Scalars.add
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    real_write, written = RecordWriter.write, []
 
-    def add_then_delete(self, tag, value, step):
-        real_add(self, tag, value, step)
-        if self.writer is not None and (box.run_dir / tensorboard.FOLDER).exists():
-            self.writer.flush()
-            shutil.rmtree(box.run_dir / tensorboard.FOLDER)
+    def write_until_the_disk_is_full(self, data):
+        written.append(data)
+        if len(written) > 5:
+            raise OSError(errno.ENOSPC, "No space left on device", str(box.run_dir / "events.out.tfevents"))
+        real_write(self, data)
 
-    monkeypatch.setattr(Scalars, "add", add_then_delete)
+    monkeypatch.setattr(RecordWriter, "write", write_until_the_disk_is_full)
     assert box.main("--max_steps_per_epoch", "3", "--quiet") == 0
     out, err = capsys.readouterr()
     assert status(box.run_dir) == "finished" and (box.run_dir / "sst-dev-output.csv").is_file()

@@ -1,7 +1,9 @@
 """``curves.png``, drawn from a run's metrics.json after evaluations (at most once a minute) and at
 the run's end. Top row: each task's training loss (one axis per kind of loss: their scales differ
-tenfold) and the stages' losses; bottom row: the learning rates, dev metrics and dev losses, by epoch
-or (``--eval_every``) step, the kept (best) evaluation marked. Each row has only the panels it fills.
+tenfold) and the stages' losses; bottom row: the learning rates, dev metrics and dev losses, the kept
+(best) evaluation marked. Each row has only the panels it fills. Every panel shares one x axis, the
+run's optimizer step (all stages counted, as TensorBoard's): metrics.json records every curve's points,
+and every epoch and evaluation, at it (``run_step``).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ def pyplot(path: Path):
 
 
 LOSS_KINDS = {"multiclass": "cross-entropy", "binary": "cross-entropy", "regression": "squared error"}
+XLABEL = "optimizer step"
 
 
 def plot_curves(metrics: dict, path: Path) -> Path:
@@ -48,6 +51,8 @@ def plot_curves(metrics: dict, path: Path) -> Path:
     rows = fig.add_gridspec(2, 1)   # each row as many panels as it has, sharing the width: no empty panel
     top = [fig.add_subplot(cell) for cell in rows[0].subgridspec(1, len(panels))]
     bottom = [fig.add_subplot(cell) for cell in rows[1].subgridspec(1, 3)]
+    for ax in top[1:] + bottom:   # one x axis, the run's optimizer step: a stage's steps come before the next's
+        ax.sharex(top[0])
     for ax, (title, curves) in zip(top, panels.items()):
         _draw_losses(ax, title, curves, stage=title.startswith("stages"))
     _draw_learning_rates(bottom[0], [*((n, log.get("lr_curve")) for n, log in stages.items()),
@@ -63,13 +68,13 @@ def plot_curves(metrics: dict, path: Path) -> Path:
 
 
 def _draw_losses(ax, title: str, curves: dict, stage: bool) -> None:
-    """Loss curves (``[batch, mean]`` points; a stage with several parts has one curve per part)."""
+    """Loss curves (``[step, mean]`` points; a stage with several parts has one curve per part)."""
     for name, points in curves.items():
         parts = points.items() if isinstance(points, dict) else [("", points)]
         for part, part_points in parts:
             label = f"{name} {part}".strip() if stage else name.upper()
             ax.plot(*zip(*part_points), marker=".", label=label)
-    ax.set(title=title, xlabel="batch" if stage else "batches of the task", ylabel="loss")
+    ax.set(title=title, xlabel=XLABEL, ylabel="loss")
     if ax.lines:
         ax.legend()
 
@@ -77,17 +82,18 @@ def _draw_losses(ax, title: str, curves: dict, stage: bool) -> None:
 def _draw_learning_rates(ax, curves: list) -> None:
     for name, points in curves:
         if points:
-            ax.plot(*zip(*points), label=name)
-    ax.set(title="learning rate (encoder)", xlabel="optimizer step of the stage", ylabel="lr")
+            ax.plot(*zip(*points), marker="." if len(points) == 1 else None, label=name)
+    ax.set(title="learning rate (encoder)", xlabel=XLABEL, ylabel="lr")
     if ax.lines:
         ax.legend()
 
 
 def _draw_evaluations(dev_ax, loss_ax, metrics: dict) -> None:
-    """Each task's dev metric, the overall score and each task's dev loss, by epoch or (--eval_every) step."""
+    """Each task's dev metric, the overall score and each task's dev loss at every evaluation (each epoch's
+    end, or every --eval_every steps); a record from before ``run_step`` was recorded is left out."""
     evaluations = metrics.get("evaluations") or [e for e in metrics.get("epochs") or [] if "dev" in e]
-    key = "step" if metrics.get("evaluations") else "epoch"
-    x = [e[key] for e in evaluations]
+    evaluations = [e for e in evaluations if "run_step" in e]
+    x = [e["run_step"] for e in evaluations]
     for name in (evaluations[0]["dev"] if evaluations else {}):
         dev_ax.plot(x, [e["dev"][name] for e in evaluations], marker="o",
                     label=f"{name.upper()} {TASKS[name].metric_name}")
@@ -97,11 +103,10 @@ def _draw_evaluations(dev_ax, loss_ax, metrics: dict) -> None:
     if evaluations:   # the evaluation whose weights were kept (the first of equal best scores, as the run keeps)
         best = max(range(len(evaluations)), key=lambda i: (evaluations[i]["dev_overall"], -i))
         for ax in (dev_ax, loss_ax):
-            ax.axvline(x[best], color="grey", linestyle="--", linewidth=1, label=f"best ({key} {x[best]})")
-    dev_ax.set(title="dev metrics", xlabel=key, ylabel="score")
-    loss_ax.set(title="dev loss", xlabel=key, ylabel="loss", yscale="log" if loss_ax.lines else "linear")
+            ax.axvline(x[best], color="grey", linestyle="--", linewidth=1,
+                       label=f"best (epoch {evaluations[best]['epoch']}, step {x[best]})")
+    dev_ax.set(title="dev metrics", xlabel=XLABEL, ylabel="score")
+    loss_ax.set(title="dev loss", xlabel=XLABEL, ylabel="loss", yscale="log" if loss_ax.lines else "linear")
     for ax in (dev_ax, loss_ax):
-        if key == "epoch" and x:
-            ax.set_xticks(x)
         if ax.lines:
             ax.legend()

@@ -21,7 +21,7 @@ from .resume import TrainingClock, TrainingDiverged
 from .run_log import RunLog
 from .tensorboard import Scalars
 
-CURVE_EVERY = 10  # batches per point of a logged loss curve
+CURVE_EVERY = 10  # batches per point of a logged loss curve; steps per point of the learning-rate curve
 
 
 class Objective:
@@ -73,11 +73,19 @@ class Objective:
         return {"batches": sum(e["train_steps"] for e in progress["epochs"]),
                 "seconds": round(sum(e["train_seconds"] for e in progress["epochs"]), 1),
                 "loss_curve": next(iter(curves.values()), []) if len(curves) <= 1 else curves,
-                "lr_curve": progress["lr"]}
+                "lr_curve": self.lr_curve(progress)}
 
     @staticmethod
     def curves(progress: dict) -> dict:
-        return {name: data["points"] for name, data in progress["curves"].items()}
+        """Each loss curve so far, its unfinished window included (``LossCurve.so_far``)."""
+        return {name: LossCurve(data).so_far() for name, data in progress["curves"].items()}
+
+    @staticmethod
+    def lr_curve(progress: dict) -> list:
+        """The learning-rate curve so far, ending at the last step done (a stage shorter than
+        ``CURVE_EVERY`` steps has that point only)."""
+        points, last = progress["lr"], progress.get("last_lr")
+        return points + [last] if last is not None and (not points or points[-1][0] < last[0]) else points
 
 
 class TrainingLoop:
@@ -108,7 +116,7 @@ class TrainingLoop:
                 raise ValueError(f"{objective.name}: a learning-rate schedule needs the number of steps per epoch")
             self.scheduler = self.schedule(objective.optimizer, steps_per_epoch * objective.epochs)
         progress = clock.begin_stage(objective.name, {"epochs": [], "current": None, "curves": {}})
-        progress.setdefault("lr", [])   # [step, its learning rate (first parameter group)] every CURVE_EVERY steps
+        progress.setdefault("lr", [])   # [run's step, its learning rate (first parameter group)] every CURVE_EVERY steps
         objective.start(progress)
         history, curves = progress["epochs"], {}
         for epoch in range(1, objective.epochs + 1):
@@ -144,7 +152,7 @@ class TrainingLoop:
             if epoch <= len(history):  # this epoch had ended before the crash
                 continue
             clock.catch_up()
-            record = epoch_record(current)
+            record = {**epoch_record(current), "run_step": clock.step}
             history.append(record)
             tail = objective.end_epoch(record, progress)
             log.result(f"{objective.log_prefix}epoch {epoch}: train loss "
@@ -157,13 +165,14 @@ class TrainingLoop:
     def record_step(self, objective: Objective, progress: dict, curves: dict, losses: dict, lrs: list[float]) -> None:
         """A computed step's losses into the epoch's totals, the loss curves and TensorBoard (with every
         parameter group's learning rate and the gradient norm), and the first group's (the encoder's)
-        learning rate every ``CURVE_EVERY`` steps of the stage."""
+        learning rate every ``CURVE_EVERY`` steps of the stage. Every curve's x is the run's optimizer step
+        (all stages counted, as TensorBoard's), so that curves.png has one x axis."""
         current, step, lr = progress["current"], self.clock.step + 1, lrs[0]
         for name, value in losses.items():
             current["losses"].setdefault(name, []).append(value)
             if name not in curves:
                 curves[name] = LossCurve(progress["curves"].setdefault(name, {}))
-            curves[name].add(value)
+            curves[name].add(value, step)
             self.scalars.add(f"train_loss/{objective.name}/{name}", value, step)
         self.scalars.add(f"lr/{objective.name}", lr, step)
         for i, group_lr in enumerate(lrs):
@@ -173,7 +182,8 @@ class TrainingLoop:
         current["steps"] += 1
         done = sum(e["train_steps"] for e in progress["epochs"] if e["epoch"] < current["epoch"]) + current["steps"]
         if done % CURVE_EVERY == 0:
-            progress["lr"].append([done, lr])
+            progress["lr"].append([step, lr])
+        progress["last_lr"] = [step, lr]
 
     def step(self, objective: Objective, *batches) -> dict[str, float]:
         """One optimizer step on the gradients of ``batches`` (several: accumulation); returns each part's mean.
@@ -265,23 +275,32 @@ def _groups(batches, size: int):
 
 
 class LossCurve:
-    """Mean loss every ``CURVE_EVERY`` batches, as ``[batch, mean]`` points for metrics.json. Its whole
-    state is the JSON-serialisable dict ``data``, kept in the stage's checkpointed progress: pass the
-    saved dict back to continue a curve after a resume."""
+    """Mean loss every ``CURVE_EVERY`` batches, as ``[step, mean]`` points for metrics.json (``step``: the
+    run's optimizer step of the window's last batch). Its whole state is the JSON-serialisable dict
+    ``data``, kept in the stage's checkpointed progress: pass the saved dict back to continue a curve
+    after a resume."""
 
     def __init__(self, data: dict | None = None):
         self.data = data if data is not None else {}
-        for key, empty in (("points", []), ("window", []), ("count", 0)):
+        for key, empty in (("points", []), ("window", []), ("count", 0), ("step", 0)):
             self.data.setdefault(key, empty)
 
     @property
     def points(self) -> list[list[float]]:
         return self.data["points"]
 
-    def add(self, value: float) -> None:
+    def add(self, value: float, step: int) -> None:
         d = self.data
         d["count"] += 1
         d["window"].append(value)
+        d["step"] = step
         if len(d["window"]) == CURVE_EVERY:
-            d["points"].append([d["count"], round(sum(d["window"]) / CURVE_EVERY, 5)])
+            d["points"].append([step, round(sum(d["window"]) / CURVE_EVERY, 5)])
             d["window"] = []
+
+    def so_far(self) -> list[list[float]]:
+        """The points, and the unfinished window's mean as a last point: a run shorter than
+        ``CURVE_EVERY`` batches of a task still has a curve. A view only: the saved state (and so a
+        resumed curve) is that of ``add`` alone."""
+        window = self.data["window"]
+        return self.points + ([[self.data["step"], round(sum(window) / len(window), 5)]] if window else [])

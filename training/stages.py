@@ -146,7 +146,7 @@ class MultitaskObjective(TaskObjective):
         every = self.run.config.train.eval_every
         if not every or (step - self.first_step) % every:
             return False
-        record = {"step": step - self.first_step, "epoch": progress["current"]["epoch"]}
+        record = {"step": step - self.first_step, "epoch": progress["current"]["epoch"], "run_step": step}
         progress["evaluations"].append(record)
         self.run.log.result(f"step {record['step']}: {self.evaluate(record, progress, step)}")
         return bool(progress.get("stopped"))
@@ -156,7 +156,7 @@ class MultitaskObjective(TaskObjective):
         if not every:
             return " | " + self.evaluate(record, progress, self.run.loop.clock.step)
         if record["epoch"] == self.epochs and steps % every and not progress.get("stopped"):
-            final = {"step": steps, "epoch": record["epoch"]}
+            final = {"step": steps, "epoch": record["epoch"], "run_step": self.run.loop.clock.step}
             progress["evaluations"].append(final)   # the last weights are a candidate too
             return " | " + self.evaluate(final, progress, self.run.loop.clock.step)
         self.run.on_epoch_end(self.saved(progress, improved=False))
@@ -164,7 +164,8 @@ class MultitaskObjective(TaskObjective):
 
     def evaluate(self, record: dict, progress: dict, step: int) -> str:
         """Score dev into ``record``; keep and save the weights when the overall score is the best so
-        far. ``step`` is the run's step count (TensorBoard's x axis); ``record["step"]`` the stage's."""
+        far. ``step`` is the run's step count (TensorBoard's and curves.png's x axis, ``record["run_step"]``);
+        ``record["step"]`` the stage's."""
         run, started = self.run, time.time()
         dev = {name: predict(run.model, TASKS[name], run.loader(split["dev"], run.config.data.batch_size, False, 0),
                              run.device, f"dev {name}", run.log.nested_progress_bars, run.loop.precision)
@@ -206,4 +207,5 @@ class MultitaskObjective(TaskObjective):
 
     def result(self, progress: dict) -> dict:
         return {"epochs": progress["epochs"], "best": self.best, "loss_curves": self.curves(progress),
-                "lr_curve": progress["lr"], "evaluations": progress["evaluations"], "stopped": progress.get("stopped")}
+                "lr_curve": self.lr_curve(progress), "evaluations": progress["evaluations"],
+                "stopped": progress.get("stopped")}

@@ -1,11 +1,11 @@
-"""TensorBoard scalars of a run in ``RUN/tensorboard/`` (``train_loss/<stage>/<part>``, ``lr/<stage>`` and
+"""TensorBoard scalars of a run in its folder (``train_loss/<stage>/<part>``, ``lr/<stage>`` and
 ``lr/<stage>/group<i>`` for each AdamW parameter group, ``grad_norm/<stage>`` (before clipping),
 ``examples_per_second/<stage>``, ``dev/<task>``, ``dev/overall``, ``dev_loss/<task>``) against the run's
 optimizer step, and its configuration as text (``config``), so that ``tensorboard --logdir predictions/``
-shows a grid side by side (docs/long-runs.md, 'Curves and logging').
+shows a grid side by side, each run named by its folder (docs/long-runs.md, 'Curves and logging').
 
-The event files are a side output: a writer that fails (its folder deleted, a full disk, any error of its
-thread) costs the scalars from then on and one warning line, never the run.
+The event files are a side output: a writer that fails (a full disk, its file or folder gone, any error
+of its thread) costs the scalars from then on and one warning line, never the run.
 """
 from __future__ import annotations
 
@@ -19,7 +19,15 @@ from typing import Callable
 from minbert.atomic import signals_deferred
 from minbert.errors import describe
 
-FOLDER = "tensorboard"
+OLD_FOLDER = "tensorboard"   # where runs begun before the event files moved into the run folder keep them
+
+
+def event_folder(run_dir: Path) -> Path:
+    """The run folder itself: TensorBoard names a run by the folder of its event files, so ``--logdir
+    predictions/`` lists ``<run>``, not ``<run>/tensorboard``. A run begun with ``RUN/tensorboard/``
+    keeps appending there on ``--resume``, so that it stays one run in TensorBoard."""
+    old = run_dir / OLD_FOLDER
+    return old if old.is_dir() else run_dir
 
 
 def _warn(message: str) -> None:
@@ -27,7 +35,7 @@ def _warn(message: str) -> None:
 
 
 class Scalars:
-    """``add(tag, value, step)`` into the event files of ``run_dir/tensorboard`` (None: writes nothing).
+    """``add(tag, value, step)`` into the event files of ``event_folder(run_dir)`` (None: writes nothing).
     Ctrl-C and SIGTERM wait for each call (``signals_deferred``): raised inside the writer's queue while it
     holds its lock, they would leave the lock held, and ``close`` at the end of the run would wait forever.
     Any error of the writer stops the scalars with one ``warn`` line; ``add`` and ``close`` never raise it."""
@@ -42,7 +50,7 @@ class Scalars:
                 self.missing = "note: tensorboard is not installed, so no TensorBoard scalars (pip install tensorboard)"
                 return
             try:
-                self.writer = SummaryWriter(str(run_dir / FOLDER), purge_step=purge_step)
+                self.writer = SummaryWriter(str(event_folder(run_dir)), purge_step=purge_step)
             except Exception as err:
                 self._stop(err)
                 return
