@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # a configuration file is a recipe, not a run: where a run is and what it resumes come from the command line only
 NOT_FROM_FILE = ("run_name", "resume", "resume_fallback", "log_file")
+# settings a run saves that are no flag: a run's own configuration file carries its declared tasks
+SAVED_ONLY = ("own_tasks",)
 
 
 def parse_config(argv=None) -> RunConfig:
@@ -104,7 +106,7 @@ def config_file(parser: argparse.ArgumentParser, path: str) -> dict:
     flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
     named = {**saved_values({k: v for k, v in data.items() if isinstance(v, dict)}), **flat}
     actions = {action.dest: action for action in parser._actions}
-    unknown = sorted(name for name in named if name not in actions and name not in RENAMED)
+    unknown = sorted(name for name in named if name not in actions and name not in RENAMED and name not in SAVED_ONLY)
     if unknown:
         parser.error(f"--config {file}: unknown settings {', '.join(unknown)}")
     try:
@@ -115,7 +117,7 @@ def config_file(parser: argparse.ArgumentParser, path: str) -> dict:
     values = {f.name: getattr(section, f.name) for section in config.sections().values()
               for f in dataclasses.fields(section) if f.name in present and f.name not in NOT_FROM_FILE}
     for name, value in values.items():
-        choices = actions[name].choices
+        choices = actions[name].choices if name in actions else None
         if choices is not None and value not in choices:
             parser.error(f"--config {file}: {name} {value!r}: choose one of {', '.join(map(str, choices))}")
     return values

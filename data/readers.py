@@ -71,14 +71,17 @@ class ReadReport:
 
 def read_examples(path: str | Path, text_columns: Sequence[str], label_column: str | None, label_type: str = "class",
                   num_classes: int | None = None, score_range: tuple[float, float] | None = None,
-                  strict: bool = False, id_column: str = "id") -> tuple[list[Example], ReadReport]:
+                  strict: bool = False, id_column: str | None = "id", delimiter: str = "\t"
+                  ) -> tuple[list[Example], ReadReport]:
     """Read one task file; return its valid rows and a report of the skipped ones.
 
     ``label_type="class"`` wants a whole number in ``[0, num_classes)`` (QQP's ``0.0``/``1.0`` are
     accepted as 0/1); ``"score"`` wants a finite float in ``score_range`` (inclusive). With
     ``label_column=None`` the file is read as unlabelled (labels, if present, are ignored).
     Bad rows are skipped and recorded; with ``strict=True`` the first one raises ``DataError``.
-    A row whose id an earlier kept row has is a bad row too (ids must be unique).
+    A row whose id an earlier kept row has is a bad row too (ids must be unique); ``id_column=None``:
+    the file has no ids, and each row's id is its line number (the header is line 1).
+    ``delimiter``: tab (the CS224N files), or ``,`` for a comma-separated file of your own.
     """
     if label_type not in ("class", "score"):
         raise ValueError(f"label_type must be 'class' or 'score', got {label_type!r}")
@@ -87,11 +90,13 @@ def read_examples(path: str | Path, text_columns: Sequence[str], label_column: s
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data file not found: {path}. {HOW_TO_SUPPLY}")
-    wanted = [id_column, *text_columns] + ([label_column] if label_column is not None else [])
+    wanted = ([id_column] if id_column is not None else []) + [*text_columns] + \
+        ([label_column] if label_column is not None else [])
     label_of = partial(_parse_label, label_type=label_type, num_classes=num_classes, score_range=score_range)
     parse = partial(_parse_row, text_columns=text_columns, label_column=label_column, id_column=id_column,
                     label_of=label_of)
-    return read_table(path, "\t", wanted, "a tab-separated header row", parse, strict, id_column)
+    header = "a tab-separated header row" if delimiter == "\t" else f"a header row separated by {delimiter!r}"
+    return read_table(path, delimiter, wanted, header, parse, strict, id_column or "id")
 
 
 def read_table(path: Path, delimiter: str, wanted: Sequence[str], expected_header: str,
@@ -151,10 +156,16 @@ def resolve_data_dir(cli_value: str | None, required_files: Sequence[str] = ()) 
     return directory
 
 
-def read_header(path: Path) -> list[str]:
-    """The column names of a tab-separated file's header row."""
+def read_header(path: Path, delimiter: str = "\t") -> list[str]:
+    """The column names of a tab-separated (or ``delimiter``-separated) file's header row."""
     first_line = read_utf8(path).split("\n", 1)[0].rstrip("\r")
-    return [name.strip() for name in first_line.split("\t")]
+    return [name.strip() for name in first_line.split(delimiter)]
+
+
+def guess_delimiter(path: Path) -> str:
+    """Tab when the header row has one (the CS224N files, whatever their suffix), else comma: a file of
+    your own may be either."""
+    return "\t" if "\t" in read_utf8(path).split("\n", 1)[0] else ","
 
 
 def read_utf8(path: Path) -> str:
@@ -215,7 +226,7 @@ def column_indices(path: Path, header: list[str], wanted: Sequence[str]) -> dict
 
 
 def _parse_row(row: list[str], line: int, header: list[str], index: dict[str, int], text_columns: Sequence[str],
-               label_column: str | None, id_column: str, label_of: Callable[[str], int | float | str]
+               label_column: str | None, id_column: str | None, label_of: Callable[[str], int | float | str]
                ) -> Example | BadRow:
     """Validate one row; the first problem found (in column order id, texts, label) is reported.
     ``label_of`` turns the label field into the label, or a string saying why it is invalid."""
@@ -224,7 +235,7 @@ def _parse_row(row: list[str], line: int, header: list[str], index: dict[str, in
     for name, i in index.items():
         if i >= len(row):
             return BadRow(line, name, f"too few fields (got {len(row)}, header has {len(header)})")
-    example_id = row[index[id_column]].strip()
+    example_id = row[index[id_column]].strip() if id_column is not None else str(line)
     if not example_id:
         return BadRow(line, id_column, "empty id")
     texts = tuple(row[index[name]].strip() for name in text_columns)

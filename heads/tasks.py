@@ -29,6 +29,20 @@ class SentimentHead(nn.Module):
         return self.classifier(self.dropout(u))
 
 
+class PairClassifierHead(nn.Module):
+    """A sentence pair into ``num_classes`` logits: dropout, then a linear layer on [u; v; |u − v|]
+    (Sentence-BERT's classification objective, Reimers & Gurevych 2019, §3): for a declared pair task
+    of more than two classes, where ``PairHead``'s one logit cannot say which class."""
+
+    def __init__(self, in_dim: int, num_classes: int, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(3 * in_dim, num_classes)
+
+    def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(torch.cat([u, v, (u - v).abs()], dim=-1)))
+
+
 class PairHead(nn.Module):
     """Scores a sentence pair from its two sentence vectors u, v (docs/heads.md).
 

@@ -15,6 +15,7 @@ from . import extensions as registry   # the registry's one list, read where it 
 from .flags import add_flags, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
 from .schedule import STRATEGIES
 from .sts_losses import STS_LOSSES
+from .task_file import read_task_file, register
 from .tasks import DEFAULT_TASKS, TASKS, parse_tasks
 
 
@@ -55,11 +56,18 @@ class DataConfig:
                                               "48,64,32 (default: --batch_size each; evaluation uses --batch_size)",
                                         type=str)
     strict: bool = flag(False, "stop at the first bad data row instead of skipping and reporting it")
+    task_file: str | None = flag(None, "your own tasks, declared in a JSON (or YAML) file: name, kind, files, columns, "
+                                       "classes or score range (docs/own-tasks.md); name them in --tasks", type=str,
+                                 path=True)
+    # not a flag: the checked declarations of --task_file, saved with the run so that it reloads, resumes
+    # and predicts without the file (training/task_file.py)
+    own_tasks: list = field(default_factory=list)
 
 
 @dataclass
 class TrainConfig:
-    tasks: str = flag(",".join(DEFAULT_TASKS), f"comma-separated tasks to train and predict, from {', '.join(TASKS)}")
+    tasks: str = flag(",".join(DEFAULT_TASKS), f"comma-separated tasks to train and predict, from {', '.join(TASKS)} "
+                                               "and those --task_file declares")
     epochs: int = flag(3, "multi-task epochs; 0: the stages alone (e.g. --ucl), the run keeps the encoder they "
                           "leave (no heads, no predictions)")
     lr: float = flag(1e-4, "learning rate of the encoder")
@@ -196,8 +204,10 @@ class RunConfig:
 
         def build(section: type):
             return section(**{f.name: values[f.name] for f in dataclasses.fields(section) if f.name in values})
-        return cls(**{name: build(section) for name, section in CORE_SECTIONS.items()},
-                   extensions={e.name: build(e.settings) for e in registry.EXTENSIONS})
+        config = cls(**{name: build(section) for name, section in CORE_SECTIONS.items()},
+                     extensions={e.name: build(e.settings) for e in registry.EXTENSIONS})
+        register(config.data.own_tasks)   # a saved run's own tasks are known tasks again
+        return config
 
     def validate(self) -> None:
         """Reject nonsense values with one line naming the flag."""
@@ -206,6 +216,7 @@ class RunConfig:
                 value = getattr(section, f.name)
                 if isinstance(value, float) and not math.isfinite(value):
                     raise ValueError(f"--{f.name} must be a finite number, got {value}")
+        self.declare_own_tasks()
         self.task_names()  # a bad --tasks first: the checks below read it
         name = self.output.run_name
         if name is not None and (name in ("", ".", "..") or Path(name).name != name or "\\" in name):
@@ -255,6 +266,18 @@ class RunConfig:
              f"--epochs 0 runs the stages alone: give {', '.join(alone[:-1])} or {alone[-1]} (or train at least "
              f"one epoch)"),
         ]
+
+    def declare_own_tasks(self) -> None:
+        """Register the tasks of ``--task_file`` (read once: the declarations a run saved win over the file,
+        which may have changed or gone since), refusing a file none of whose tasks ``--tasks`` names."""
+        d = self.data
+        if d.task_file and not d.own_tasks:
+            d.own_tasks = read_task_file(d.task_file)
+            declared = [task["name"] for task in d.own_tasks]
+            if not set(declared) & {name.strip() for name in self.train.tasks.split(",")}:
+                raise ValueError(f"--task_file {d.task_file} declares {', '.join(declared)}, but --tasks "
+                                 f"{self.train.tasks} names none of them: add them to --tasks")
+        register(d.own_tasks, f"--task_file {d.task_file}" if d.task_file else "the run's configuration")
 
     def task_names(self) -> list[str]:
         """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs)."""

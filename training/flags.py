@@ -70,8 +70,8 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
     so a side tool can share a flag's home but start from another value."""
     group = parser.add_argument_group(title or section.__name__.removesuffix("Config").lower())
     for f in dataclasses.fields(section):
-        if only is not None and f.name not in only:
-            continue
+        if (only is not None and f.name not in only) or "help" not in f.metadata:
+            continue   # not asked for, or a field the run saves that is no flag (DataConfig.own_tasks)
         meta = dict(f.metadata)
         meta.pop("path", None)   # what the run saves (``absolute_paths``), not argparse's business
         default = overrides.get(f.name, f.default)

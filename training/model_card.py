@@ -17,7 +17,7 @@ from minbert.atomic import write_text_atomic
 
 from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
 from .config import RunConfig
-from .tasks import TASKS
+from .tasks import BUILTIN_TASKS, TASKS
 
 EMBEDDED = "the embedded all-MiniLM-L6-v2"
 README = "README.md"
@@ -89,7 +89,8 @@ def command(config: dict) -> str:
     words = ["python", "run_multitask.py"]
     for section, values in saved.items():
         for name, value in values.items():
-            skipped = (section == "output" and name != "run_name") or name not in defaults.get(section, {})
+            skipped = ((section == "output" and name != "run_name") or name not in defaults.get(section, {})
+                       or isinstance(value, list))   # DataConfig.own_tasks, no flag (--task_file names the file)
             if not skipped and value != defaults[section][name]:
                 words += _flag(name, value)
     return " ".join(words)
@@ -261,6 +262,13 @@ def _head_formula(name: str, model: dict, temp) -> str:
         return "a head this version does not know"
     if not task.is_pair:
         return f"`classifier` on u: logits = W·u + b ({task.num_classes} classes); the prediction is the argmax"
+    if task.divergence == "multiclass":   # a declared pair task of more than two classes (PairClassifierHead)
+        return (f"`classifier` on [u; v; |u−v|]: logits = W·[u; v; |u−v|] + b ({task.num_classes} classes); the "
+                "prediction is the argmax")
+    if task.label_type == "score" and name not in BUILTIN_TASKS:   # a declared regression: 0..5 mapped, MSE
+        low, high = task.score_range
+        return _head_formula("sts", {**model, "sts_loss": "mse"}, temp).replace(", 0..5;", f", 0..5 mapped onto {low:g}..{high:g};") \
+            .replace("clamped to 0..5", f"clamped to 0..5 and mapped onto {low:g}..{high:g}")
     projection = model.get("pair_projection", "none")
     first = {"none": "", "shared": "u ← `project_u`·dropout(u), v ← `project_u`·dropout(v) (one linear layer for both "
                                    "sides); then ",

@@ -38,6 +38,7 @@ class Task:
     divergence: str                 # SMART's ℓ_s for this head's output: multiclass, binary or regression
     output_prefix: str              # prediction files: <prefix>-{dev,test}-output.csv
     prediction_column: str          # CS224N column name of the prediction
+    id_column: str = "id"           # the column of each row's id (a declared task may name another)
 
     @property
     def is_pair(self) -> bool:
@@ -54,7 +55,7 @@ class Task:
         """This task's examples in ``path`` (``data.readers.read_examples`` with the task's columns and
         label checks); ``labelled=False`` reads the text columns alone (a test file)."""
         return read_examples(path, self.text_columns, self.label_column if labelled else None, self.label_type,
-                             self.num_classes, self.score_range, strict=strict)
+                             self.num_classes, self.score_range, strict=strict, id_column=self.id_column)
 
 
 def accuracy(pred: np.ndarray, gold: np.ndarray) -> float:
@@ -82,7 +83,7 @@ def format_metrics(metrics: dict[str, float], digits: int = 3, sep: str = " ") -
                     for name, value in metrics.items())
 
 
-def _argmax(logits: torch.Tensor) -> torch.Tensor:
+def argmax(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
@@ -91,7 +92,7 @@ SST = Task(
     files={"train": "ids-sst-train.csv", "dev": "ids-sst-dev.csv", "test": "ids-sst-test-student.csv"},
     text_columns=("sentence",), label_column="sentiment", label_type="class", num_classes=5, score_range=None,
     head=lambda width, m: SentimentHead(width, 5, m.hidden_dropout_prob),
-    loss=F.cross_entropy, predict=_argmax, metric_name="accuracy", divergence="multiclass",
+    loss=F.cross_entropy, predict=argmax, metric_name="accuracy", divergence="multiclass",
     output_prefix="sst", prediction_column="Predicted_Sentiment",
 )
 
@@ -133,7 +134,7 @@ CFIMDB = Task(
     files={"train": "ids-cfimdb-train.csv", "dev": "ids-cfimdb-dev.csv", "test": "ids-cfimdb-test-student.csv"},
     text_columns=("sentence",), label_column="sentiment", label_type="class", num_classes=2, score_range=None,
     head=lambda width, m: SentimentHead(width, 2, m.hidden_dropout_prob),
-    loss=F.cross_entropy, predict=_argmax, metric_name="accuracy", divergence="multiclass",
+    loss=F.cross_entropy, predict=argmax, metric_name="accuracy", divergence="multiclass",
     output_prefix="cfimdb", prediction_column="Predicted_Sentiment",
 )
 
@@ -145,7 +146,9 @@ def loss_of(model, task: Task):
     return getattr(head, "loss", None) or task.loss
 
 
-TASKS: dict[str, Task] = {task.name: task for task in (SST, QQP, STS, CFIMDB)}
+BUILTIN_TASKS: dict[str, Task] = {task.name: task for task in (SST, QQP, STS, CFIMDB)}
+# the table every part reads: the built-in rows, and those a --task_file declares (training/task_file.py)
+TASKS: dict[str, Task] = dict(BUILTIN_TASKS)
 DEFAULT_TASKS = ("sst", "qqp", "sts")
 
 
@@ -154,5 +157,7 @@ def parse_tasks(value: str) -> list[str]:
     names = [name.strip() for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in TASKS]
     if unknown or not names or len(set(names)) != len(names):
-        raise ValueError(f"--tasks must be distinct names from {', '.join(TASKS)}, comma-separated; got {value!r}")
+        hint = f" (your own tasks: declare {', '.join(unknown)} in a --task_file)" if unknown else ""
+        raise ValueError(f"--tasks must be distinct names from {', '.join(TASKS)}, comma-separated; got {value!r}"
+                         f"{hint}")
     return names

@@ -8,6 +8,12 @@ scored where the file has labels.
 Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes) and ``<out>/metrics.json``
 (the labelled files' scores), one line printed per file; existing files are refused unless
 ``--overwrite``, and ``--out`` may never be the run's own folder or its ``checkpoint/``.
+
+``--input FILE``: any CSV or TSV (tab when its header has one, else comma) for one task of the run,
+its text in the columns ``--columns`` names; scored when it has the task's label column (or
+``--label_column``). Writes ``<out>/<prefix>-<file stem>-output.csv`` and ``<out>/metrics.json``.
+
+    python -m training.tools.predict predictions/<run> --input reviews.csv --columns text --task sst --out preds/
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from data.readers import DataError, read_examples, read_header, resolve_data_dir
+from data.readers import DataError, guess_delimiter, read_examples, read_header, resolve_data_dir
 from minbert.atomic import check_folder, make_folder
 
 from ..cli import check_overwrite, run_command
@@ -36,14 +42,86 @@ def main(argv: Sequence[str] | None = None) -> int:
 def execute(args: argparse.Namespace) -> int:
     if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
+    check_mode(args)
     run = load_run(args.run, device=args.device)
-    tasks = parse_tasks(args.tasks) if args.tasks else run.config.task_names()
-    data_dir = resolve_data_dir(args.data_dir)
     out = Path(args.out)
     check_not_the_run(out, Path(args.run), run.source)
+    if args.input is not None:
+        return predict_input(run, args, out)
+    tasks = parse_tasks(args.tasks) if args.tasks else run.config.task_names()
+    data_dir = resolve_data_dir(args.data_dir)
     scores = predict_files(run, tasks, data_dir, out, args.batch_size, overwrite=args.overwrite)
     write_json(out / METRICS, {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
     return 0
+
+
+# the flags of each mode: the data folder's files, or one --input file
+INPUT_FLAGS, DATA_DIR_FLAGS = ("columns", "task", "label_column", "id_column"), ("tasks", "data_dir")
+
+
+def check_mode(args: argparse.Namespace) -> None:
+    """Refuse flags of the other mode (they would be ignored), before the run is loaded."""
+    if args.input is None:
+        given = [f"--{name}" for name in INPUT_FLAGS if getattr(args, name) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --input FILE; "
+                             "without it the data folder's files are predicted")
+        return
+    given = [f"--{name}" for name in DATA_DIR_FLAGS if getattr(args, name) is not None]
+    if given:
+        raise ValueError(f"--input predicts one file for one task (--task): drop {', '.join(given)}")
+
+
+def predict_input(run, args: argparse.Namespace, out: Path) -> int:
+    """``--input FILE``: the task's predictions of every row of the file, scored where it has labels."""
+    name = input_task(run, args.task)
+    task, path = TASKS[name], Path(args.input)
+    columns = tuple(c.strip() for c in args.columns.split(",")) if args.columns else task.text_columns
+    if len(columns) != len(task.text_columns) or not all(columns) or len(set(columns)) != len(columns):
+        raise ValueError(f"--columns: {name} reads {len(task.text_columns)} distinct text column"
+                         f"{'s' if len(task.text_columns) > 1 else ''} ({','.join(task.text_columns)} in its own "
+                         f"files), got {args.columns!r}")
+    if not path.is_file():
+        raise DataError(f"--input {path}: no such file")
+    delimiter = guess_delimiter(path)
+    header = read_header(path, delimiter)
+    label = args.label_column or (task.label_column if task.label_column in header else None)
+    id_column = args.id_column or (task.id_column if task.id_column in header else None)
+    target = out / f"{task.output_prefix}-{path.stem}-output.csv"
+    check_folder(out)
+    check_overwrite([target, out / METRICS], args.overwrite)
+    examples, report = read_examples(path, columns, label, task.label_type, task.num_classes, task.score_range,
+                                     id_column=id_column, delimiter=delimiter)
+    if report.bad_rows:
+        print(f"warning: {report.summary()}", file=sys.stderr)
+    if not examples:
+        raise DataError(f"{path}: no usable rows ({report.summary()})")
+    result = run.predict_examples(name, examples, args.batch_size, progress=len(examples) >= 2000)
+    make_folder(out)
+    write_predictions(target, task, result)
+    line = f"{path.name}: {len(examples)} predictions ({name}) -> {target}"
+    if id_column is None:
+        line += "   (no id column: ids are line numbers)"
+    scores = {}
+    if label is not None:
+        scores[path.name] = result.score(task)
+        line += f"   {format_metrics({name: scores[path.name]}, 4)}"
+    print(line)
+    write_json(out / METRICS, {"run": str(run.source), "input": str(path.resolve()), "task": name,
+                               "columns": list(columns), "label_column": label, "scores": scores})
+    return 0
+
+
+def input_task(run, given: str | None) -> str:
+    """``--task``, or the run's one task; a run of several needs ``--task``."""
+    trained = list(run.model.heads)
+    if given is not None:
+        run.check_head(given)
+        return given
+    if len(trained) != 1:
+        raise ValueError(f"--input: this run has {len(trained)} task heads ({', '.join(trained) or 'none'}); "
+                         "say which predicts with --task NAME")
+    return trained[0]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replace prediction CSVs or metrics.json already in --out (default: refuse)")
     parser.add_argument("--tasks", default=None, help="comma-separated tasks to predict (default: the run's tasks)")
     add_flags(parser, DataConfig, only=("data_dir",))
+    given = parser.add_argument_group("one file of your own (instead of the data folder)")
+    given.add_argument("--input", default=None, metavar="FILE",
+                       help="predict this CSV/TSV file (tab when its header has one, else comma) instead of the data "
+                            "folder's files (default: none)")
+    given.add_argument("--columns", default=None, metavar="COL[,COL2]",
+                       help="with --input: its text column(s), two for a pair task (default: the task's own)")
+    given.add_argument("--task", default=None, metavar="NAME",
+                       help="with --input: the run's task that predicts (default: the run's one task)")
+    given.add_argument("--label_column", default=None, metavar="COL",
+                       help="with --input: score the predictions against this column (default: the task's label "
+                            "column where the file has it, else no score)")
+    given.add_argument("--id_column", default=None, metavar="COL",
+                       help="with --input: the ids of the prediction file (default: the task's id column where the "
+                            "file has it, else line numbers)")
     parser.add_argument("--batch_size", type=int, default=None, help="examples per batch (default: the run's)")
     add_flags(parser, TrainConfig, only=("device",), title="device")
     return parser
@@ -75,7 +167,8 @@ def check_not_the_run(out: Path, given: Path, checkpoint: Path) -> None:
 def planned_files(tasks: list[str], data_dir: Path) -> tuple[list[tuple[str, str, Path]], list[Path]]:
     """``(task, split, data file)`` for every dev/test file of ``tasks`` that ``data_dir`` holds, and
     the files it lacks; a folder with none of them is an error."""
-    files = [(name, split, data_dir / TASKS[name].files[split]) for name in tasks for split in ("dev", "test")]
+    files = [(name, split, data_dir / TASKS[name].files[split]) for name in tasks for split in ("dev", "test")
+             if split in TASKS[name].files]   # a declared task's test file is optional
     planned = [file for file in files if file[2].is_file()]
     if not planned:
         raise DataError(f"{data_dir}: none of the files of {', '.join(tasks)} "
@@ -99,7 +192,8 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
         task = TASKS[name]
         labelled = task.label_column in read_header(path)
         examples, report = read_examples(path, task.text_columns, task.label_column if labelled else None,
-                                         task.label_type, task.num_classes, task.score_range)
+                                         task.label_type, task.num_classes, task.score_range,
+                                         id_column=task.id_column)
         if report.bad_rows:
             print(f"warning: {report.summary()}", file=sys.stderr)
         result = run.predict_examples(name, examples, batch_size, progress=len(examples) >= 2000)

@@ -35,6 +35,7 @@ from ..cli import run_command
 from ..curves import MatplotlibMissing
 from .. import extensions
 from ..extensions.base import saved_flag
+from ..task_file import own_declarations, register
 from ..tasks import DEFAULT_TASKS, TASKS, overall_score
 from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
 
@@ -461,6 +462,10 @@ def read_run(folder: Path) -> RunRow:
     if not isinstance(data, dict):
         return RunRow(folder.name, "corrupt metrics.json", folder=folder)
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    try:
+        register(own_declarations(config))   # the run's own tasks (--task_file) get their columns too
+    except ValueError:
+        pass   # a hand-edited declaration: its task's scores are left out, as an unknown task's are
     flags = {idea.name: idea.on(config) for idea in labelled()}
     pooling, data_dir = saved_flag(config, "pooling"), data.get("data_dir") or saved_flag(config, "data_dir")
     wall, status = _number(data.get("wall_seconds")), _status(data)
