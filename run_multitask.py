@@ -106,7 +106,8 @@ def config_file(parser: argparse.ArgumentParser, path: str) -> dict:
     flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
     named = {**saved_values({k: v for k, v in data.items() if isinstance(v, dict)}), **flat}
     actions = {action.dest: action for action in parser._actions}
-    unknown = sorted(name for name in named if name not in actions and name not in RENAMED and name not in SAVED_ONLY)
+    unknown = sorted(name for name in named if name not in actions and name not in RENAMED
+                     and name not in SAVED_ONLY)
     if unknown:
         parser.error(f"--config {file}: unknown settings {', '.join(unknown)}")
     try:

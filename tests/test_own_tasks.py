@@ -282,7 +282,8 @@ def test_each_kind_gets_its_head_loss_and_prediction():
     binary = task_file.task_from_declaration(task_file.check_declaration(bad(num_classes=2), "test"))
     assert binary.divergence == "binary" and binary.head(8, model)(torch.zeros(2, 8), torch.ones(2, 8)).shape == (2,)
     multi = task_file.task_from_declaration(task_file.check_declaration(DECLARATION, "test"))
-    assert multi.divergence == "multiclass" and multi.head(8, model)(torch.zeros(2, 8), torch.ones(2, 8)).shape == (2, 3)
+    assert multi.divergence == "multiclass"
+    assert multi.head(8, model)(torch.zeros(2, 8), torch.ones(2, 8)).shape == (2, 3)
     regression = task_file.task_from_declaration(task_file.check_declaration(
         bad(kind="pair_regression", num_classes=None, score_range=[-1, 1]), "test"))
     assert regression.metric_name == "pearson" and regression.score_range == (-1.0, 1.0)
@@ -296,3 +297,20 @@ def test_read_examples_takes_commas_and_line_numbers_as_ids(tmp_path):
     path.write_text('s,label\n"a, b",1\nc,0\n', encoding="utf-8")
     examples, _ = read_examples(path, ["s"], "label", id_column=None, delimiter=",")
     assert [(e.id, e.texts, e.label) for e in examples] == [("2", ("a, b",), 1), ("3", ("c",), 0)]
+
+
+def test_a_bad_yaml_file_is_one_line(tmp_path, capsys):
+    pytest.importorskip("yaml")
+    (tmp_path / "t.yaml").write_text("tasks: [unclosed\n", encoding="utf-8")
+    assert run_multitask.main(["--task_file", str(tmp_path / "t.yaml"), "--tasks", "nli"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not valid YAML" in err and "t.yaml" in err, err
+
+
+def test_a_data_file_without_a_declared_column_is_one_line_and_leaves_nothing(tmp_path, tiny_model_dir, capsys):
+    data = make_data(tmp_path / "data")
+    declared = write_declaration(tmp_path / "t.json", bad(label_column="verdict"))
+    assert train(tmp_path, tiny_model_dir, data, "nli", declared, "r") == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nli-train.tsv: missing column 'verdict'" in err, err
+    assert not (tmp_path / "runs" / "r").exists()

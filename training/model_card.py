@@ -267,8 +267,9 @@ def _head_formula(name: str, model: dict, temp) -> str:
                 "prediction is the argmax")
     if task.label_type == "score" and name not in BUILTIN_TASKS:   # a declared regression: 0..5 mapped, MSE
         low, high = task.score_range
-        return _head_formula("sts", {**model, "sts_loss": "mse"}, temp).replace(", 0..5;", f", 0..5 mapped onto {low:g}..{high:g};") \
-            .replace("clamped to 0..5", f"clamped to 0..5 and mapped onto {low:g}..{high:g}")
+        mapped = f"mapped onto {low:g}..{high:g}"
+        return _head_formula("sts", {**model, "sts_loss": "mse"}, temp).replace(", 0..5;", f", 0..5 {mapped};") \
+            .replace("clamped to 0..5", f"clamped to 0..5 and {mapped}")
     projection = model.get("pair_projection", "none")
     first = {"none": "", "shared": "u ← `project_u`·dropout(u), v ← `project_u`·dropout(v) (one linear layer for both "
                                    "sides); then ",

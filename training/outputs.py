@@ -121,8 +121,8 @@ class RunFiles:
                                      f"{split} {name}", log.progress_bars, precision)
                 else:
                     skipped.append(path.name)
-                    log(f"note: no {task.files[split]} in the data directory; skipping {path.name}" if split in task.files
-                        else f"note: {name} declares no {split} file; no {path.name}")
+                    log(f"note: no {task.files[split]} in the data directory; skipping {path.name}"
+                        if split in task.files else f"note: {name} declares no {split} file; no {path.name}")
                     continue
                 write_predictions(path, task, result)
                 written.append(path.name)

@@ -41,23 +41,18 @@ def read_task_file(path: str | Path) -> list[dict]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise TaskFileError(f"--task_file {path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
+    is_yaml = path.suffix.lower() in (".yaml", ".yml")
+    if is_yaml:
+        try:
+            import yaml
+        except ImportError:
+            raise TaskFileError(f"--task_file {path}: reading YAML needs PyYAML (pip install pyyaml); "
+                                "or give JSON") from None
     try:
-        if path.suffix.lower() in (".yaml", ".yml"):
-            try:
-                import yaml
-            except ImportError:
-                raise TaskFileError(f"--task_file {path}: reading YAML needs PyYAML (pip install pyyaml); "
-                                    "or give JSON") from None
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except TaskFileError:
-        raise
-    except ValueError as err:   # json.JSONDecodeError and yaml.YAMLError's parse errors
-        raise TaskFileError(f"--task_file {path}: not valid {'YAML' if path.suffix.lower() in ('.yaml', '.yml') else 'JSON'}: "
+        data = yaml.safe_load(text) if is_yaml else json.loads(text)
+    except Exception as err:   # json.JSONDecodeError, yaml.YAMLError (not a ValueError)
+        raise TaskFileError(f"--task_file {path}: not valid {'YAML' if is_yaml else 'JSON'}: "
                             f"{' '.join(str(err).split())[:200]}") from None
-    except Exception as err:   # yaml.YAMLError is not a ValueError
-        raise TaskFileError(f"--task_file {path}: not valid YAML: {' '.join(str(err).split())[:200]}") from None
     if isinstance(data, dict) and "tasks" in data:
         data = data["tasks"]
     elif isinstance(data, dict):
