@@ -314,3 +314,36 @@ def test_a_data_file_without_a_declared_column_is_one_line_and_leaves_nothing(tm
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "nli-train.tsv: missing column 'verdict'" in err, err
     assert not (tmp_path / "runs" / "r").exists()
+
+
+@pytest.mark.slow
+def test_a_cut_run_of_a_declared_task_resumes_to_the_same_run(tmp_path, tiny_model_dir):
+    """A run of SST and the declared task stopped after its second checkpoint, its task file deleted and
+    the task forgotten (a fresh process), resumes to the uninterrupted run's weights, metrics and CSVs."""
+    from test_resume import argv, list_checkpoints, one_thread
+    data = make_data(tmp_path / "data", with_builtin=True)
+    declared = write_declaration(tmp_path / "my_tasks.json")
+    flags = [*argv(tiny_model_dir, tmp_path / "runs", "clean", "--epochs", "2", "--tasks", "sst,nli",
+                   "--task_file", str(declared)), "--data_dir", str(data)]   # the last --data_dir wins
+    with one_thread():
+        assert run_multitask.main(flags) == 0
+    clean = tmp_path / "runs" / "clean"
+    assert len(list_checkpoints(clean)) > 2
+    declared.unlink()
+    forget("nli")
+    resumed = tmp_path / "resumed"
+    shutil.copytree(clean, resumed)
+    for later in list_checkpoints(resumed)[2:]:   # stopped after its second checkpoint, before its outputs
+        shutil.rmtree(later)
+    outputs = ["nli-dev-output.csv", "nli-test-output.csv", "sst-dev-output.csv"]
+    for name in outputs:
+        (resumed / name).unlink()
+    with one_thread():
+        assert run_multitask.main(["--resume", str(resumed), "--quiet"]) == 0
+    for name in outputs:
+        assert (resumed / name).read_text() == (clean / name).read_text(), name
+    done, uncut = (json.loads((folder / "metrics.json").read_text(encoding="utf-8")) for folder in (resumed, clean))
+    assert done["dev"] == uncut["dev"] and [e["dev"] for e in done["epochs"]] == [e["dev"] for e in uncut["epochs"]]
+    from safetensors.torch import load_file
+    a, b = (load_file(str(folder / "checkpoint" / "model.safetensors")) for folder in (resumed, clean))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
