@@ -86,3 +86,12 @@ def test_a_missing_file_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run_multitask.parse_config(["--config", str(tmp_path / "nowhere.json")])
     assert f"--config {tmp_path / 'nowhere.json'}: " in capsys.readouterr().err
+
+
+def test_metrics_json_records_what_decides_a_cpu_runs_bits(saved_run):
+    """The thread count and the CPU's vector instructions decide a CPU run's rounding (docs/defaults.md,
+    'Reproducing the default row'), so a finished run records both."""
+    import torch
+    metrics = json.loads((saved_run / "metrics.json").read_text())
+    assert metrics["torch_threads"] == torch.get_num_threads()
+    assert metrics["cpu_capability"] == torch.backends.cpu.get_cpu_capability() != ""

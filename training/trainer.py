@@ -240,6 +240,9 @@ class RunFolder:
         """Mark the run finished in metrics.json, draw its curves, write the model card, drop its training state."""
         self.metrics.update(status="finished", **results, wall_seconds=self.seconds(),
                             torch_threads=torch.get_num_threads(),
+                            # the CPU's vector instructions as torch's kernels use them (e.g. AVX2, AVX512): they
+                            # and the thread count decide the rounding, so the bits of a CPU run (docs/defaults.md)
+                            cpu_capability=torch.backends.cpu.get_cpu_capability(),
                             finished=datetime.now().isoformat(timespec="seconds"), processes=self.place.world_size)
         self.write.json(self.metrics)
         self.write.curves(self.metrics, self.log, final=True)
