@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
                 metrics = json.loads((Path(out) / name / "metrics.json").read_text(encoding="utf-8"))
                 rate = metrics["train_examples_per_second"]
+                if not rate:   # None: its training time rounds to 0 s
+                    raise SystemExit(f"{side or '(common flags only)'}: the run is too short to time "
+                                     "(its training rounds to 0 s): give it more steps")
                 results[side].append(rate)
                 print(f"repeat {repeat + 1}, {side or '(common flags only)'}: {rate} examples/s", flush=True)
     first = statistics.median(results[args.side[0]])
