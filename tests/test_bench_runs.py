@@ -1,5 +1,6 @@
-"""bench/towers.py and bench/interleaved_runs.py end to end on the tiny model and fixture data: each
-side is timed on the same number of steps (runs), and the table gives each side against the first."""
+"""bench/towers.py end to end on the tiny model and fixture data (both sides timed on the same steps),
+and bench/interleaved_runs.py's order of runs and table (its run processes faked): each side against the first."""
+import json
 import re
 from pathlib import Path
 
@@ -32,15 +33,29 @@ def test_towers_times_both_sides_on_the_same_steps(tiny_model_dir, capsys, monke
     assert float(rows["1"][-1]) > 0
 
 
-@pytest.mark.slow
-def test_interleaved_runs_reports_every_side_run_by_run(tiny_model_dir, capsys):
-    common = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--epochs", "12", "--batch_size", "4", "--max_length", "24", "--tasks", "sst"]
-    assert interleaved_runs.main(["--side", "--pooling cls", "--side", "--pooling mean", "--repeats", "1",
-                                  "--", *common]) == 0
+def test_interleaved_runs_alternates_the_sides_and_reports_each_against_the_first(capsys, monkeypatch):
+    """The order of the runs and the table, with each run's process replaced by one that writes the
+    metrics.json a finished run writes (a real run of each side: tests/test_run_multitask.py's business)."""
+    calls, rates = [], {"--pooling cls": [40.0, 44.0, 42.0], "--pooling mean": [21.0, 22.0, 20.0]}
+
+    def fake_run(command, check, stdout):
+        side = " ".join(command[command.index("--data_dir") + 2:command.index("--out_dir")])
+        out, name = command[command.index("--out_dir") + 1], command[command.index("--run_name") + 1]
+        calls.append((side, name))
+        folder = Path(out) / name
+        folder.mkdir(parents=True)
+        rate = rates[side][sum(1 for s, _ in calls if s == side) - 1]
+        (folder / "metrics.json").write_text(json.dumps({"train_examples_per_second": rate}))
+    monkeypatch.setattr(interleaved_runs.subprocess, "run", fake_run)
+    assert interleaved_runs.main(["--side", "--pooling cls", "--side", "--pooling mean", "--repeats", "3",
+                                  "--", "--data_dir", "DATA"]) == 0
+    assert [side for side, _ in calls] == ["--pooling cls", "--pooling mean"] * 3
+    assert len({name for _, name in calls}) == 6
     out = capsys.readouterr().out
-    assert re.findall(r"repeat 1, (--pooling \w+): [\d.]+ examples/s", out) == ["--pooling cls", "--pooling mean"]
+    assert re.findall(r"repeat (\d), (--pooling \w+): ([\d.]+) examples/s", out)[:2] == [
+        ("1", "--pooling cls", "40.0"), ("1", "--pooling mean", "21.0")]
     rows = table_rows(out)
-    assert list(rows) == ["`--pooling cls`", "`--pooling mean`"] and rows["`--pooling cls`"][-1] == "1.000"
+    assert rows["`--pooling cls`"][1:] == ["42.0", "1.000"] and rows["`--pooling mean`"][1:] == ["21.0", "0.500"]
 
 
 def test_interleaved_runs_refuses_what_it_sets_and_a_single_side(capsys):
