@@ -8,6 +8,7 @@ them again: ``load_run``, ``--resume``, predict and the report work without the 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 
 from heads import PairClassifierHead, PairHead, SentimentHead
 
-from .tasks import BUILTIN_TASKS, TASKS, Task, argmax
+from .tasks import BUILTIN_TASKS, QQP, TASKS, Task, argmax
 
 KINDS = ("classification", "pair_classification", "pair_regression")
 METRICS = {"classification": "accuracy", "pair_classification": "accuracy", "pair_regression": "pearson"}
@@ -149,11 +150,7 @@ def task_from_declaration(d: dict) -> Task:
                     head=lambda width, m: SentimentHead(width, n, m.hidden_dropout_prob),
                     loss=F.cross_entropy, predict=argmax, divergence="multiclass")
     if d["kind"] == "pair_classification" and n == 2:
-        return Task(**common, label_type="class", num_classes=2, score_range=None,
-                    head=lambda width, m: PairHead(width, m.para_head, "logit", m.head_temp, m.hidden_dropout_prob,
-                                                   m.pair_projection),
-                    loss=lambda logits, labels: F.binary_cross_entropy_with_logits(logits, labels.float()),
-                    predict=lambda logits: (logits > 0).long(), divergence="binary")
+        return dataclasses.replace(QQP, **common)   # QQP's head, loss, prediction and divergence
     if d["kind"] == "pair_classification":
         return Task(**common, label_type="class", num_classes=n, score_range=None,
                     head=lambda width, m: PairClassifierHead(width, n, m.hidden_dropout_prob),
@@ -180,9 +177,3 @@ def own_declarations(saved: dict) -> list[dict]:
     data = saved.get("data") if isinstance(saved, dict) else None
     found = data.get("own_tasks") if isinstance(data, dict) else None
     return found if isinstance(found, list) else []
-
-
-def is_own(name: str) -> bool:
-    """Whether ``name`` is a declared task (not a built-in one)."""
-    return name in TASKS and name not in BUILTIN_TASKS
-
