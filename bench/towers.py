@@ -24,7 +24,6 @@ import torch
 import run_multitask
 from data.readers import resolve_data_dir
 from minbert.weights import resolve_model_dir
-from training.adamw import ParamSet, build_adamw
 from training.distributed import Distributed
 from training.loop import Objective, TrainingLoop
 from training.precision import Precision
@@ -32,7 +31,7 @@ from training.run_log import RunLog
 from training.runs import build_model, tokenizer_for
 from training.task_loss import TaskLoss
 from training.tasks import DEFAULT_TASKS, TASKS
-from training.trainer import loader_for, seed_everything, set_speed
+from training.trainer import loader_for, run_adamw, seed_everything, set_speed
 
 
 class Side(Objective):
@@ -44,8 +43,7 @@ class Side(Objective):
         t = self.config.train
         seed_everything(t.seed)
         self.model = build_model(self.config, model_dir).to(device)
-        self.optimizer = build_adamw(self.config, [ParamSet(self.model.encoder_parameters()),
-                                                   ParamSet(self.model.heads.named_parameters(), lr=t.head_lr)], t.lr)
+        self.optimizer = run_adamw(self.config, self.model)
         forward_model = set_speed(self.model, self.config, Distributed(), device)
         self.task_loss = TaskLoss(self.model, device, forward_model=forward_model)
         self.loop = TrainingLoop(Precision("off", device), RunLog(quiet=True), max_grad_norm=t.max_grad_norm)

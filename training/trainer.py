@@ -312,10 +312,7 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
     t, model = config.train, inputs.model.to(device)
     weightings = [w for w in (e.loss_weighting(config) for e in enabled(config)) if w is not None]
     weighting = weightings[0].to(device) if weightings else None
-    optimizer = build_adamw(config, [ParamSet(model.encoder_parameters()),
-                                     ParamSet(model.heads.named_parameters(), lr=t.head_lr),
-                                     ParamSet(weighting.named_parameters() if weighting else [], lr=t.head_lr,
-                                              decay=False)], lr=t.lr)
+    optimizer = run_adamw(config, model, weighting)
     trained = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
     log(f"parameters: {sum(p.numel() for p in model.parameters()):,} in the model, {trained:,} trained "
         f"(option {config.model.option})")
@@ -338,6 +335,16 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
     parts.load_run, parts.train_run = load_run, run
     clock.components = {"run": parts}
     return parts
+
+
+def run_adamw(config: RunConfig, model: MultitaskBert, weighting=None):
+    """A multi-task run's AdamW: the encoder (and its towers) at ``--lr``, the heads and any learned loss
+    weights (no weight decay on those) at ``--head_lr``."""
+    t = config.train
+    return build_adamw(config, [ParamSet(model.encoder_parameters()),
+                                ParamSet(model.heads.named_parameters(), lr=t.head_lr),
+                                ParamSet(weighting.named_parameters() if weighting else [], lr=t.head_lr,
+                                         decay=False)], lr=t.lr)
 
 
 def set_speed(model: MultitaskBert, config: RunConfig, place: Distributed, device: torch.device) -> torch.nn.Module:
