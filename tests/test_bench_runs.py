@@ -1,4 +1,4 @@
-"""bench/towers.py end to end on the tiny model and fixture data (both sides timed on the same steps),
+"""bench/steps.py end to end on the tiny model and fixture data (every side timed on the same steps),
 and bench/interleaved_runs.py's order of runs and table (its run processes faked): each side against the first."""
 import json
 import re
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import interleaved_runs, towers
+from bench import interleaved_runs, steps
+from training.extensions.smart import SmartRegularizer
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
@@ -16,21 +17,31 @@ def table_rows(text: str) -> dict[str, list[str]]:
     return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows[1:]}
 
 
-def test_towers_times_both_sides_on_the_same_steps(tiny_model_dir, capsys, monkeypatch):
-    counts = {}
-    step = towers.Side.step
+def test_steps_times_every_side_on_the_same_steps(tiny_model_dir, capsys, monkeypatch):
+    counts, smart_terms = {}, []
+    step = steps.Side.step
 
     def counting(self, task, batch, timed=True):
         step(self, task, batch, timed)
-        counts[id(self)] = (self.config.model.private_layers, len(self.seconds))
-    monkeypatch.setattr(towers.Side, "step", counting)
-    assert towers.main(["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--private_layers", "1",
-                        "--rounds", "4", "--warmup", "1", "--batch_size", "8", "--max_length", "24",
-                        "--threads", "1"]) == 0
-    assert sorted(counts.values()) == [(0, 12), (1, 12)]   # 4 rounds of 3 tasks each, the warm-up untimed
+        counts[id(self)] = (self.config.model.private_layers, self.config.smart.smart, len(self.seconds))
+    monkeypatch.setattr(steps.Side, "step", counting)
+    add = SmartRegularizer.add
+    monkeypatch.setattr(SmartRegularizer, "add", lambda self, *a: smart_terms.append(a[1]) or add(self, *a))
+    sides = ["--private_layers 0", "--private_layers 1", "--private_layers 0 --smart"]
+    assert steps.main(["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--rounds", "4",
+                       "--warmup", "1", "--batch_size", "8", "--max_length", "24", "--threads", "1",
+                       *[arg for side in sides for arg in ("--side", side)]]) == 0
+    # 4 rounds of 3 tasks each, the warm-up untimed; SMART's term added on the SMART side's 15 steps only
+    assert sorted(counts.values()) == [(0, False, 12), (0, True, 12), (1, False, 12)]
+    assert sorted(smart_terms) == sorted(["sst", "qqp", "sts"] * 5)
     rows = table_rows(capsys.readouterr().out)
-    assert list(rows) == ["0", "1"] and rows["0"][-1] == "1.000"
-    assert float(rows["1"][-1]) > 0
+    assert list(rows) == sides and rows[sides[0]][-1] == "1.000"
+    assert all(float(rows[side][-1]) > 0 for side in sides)
+
+
+def test_steps_refuses_the_same_side_twice(tiny_model_dir):
+    with pytest.raises(SystemExit):
+        steps.main(["--model", str(tiny_model_dir), "--side", "--smart", "--side", "--smart"])
 
 
 def test_interleaved_runs_alternates_the_sides_and_reports_each_against_the_first(capsys, monkeypatch):

@@ -1,21 +1,24 @@
-"""What private layers cost per training step: the run's multi-task model at ``--private_layers 0``
-and at K, stepped on the same real batches in turns, each step timed alone.
+"""What a configuration costs per training step: the run's multi-task model built for each side's
+flags, stepped on the same real batches in turns, each step timed alone.
 
-    python -m bench.towers --data_dir ../shared/data/multitask [--private_layers 2] [--rounds 60] [--threads 2]
+    python -m bench.steps --data_dir ../shared/data/multitask [--side FLAGS ...] [--rounds 60] [--threads 2]
 
-Why in one process: a round-robin step trains one task's batch through the shared bottom and that
-task's top layers (its tower, or the encoder's own for the home task), so a tower should cost memory,
-not time. Whole runs (``bench.interleaved_runs``) carry start-up, tokenising and evaluation, whose
-run-to-run spread (±6 % at 40 rounds here) hides a few per cent; here both models are built once,
-as ``training/trainer.py`` builds them (the run's AdamW groups, speed flags, sparse word-embedding
-rows), warmed up, and every round gives each side the same SST, QQP and STS batch, the side going
-first alternating from round to round. Only ``TrainingLoop.step`` is timed (forward, loss, backward,
-clipping, optimizer step). Reported: each side's median seconds per step and examples per second,
-and their ratio.
+Sides default to ``--private_layers 0`` and ``--private_layers 2`` (a round-robin step trains one
+task's batch through the shared bottom and that task's top layers, its tower or the encoder's own
+for the home task, so a tower should cost memory, not time); ``--side "--smart"`` etc. time an
+extension's step (its regularizer's extra passes included). Why in one process: whole runs
+(``bench.interleaved_runs``) carry start-up, tokenising and evaluation, whose run-to-run spread (±6 %
+at 40 rounds here) hides a few per cent; here every model is built once, as ``training/trainer.py``
+builds it (the run's AdamW groups, speed flags, sparse word-embedding rows, the extensions'
+regularizers), warmed up, and every round gives each side the same SST, QQP and STS batch, the side
+going first rotating from round to round. Only ``TrainingLoop.step`` is timed (forward, loss and
+regularizer passes, backward, clipping, optimizer step). Reported: each side's median seconds per
+step, examples per second, and its examples per second over the first side's.
 """
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import time
 
@@ -31,6 +34,7 @@ from training.run_log import RunLog
 from training.runs import build_model, tokenizer_for
 from training.task_loss import TaskLoss
 from training.tasks import DEFAULT_TASKS, TASKS
+from training.extensions import enabled
 from training.trainer import loader_for, run_adamw, seed_everything, set_speed
 
 
@@ -45,13 +49,18 @@ class Side(Objective):
         self.model = build_model(self.config, model_dir).to(device)
         self.optimizer = run_adamw(self.config, self.model)
         forward_model = set_speed(self.model, self.config, Distributed(), device)
-        self.task_loss = TaskLoss(self.model, device, forward_model=forward_model)
+        regularizers = [e.regularizer(self.config, self.model) for e in enabled(self.config)]
+        regularizers = [r for r in regularizers if r is not None]
+        self.task_loss = TaskLoss(self.model, device, regularizers, forward_model=forward_model)
         self.loop = TrainingLoop(Precision("off", device), RunLog(quiet=True), max_grad_norm=t.max_grad_norm)
         self.model.train()
         self.task, self.seconds = None, []
 
     def loss(self, batch):
         return self.task_loss([(self.task, batch)])
+
+    def after_step(self) -> None:
+        self.task_loss.after_step()
 
     def step(self, task: str, batch: dict, timed: bool = True) -> None:
         self.task = task
@@ -62,12 +71,14 @@ class Side(Objective):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.towers", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.steps", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data_dir", default=None, help="the CS224N files (default: as run_multitask finds them)")
     parser.add_argument("--model", default=None, help="an HF-format BERT folder (default: the embedded model)")
     parser.add_argument("--batch_size", type=int, default=32, help="examples per batch (default: 32, the run's)")
     parser.add_argument("--max_length", type=int, default=128, help="word pieces per sentence (default: 128)")
-    parser.add_argument("--private_layers", type=int, default=2, help="K of the side with towers (default: 2)")
+    parser.add_argument("--side", action="append", default=None, metavar="FLAGS",
+                        help="run_multitask.py flags of one side, quoted; repeat for each side "
+                             "(default: --private_layers 0, then --private_layers 2)")
     parser.add_argument("--rounds", type=int, default=60, help="timed rounds, one batch of each task (default: 60)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default: 3)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
@@ -80,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = resolve_data_dir(probe.data.data_dir)
     model_dir = resolve_model_dir(probe.model.model)
     device = torch.device("cpu")
-    sides = {k: Side([*common, "--private_layers", str(k)], model_dir, device) for k in (0, args.private_layers)}
+    flags = args.side or ["--private_layers 0", "--private_layers 2"]
+    if len(set(flags)) != len(flags):
+        parser.error("two --side options give the same flags")
+    sides = {side: Side([*common, *shlex.split(side)], model_dir, device) for side in flags}
     loader = loader_for(probe, tokenizer_for(model_dir), Distributed())
     batches = {}
     for name in DEFAULT_TASKS:
@@ -90,17 +104,18 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.warmup} + {args.rounds} rounds of {', '.join(DEFAULT_TASKS)}, batch {probe.data.batch_size}")
     examples = 0
     for round_ in range(args.warmup + args.rounds):
-        order = list(sides.values()) if round_ % 2 == 0 else list(sides.values())[::-1]
+        shift = round_ % len(sides)
+        order = list(sides.values())[shift:] + list(sides.values())[:shift]
         for name in DEFAULT_TASKS:
             batch = next(batches[name])
             for side in order:
                 side.step(name, batch, timed=round_ >= args.warmup)
             examples += len(batch["ids"]) if round_ >= args.warmup else 0
-    print("| --private_layers | median s/step | mean s/step | examples/s | vs 0 |\n|---|--:|--:|--:|--:|")
-    base = sum(sides[0].seconds)
-    for k, side in sides.items():
+    print("| side | median s/step | mean s/step | examples/s | examples/s vs the first |\n|---|--:|--:|--:|--:|")
+    base = sum(next(iter(sides.values())).seconds)
+    for flags_, side in sides.items():
         total = sum(side.seconds)
-        print(f"| {k} | {statistics.median(side.seconds):.4f} | {total / len(side.seconds):.4f} | "
+        print(f"| {flags_} | {statistics.median(side.seconds):.4f} | {total / len(side.seconds):.4f} | "
               f"{examples / total:.1f} | {base / total:.3f} |")
     return 0
 
