@@ -43,11 +43,8 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
     if is_checkpoint(model_dir):  # runs chain: a saved run's encoder, with this run's dropout
         state, saved = load_checkpoint(model_dir)
         bert = BertModel(dataclasses.replace(saved_bert_config(model_dir, saved), **overrides))
-        try:
-            bert.load_state_dict({k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")})
-        except RuntimeError as err:
-            raise WeightsError(f"{model_dir / 'model.safetensors'}: the weights do not fit the model of "
-                               f"{model_dir / 'config.json'}: {' '.join(str(err).split())[:300]}") from None
+        load_fitting(bert, {k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")},
+                     model_dir / "model.safetensors", model_dir / "config.json")
     else:
         bert = BertModel.from_pretrained(model_dir, **overrides)
     check_pooling_depth(config.model.pooling, bert.config, model_dir / "config.json")
@@ -60,6 +57,15 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
         for _, p in model.encoder_parameters():
             p.requires_grad_(False)
     return model
+
+
+def load_fitting(model: torch.nn.Module, state: dict, weights: Path, config_file: Path) -> None:
+    """``model.load_state_dict(state)``; weights of another shape or names are one line naming both files."""
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise WeightsError(f"{weights}: the weights do not fit the model of {config_file}: "
+                           f"{' '.join(str(err).split())[:300]}") from None
 
 
 def saved_bert_config(directory: Path, saved: dict) -> BertConfig:
@@ -220,11 +226,7 @@ def load_run(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise WeightsError(f"{config_file}: unusable configuration: {first_line(err)}") from None
     model = with_heads(bert, config, tasks)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as err:
-        raise WeightsError(f"{weights}: the weights do not fit the model of {config_file.name}: "
-                           f"{' '.join(str(err).split())[:300]}") from None
+    load_fitting(model, state, weights, config_file)
     set_attention(model, config.speed.attention)
     return LoadedRun(directory, config, model.to(device).eval(), tokenizer_for(directory, bert))
 
