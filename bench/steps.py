@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default: 3)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     args = parser.parse_args(argv)
+    flags = args.side or ["--private_layers 0", "--private_layers 2"]
+    if len(set(flags)) != len(flags):
+        parser.error("two --side options give the same flags")
     if args.threads:
         torch.set_num_threads(args.threads)
     common = [*(["--data_dir", args.data_dir] if args.data_dir else []), *(["--model", args.model] if args.model else []),
@@ -91,9 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = resolve_data_dir(probe.data.data_dir)
     model_dir = resolve_model_dir(probe.model.model)
     device = torch.device("cpu")
-    flags = args.side or ["--private_layers 0", "--private_layers 2"]
-    if len(set(flags)) != len(flags):
-        parser.error("two --side options give the same flags")
     sides = {side: Side([*common, *shlex.split(side)], model_dir, device) for side in flags}
     loader = loader_for(probe, tokenizer_for(model_dir), Distributed())
     batches = {}

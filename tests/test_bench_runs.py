@@ -39,9 +39,10 @@ def test_steps_times_every_side_on_the_same_steps(tiny_model_dir, capsys, monkey
     assert all(float(rows[side][-1]) > 0 for side in sides)
 
 
-def test_steps_refuses_the_same_side_twice(tiny_model_dir):
+def test_steps_refuses_the_same_side_twice(tiny_model_dir, capsys):
     with pytest.raises(SystemExit):
         steps.main(["--model", str(tiny_model_dir), "--side", "--smart", "--side", "--smart"])
+    assert "two --side options give the same flags" in capsys.readouterr().err
 
 
 def test_interleaved_runs_alternates_the_sides_and_reports_each_against_the_first(capsys, monkeypatch):
