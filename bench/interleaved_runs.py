@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import glued_sides
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -59,7 +61,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--side", action="append", required=True,
                         help="the flags of one side, quoted (give --side twice or more; \"\" = common flags only)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each side (default: 3)")
-    args = parser.parse_args(argv[:split])
+    args = parser.parse_args(glued_sides(argv[:split]))
     if len(args.side) < 2 or args.repeats < 1:
         parser.error("give at least two --side and --repeats of at least 1")
     common = argv[split + 1:]

@@ -25,16 +25,17 @@ import time
 import torch
 
 import run_multitask
+from bench import glued_sides
 from data.readers import resolve_data_dir
 from minbert.weights import resolve_model_dir
 from training.distributed import Distributed
+from training.extensions import enabled
 from training.loop import Objective, TrainingLoop
 from training.precision import Precision
 from training.run_log import RunLog
 from training.runs import build_model, tokenizer_for
 from training.task_loss import TaskLoss
 from training.tasks import DEFAULT_TASKS, TASKS
-from training.extensions import enabled
 from training.trainer import loader_for, run_adamw, seed_everything, set_speed
 
 
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=60, help="timed rounds, one batch of each task (default: 60)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default: 3)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(glued_sides(argv))
     flags = args.side or ["--private_layers 0", "--private_layers 2"]
     if len(set(flags)) != len(flags):
         parser.error("two --side options give the same flags")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import interleaved_runs, steps
+from bench import glued_sides, interleaved_runs, steps
 from training.extensions.smart import SmartRegularizer
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -43,6 +43,11 @@ def test_steps_refuses_the_same_side_twice(tiny_model_dir, capsys):
     with pytest.raises(SystemExit):
         steps.main(["--model", str(tiny_model_dir), "--side", "--smart", "--side", "--smart"])
     assert "two --side options give the same flags" in capsys.readouterr().err
+
+
+def test_a_side_of_one_flag_is_its_value_not_an_option():
+    assert glued_sides(["--side", "--smart", "--rounds", "2", "--side", "--pooling cls", "--side"]) == \
+        ["--side=--smart", "--rounds", "2", "--side=--pooling cls", "--side"]
 
 
 def test_interleaved_runs_alternates_the_sides_and_reports_each_against_the_first(capsys, monkeypatch):
