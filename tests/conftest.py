@@ -6,6 +6,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):   # `-n 2`: one thread a worker (and i
 
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,11 @@ from safetensors import safe_open
 from minbert import BertConfig, BertModel, default_model_dir
 
 REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference_minilm.safetensors"
+
+# A suite started in the background (`nohup ... &`, a non-interactive shell's job) inherits SIGINT ignored;
+# Python then never raises KeyboardInterrupt, nor do the runs the tests start. The Ctrl-C tests need it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
