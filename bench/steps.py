@@ -29,14 +29,13 @@ from bench import glued_sides
 from data.readers import resolve_data_dir
 from minbert.weights import resolve_model_dir
 from training.distributed import Distributed
-from training.extensions import enabled
 from training.loop import Objective, TrainingLoop
 from training.precision import Precision
 from training.run_log import RunLog
 from training.runs import build_model, tokenizer_for
 from training.task_loss import TaskLoss
 from training.tasks import DEFAULT_TASKS, TASKS
-from training.trainer import loader_for, run_adamw, seed_everything, set_speed
+from training.trainer import loader_for, run_adamw, run_regularizers, seed_everything, set_speed
 
 
 class Side(Objective):
@@ -50,9 +49,8 @@ class Side(Objective):
         self.model = build_model(self.config, model_dir).to(device)
         self.optimizer = run_adamw(self.config, self.model)
         forward_model = set_speed(self.model, self.config, Distributed(), device)
-        regularizers = [e.regularizer(self.config, self.model) for e in enabled(self.config)]
-        regularizers = [r for r in regularizers if r is not None]
-        self.task_loss = TaskLoss(self.model, device, regularizers, forward_model=forward_model)
+        self.task_loss = TaskLoss(self.model, device, run_regularizers(self.config, self.model),
+                                  forward_model=forward_model)
         self.loop = TrainingLoop(Precision("off", device), RunLog(quiet=True), max_grad_norm=t.max_grad_norm)
         self.model.train()
         self.task, self.seconds = None, []

@@ -319,8 +319,7 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
     forward_model = set_speed(model, config, place, device)
     clock = TrainingClock(model, folder.dir, config.to_dict(), config.output.save_every,
                           config.output.keep_checkpoints, resume=resume, enabled=folder.write.enabled, log=log)
-    regularizers = [r for r in (e.regularizer(config, model) for e in enabled(config)) if r is not None]
-    task_loss = TaskLoss(model, device, regularizers, weighting, forward_model, place)
+    task_loss = TaskLoss(model, device, run_regularizers(config, model), weighting, forward_model, place)
     loop = TrainingLoop(precision, log, clock, t.max_grad_norm, grad_accum=t.grad_accum,
                         schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio),
                         scalars=folder.scalars(resume))
@@ -345,6 +344,11 @@ def run_adamw(config: RunConfig, model: MultitaskBert, weighting=None):
                                 ParamSet(model.heads.named_parameters(), lr=t.head_lr),
                                 ParamSet(weighting.named_parameters() if weighting else [], lr=t.head_lr,
                                          decay=False)], lr=t.lr)
+
+
+def run_regularizers(config: RunConfig, model: MultitaskBert) -> list:
+    """The enabled extensions' regularizers (e.g. SMART's), in the registry's order."""
+    return [r for r in (e.regularizer(config, model) for e in enabled(config)) if r is not None]
 
 
 def set_speed(model: MultitaskBert, config: RunConfig, place: Distributed, device: torch.device) -> torch.nn.Module:
