@@ -9,9 +9,46 @@ import run_multitask
 from training.config import RunConfig
 from training.extensions.joint_loss import loss_weights
 from training.extensions.lcl import lcl_task
-from training.tasks import TASKS, format_metrics, overall_score, parse_tasks
+from training.tasks import TASKS, format_metrics, overall_score, parse_tasks, pearson
 
 CFIMDB_DATA = Path(__file__).parent / "fixtures" / "cfimdb"
+
+
+def test_pearson_gives_scipys_bits():
+    """training.tasks.pearson repeats scipy.stats.pearsonr's arithmetic in numpy (scipy.stats is a slow
+    import): the same float, bit for bit, on float32 predictions against float64 gold scores (as a run
+    scores STS), float64 on both sides, shifted and scaled data, and two points; 0 where r is undefined."""
+    import numpy as np
+    from scipy.stats import pearsonr
+
+    rng = np.random.default_rng(0)
+    cases = 0
+    for trial in range(300):
+        size = 2 if trial % 10 == 0 else int(rng.integers(3, 1500))
+        pred = (rng.normal(size=size) * rng.uniform(0.01, 100) + rng.normal() * 10).astype(
+            np.float32 if trial % 2 else np.float64)
+        gold = rng.uniform(0, 5, size=size).round(1)
+        if np.std(pred) == 0 or np.std(gold) == 0:
+            continue
+        assert pearson(pred, gold) == float(pearsonr(pred, gold)[0]), (trial, size)
+        cases += 1
+    assert cases > 250
+    assert pearson(np.array([1.0, 2.0]), np.array([3.0, 1.0])) == -1.0
+    assert pearson(np.ones(5), np.arange(5.0)) == 0.0 and pearson(np.array([1.0]), np.array([2.0])) == 0.0
+
+
+@pytest.mark.slow
+def test_scoring_sts_does_not_import_scipy_stats():
+    """The reason pearson is written out: a run that scores STS pays no scipy.stats import."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from training.tasks import pearson; "
+            "print(round(pearson(np.array([1., 2., 4.]), np.array([1., 3., 2.])), 6), 'scipy.stats' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0.327327", "False"]
 
 
 def test_overall_score_is_the_cs224n_formula_for_the_benchmark_tasks():
