@@ -37,7 +37,7 @@ def test_only_a_thresholded_head_is_started():
     similarities, labels = torch.tensor([0.1, 0.5, 0.6, 0.9]), torch.tensor([0, 0, 1, 1])
     cosine = PairHead(8, "cosine", "logit")
     assert cosine.thresholded and cosine.calibrate(similarities, labels) == pytest.approx(0.55)
-    assert float(cosine.threshold) == pytest.approx(0.55)
+    assert cosine.threshold.item() == pytest.approx(0.55)
     u, v = torch.randn(3, 8), torch.randn(3, 8)
     assert torch.allclose(cosine(u, v), (F.cosine_similarity(u, v, dim=-1) - 0.55) / 0.05, atol=1e-5)
     for head in (PairHead(8, "concat", "logit"), PairHead(8, "cosine", "score")):
@@ -68,7 +68,7 @@ def test_the_start_is_the_best_cut_of_the_pairs_cosines(tiny_model_dir):
     u, v = (torch.from_numpy(encode(run.model.bert, tokenizer, [e.texts[i] for e in first], "mean", max_length=24))
             for i in (0, 1))
     want = best_threshold(F.cosine_similarity(u, v, dim=-1).double().numpy(), np.array([e.label for e in first]))
-    assert float(run.model.heads["qqp"].threshold) == pytest.approx(want, abs=1e-5)
+    assert run.model.heads["qqp"].threshold.item() == pytest.approx(want, abs=1e-5)
     assert len(messages) == 1 and f"b = {want:.3f}" in messages[0] and f"first {len(first)} training pairs" in messages[0]
 
 
