@@ -34,27 +34,12 @@
 # is 1 if any run failed. Set PYTHON to choose the interpreter (default: python).
 set -u
 
-# ---- the grid and its budget, from the registry of extensions (training/extensions) ----------------
-# python -m training.tools.grid prints the rows: the PT, FT and single-task baselines, the CLS control, each
-# extension alone on CLS and on MEAN, every pair on MEAN, the variants, everything but the costly
-# extensions on MEAN, and everything on CLS and on MEAN. --budget prints every run's budget (one
-# multi-task epoch of 30 steps, 20 batches of every extension's stage), --stage_steps the flags that
-# --stage_steps sets. On 2 CPU cores with the embedded model, the 26 rows without LCL took 117.3 min in
-# all, 2.8-6.5 min a row on an idle machine, the all-on rows the slowest (docs/ablation.md); the 7 LCL
-# rows come on top. Other jobs on the same cores make every row slower.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
-mapfile -t LISTED < <(cd "$ROOT" && "$PYTHON" -m training.tools.grid --all)   # rows %% budget %% stage flags %%
-GRID=() BUDGET=() STAGE_STEPS=() section=0
-for line in "${LISTED[@]+"${LISTED[@]}"}"; do
-  if [[ $line == "%%" ]]; then section=$((section + 1)); continue; fi
-  case $section in 0) GRID+=("$line") ;; 1) BUDGET+=("$line") ;; 2) STAGE_STEPS+=("$line") ;; esac
-done
-((${#GRID[@]} > 0 && ${#BUDGET[@]} > 0)) ||
-  { echo "ablate.sh: could not list the grid (python -m training.tools.grid)" >&2; exit 2; }
 OUT="predictions/ablate"
 ONLY=()
 EXTRA=()
+SETS=()   # budget flags given here, FLAG VALUE pairs (--stage_steps S: Python sets every stage's flag to S)
 DRY_RUN=0
 LIST=0
 RESUME=0
@@ -69,26 +54,16 @@ unfinished() {  # does run folder $1 hold a stopped run with a checkpoint to con
     "$1/metrics.json" 2>/dev/null &&
     [[ -n "$(ls -A "$1/checkpoints" 2>/dev/null)" ]]
 }
-set_budget() {  # set_budget FLAG VALUE: replace FLAG's value in BUDGET (or add it)
-  local i
-  for ((i = 0; i < ${#BUDGET[@]}; i++)); do
-    if [[ "${BUDGET[i]}" == "$1" ]]; then BUDGET[i + 1]="$2"; return; fi
-  done
-  BUDGET+=("$1" "$2")
-}
 
+# the options first, in bash: --help and a mistyped option answer without starting Python
 while (($# > 0)); do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --list) LIST=1; shift ;;
     --resume) RESUME=1; shift ;;
     --dry_run) DRY_RUN=1; shift ;;
-    --epochs|--max_steps_per_epoch)
-      (($# >= 2)) || die "$1 needs a value"; set_budget "$1" "$2"; shift 2 ;;
-    --stage_steps)
-      (($# >= 2)) || die "$1 needs a value"
-      for flag in "${STAGE_STEPS[@]}"; do set_budget "$flag" "$2"; done
-      shift 2 ;;
+    --epochs|--max_steps_per_epoch|--stage_steps)
+      (($# >= 2)) || die "$1 needs a value"; SETS+=("$1" "$2"); shift 2 ;;
     --seeds)
       (($# >= 2)) && [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "--seeds needs a whole number >= 1"
       SEEDS="$2"; shift 2 ;;
@@ -109,6 +84,52 @@ for flag in "${EXTRA[@]+"${EXTRA[@]}"}"; do   # the grid names and places its ru
     --run_name|--run_name=*|--resume|--resume=*) die "$flag cannot be given to the grid's runs (each row names its run)" ;;
   esac
 done
+
+# ---- the grid and its budget, from the registry of extensions (training/extensions) ----------------
+# training.tools.grid gives the rows: the PT, FT and single-task baselines, the CLS control, each
+# extension alone on CLS and on MEAN, every pair on MEAN, the variants, everything but the costly
+# extensions on MEAN, and everything on CLS and on MEAN; and every run's budget (one multi-task epoch of
+# 30 steps, 20 batches of every extension's stage), here with the options above applied. Unless --list,
+# every row's flags (budget, row, EXTRA) are checked too, in the same Python start: a bad flag after --
+# fails once, before the first run. On 2 CPU cores with the embedded model, the 26 rows without LCL
+# took 117.3 min in all, 2.8-6.5 min a row on an idle machine, the all-on rows the slowest
+# (docs/ablation.md); the 7 LCL rows come on top. Other jobs on the same cores make every row slower.
+GRID_AND_CHECK='
+import contextlib, io, sys
+sys.path.insert(0, sys.argv[1])
+from training.tools.grid import budget, grid_rows, stage_steps_flags
+split = sys.argv.index("--")
+check, sets, extra = sys.argv[2] == "1", sys.argv[3:split], sys.argv[split + 1:]
+flags = budget()
+for flag, value in zip(sets[::2], sets[1::2]):
+    for name in stage_steps_flags() if flag == "--stage_steps" else [flag]:
+        flags[name] = value
+budget_words = [word for flag, value in flags.items() for word in (flag, value)]
+rows = grid_rows()
+if check:
+    import run_multitask
+    for name, row_flags in rows:
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                run_multitask.parse_config([*budget_words, *row_flags, *extra]).validate()
+        except SystemExit:   # a flag that does not parse, the same in every row
+            message = stderr.getvalue().strip().splitlines()[-1]
+            sys.exit("ablate.sh: " + message.split("error: ", 1)[-1])
+        except ValueError as err:
+            sys.exit(f"ablate.sh: row {name}: {err}")
+print("\n".join([*(" ".join([name, *row_flags]) for name, row_flags in rows), "%%", *budget_words]))
+'
+listing="$(cd "$ROOT" && "$PYTHON" -c "$GRID_AND_CHECK" "$ROOT" $((1 - LIST)) "${SETS[@]+"${SETS[@]}"}" \
+           -- "${EXTRA[@]+"${EXTRA[@]}"}")" || exit 2
+GRID=() BUDGET=() section=0
+mapfile -t LISTED <<< "$listing"
+for line in "${LISTED[@]+"${LISTED[@]}"}"; do
+  if [[ $line == "%%" ]]; then section=$((section + 1)); continue; fi
+  case $section in 0) GRID+=("$line") ;; 1) BUDGET+=("$line") ;; esac
+done
+((${#GRID[@]} > 0 && ${#BUDGET[@]} > 0)) ||
+  { echo "ablate.sh: could not list the grid (training.tools.grid)" >&2; exit 2; }
 
 for name in "${ONLY[@]+"${ONLY[@]}"}"; do
   found=0
@@ -134,27 +155,6 @@ if ((LIST)); then
   done
   exit 0
 fi
-
-# every row's flags are checked before the first run: a bad flag after -- fails once, here
-CHECK='
-import contextlib, io, sys
-sys.path.insert(0, sys.argv[1])
-import run_multitask
-from training.tools.grid import grid_rows
-split = sys.argv.index("--")
-budget, extra = sys.argv[2:split], sys.argv[split + 1:]
-for name, flags in grid_rows():
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            run_multitask.parse_config([*budget, *flags, *extra]).validate()
-    except SystemExit:   # a flag that does not parse, the same in every row
-        message = stderr.getvalue().strip().splitlines()[-1]
-        sys.exit("ablate.sh: " + message.split("error: ", 1)[-1])
-    except ValueError as err:
-        sys.exit(f"ablate.sh: row {name}: {err}")
-'
-"$PYTHON" -c "$CHECK" "$ROOT" "${BUDGET[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}" || exit 2
 
 if ((!DRY_RUN)); then
   mkdir -p "$OUT/logs" || die "cannot create $OUT/logs"

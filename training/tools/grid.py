@@ -4,9 +4,9 @@
     python -m training.tools.grid                  # one row a line: "<name> <run_multitask.py flags...>"
     python -m training.tools.grid --budget         # the budget flags of every run, one a line
     python -m training.tools.grid --stage_steps    # the flags that ablate.sh --stage_steps sets, one a line
-    python -m training.tools.grid --all            # the three, each ended by a line "%%" (ablate.sh reads it)
 
-``scripts/ablate.sh`` runs these rows (which, and why: docs/ablation.md, "The grid and its table").
+``scripts/ablate.sh`` runs these rows (which, and why: docs/ablation.md, "The grid and its table"); it calls
+``grid_rows``, ``budget`` and ``stage_steps_flags`` in the one Python start that also checks every row's flags.
 Pooling is always given, and so are the ``pinned`` flags of every idea a row is not about (e.g.
 ``--private_layers 0``), so the table does not depend on the defaults. The rows come from the registry
 (``training.extensions.ideas()``): this module names no idea.
@@ -69,18 +69,21 @@ def budget() -> dict[str, str]:
     return BUDGET | {flag: value for e in extensions.EXTENSIONS for flag, value in e.budget.items()}
 
 
+def stage_steps_flags() -> list[str]:
+    """The flags ``ablate.sh --stage_steps S`` sets to S: each extension stage's number of batches."""
+    return [e.steps_flag for e in extensions.EXTENSIONS if e.steps_flag]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     sections = {"": [" ".join([name, *flags]) for name, flags in grid_rows()],
                 "--budget": [word for flag, value in budget().items() for word in (flag, value)],
-                "--stage_steps": [e.steps_flag for e in extensions.EXTENSIONS if e.steps_flag]}
+                "--stage_steps": stage_steps_flags()}
     chosen = " ".join(argv)   # one flag or none: a section's name has no space
-    if chosen == "--all":   # the three, each ended by a line "%%": what ablate.sh reads in one start
-        lines = [line for section in sections.values() for line in (*section, "%%")]
-    elif chosen in sections:
+    if chosen in sections:
         lines = sections[chosen]
     else:
-        print("usage: python -m training.tools.grid [--budget | --stage_steps | --all]", file=sys.stderr)
+        print("usage: python -m training.tools.grid [--budget | --stage_steps]", file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0
