@@ -374,6 +374,23 @@ def test_seed_group_key_ignores_only_the_seed_and_how_a_run_reports():
     assert seed_group_key({}) is None and seed_group_key(None) is None   # no config: never pooled
 
 
+def test_seeds_saved_before_a_field_existed_pool_with_later_ones_and_files_stand_for_folders():
+    older = {"model": {"pooling": "mean", "private_layers": 2}, "data": {"data_dir": "/tmp/data"},
+             "train": {"seed": 1}}
+    newer = {"model": {"pooling": "mean", "private_layers": 2, "pair_projection": "none", "sts_loss": "mse"},
+             "data": {"data_dir": "/tmp/data", "own_tasks": [], "task_file": None}, "train": {"seed": 2}}
+    assert seed_group_key(older) == seed_group_key(newer)   # the fields added since, at what older versions did
+    projected = {**newer, "model": {**newer["model"], "pair_projection": "shared"}}
+    assert seed_group_key(projected) != seed_group_key(older)
+    # the recorded input files stand for the folders: a copy elsewhere is the same row, other files are not
+    files = {"sts-dev.csv": {"path": "/tmp/data/sts-dev.csv", "sha256": "aa"},
+             "model/vocab.txt": {"path": "/m/vocab.txt", "sha256": "bb"}}
+    moved = {**newer, "data": {**newer["data"], "data_dir": "/elsewhere"}}
+    other = {**files, "sts-dev.csv": {"path": "/elsewhere/sts-dev.csv", "sha256": "cc"}}
+    assert seed_group_key(older, files) == seed_group_key(moved, files) != seed_group_key(moved, other)
+    assert seed_group_key(older) != seed_group_key(moved)   # without hashes the folder is all there is
+
+
 def test_distilled_seeds_pool_when_each_has_its_own_seeds_teachers():
     def distilled(seed, teachers):
         return {"train": {"seed": seed}, "distill": {"distill": True, "teachers": teachers}}

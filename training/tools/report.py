@@ -32,6 +32,7 @@ import numpy as np
 from minbert.atomic import write_text_atomic
 
 from ..cli import run_command
+from ..config import RunConfig
 from ..curves import MatplotlibMissing
 from .. import extensions
 from ..extensions.base import saved_flag
@@ -196,11 +197,27 @@ def pooled(seeds: list[RunRow]) -> RunRow:
                    average=_mean(averages), average_std=_std(averages), wall_minutes=_mean(walls) if walls else None)
 
 
-def seed_group_key(config) -> str | None:
+def seed_group_key(config, inputs=None, tasks=None) -> str | None:
     """Runs with the same key differ only in their seed and in how they report: one row of the table.
-    None for a run without a saved config, which stays a row of its own."""
+    None for a run without a saved config, which stays a row of its own.
+
+    The config is read as this version reads it (``RunConfig.from_dict``: a field a run's version did
+    not have yet takes what that version did), so seeds run before and after a field was added pool.
+    Where the run recorded its input files' hashes (``inputs`` of metrics.json), those stand for the
+    data and model folders: the same files copied elsewhere are the same row, other files another.
+    ``tasks``: the tasks the run trained, where its config does not say (a run from before ``--tasks``)."""
     if not isinstance(config, dict) or not config:
         return None
+    said_tasks = saved_flag(config, "tasks") is not None
+    config = _as_this_version_reads(config)
+    if tasks and not said_tasks and isinstance(config.get("train"), dict):
+        config = {**config, "train": {**config["train"], "tasks": ",".join(tasks)}}
+    files = {name: entry.get("sha256") for name, entry in (inputs or {}).items() if isinstance(entry, dict)}
+    if files and None not in files.values():
+        config = {**config, "inputs": files,
+                  **{section: {**config[section], name: None} for section, name in (("data", "data_dir"),
+                                                                                    ("model", "model"))
+                     if isinstance(config.get(section), dict) and name in config[section]}}
     kept = {section: ({name: value for name, value in values.items() if name not in SEED_FREE_FIELDS.get(section, ())}
                       if isinstance(values, dict) else values)
             for section, values in config.items() if section not in SEED_FREE_SECTIONS}
@@ -208,6 +225,15 @@ def seed_group_key(config) -> str | None:
         if isinstance(kept.get(idea.name), dict):
             kept[idea.name] = idea.seed_free(kept[idea.name], saved_flag(config, "seed"))
     return json.dumps(kept, sort_keys=True, default=str)
+
+
+def _as_this_version_reads(config: dict) -> dict:
+    """Every section and field of a saved config, as ``RunConfig.from_dict`` fills it; a config it
+    refuses (hand-made, or a removed setting) is kept as saved."""
+    try:
+        return RunConfig.from_dict(config).to_dict()
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return config
 
 
 def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
@@ -477,7 +503,7 @@ def read_run(folder: Path) -> RunRow:
                  _baseline(saved_flag(config, "option", "finetune"), config, len(tasks)),
                  dev=dev, wall_minutes=None if wall is None else wall / 60.0, folder=folder,
                  data_dir=str(data_dir) if data_dir else None, seed=saved_flag(config, "seed"),
-                 group_key=seed_group_key(config))
+                 group_key=seed_group_key(config, data.get("inputs"), tasks))
     if status == FINISHED:
         if dev and None not in dev.values():
             row.average = overall_score(dev)
