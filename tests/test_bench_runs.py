@@ -1,12 +1,13 @@
 """bench/steps.py end to end on the tiny model and fixture data (every side timed on the same steps),
-and bench/interleaved_runs.py's order of runs and table (its run processes faked): each side against the first."""
+bench/step_profile.py on the tiny model, and bench/interleaved_runs.py's order of runs and table (its
+run processes faked): each side against the first."""
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from bench import glued_sides, interleaved_runs, steps
+from bench import glued_sides, interleaved_runs, step_profile, steps
 from training.extensions.smart import SmartRegularizer
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -80,3 +81,22 @@ def test_interleaved_runs_refuses_what_it_sets_and_a_single_side(capsys):
         with pytest.raises(SystemExit):
             interleaved_runs.main(argv)
     assert "--out_dir, --run_name and --resume are set by the benchmark" in capsys.readouterr().err
+
+
+def test_step_profile_sums_ops_by_kind_and_the_rest_as_other():
+    kinds = step_profile.by_kind({"aten::mm": 5.0, "aten::addmm": 2.0, "aten::copy_": 1.5, "aten::tanh": 0.25,
+                                  "aten::_fused_adamw_": 3.0})
+    assert kinds["matmuls"] == 7.0 and kinds["copies"] == 1.5 and kinds["optimizer (fused AdamW)"] == 3.0
+    assert kinds["other"] == 0.25 and kinds["GELU"] == 0.0 and kinds["total"] == 11.75
+
+
+def test_step_profile_prints_one_column_per_side_whose_kinds_add_up(tiny_model_dir, capsys):
+    step_profile.main(["--model", str(tiny_model_dir), "--batch_size", "2", "--seq_len", "8", "--steps", "1",
+                       "--warmup", "1", "--also_ours_sparse"])
+    out = capsys.readouterr().out
+    assert "| kind (ms per step) | ours | ours-sparse |" in out
+    body = {kind: [float(cell) for cell in cells] for kind, cells in table_rows(out).items()}
+    assert list(body) == [*step_profile.KINDS, "other", "total"] and body["matmuls"][0] > 0
+    for column in range(2):   # the printed kinds add up to the total, to the rounding of each cell
+        parts = sum(values[column] for kind, values in body.items() if kind != "total")
+        assert abs(parts - body["total"][column]) <= 0.5 * len(body)
