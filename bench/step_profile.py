@@ -18,8 +18,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from minbert.weights import resolve_model_dir
+from training.config import ModelConfig, add_flags
 
-from .throughput import OUR_VARIANTS, _flag, make_sides, random_inputs
+from .throughput import add_variant_flags, chosen_variants, make_sides, random_inputs
 
 # kind -> the aten ops counted in it; every other op counts as "other"
 KINDS = {
@@ -67,20 +68,18 @@ def markdown(table: dict[str, dict[str, float]]) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None, help="HF-format BERT directory (default: the embedded model)")
+    parser = argparse.ArgumentParser(prog="python -m bench.step_profile", description=__doc__.split("\n\n")[0])
+    add_flags(parser, ModelConfig, only=("model",))
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--seq_len", type=int, default=48)
     parser.add_argument("--steps", type=int, default=5, help="profiled steps per side")
     parser.add_argument("--warmup", type=int, default=2)
-    for name, variant in OUR_VARIANTS.items():
-        parser.add_argument(_flag(name), action="store_true", help=f"also profile {variant.help}")
+    add_variant_flags(parser, "profile")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.batch_size < 1 or args.seq_len < 2:
         parser.error("--steps, --batch_size must be at least 1, --seq_len at least 2, --warmup not negative")
     torch.manual_seed(0)
-    variants = [name for name in OUR_VARIANTS if getattr(args, _flag(name)[2:])]
-    sides = make_sides(resolve_model_dir(args.model), variants)
+    sides = make_sides(resolve_model_dir(args.model), chosen_variants(args))
     inputs = random_inputs(sides[0].config.vocab_size, args.batch_size, args.seq_len, seed=0)
     print(f"B={args.batch_size} L={args.seq_len}, {torch.get_num_threads()} threads, {args.steps} profiled "
           f"steps per side after {args.warmup} warm-up; self CPU time")

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.keep_freed_memory:  # process-wide: every side, HF's included, allocates through it
         print(f"keep_freed_memory (training/memory.py): {'applied' if keep_freed_memory() else 'not applied'}")
     model_dir = resolve_model_dir(args.model)
-    sides = make_sides(model_dir, [name for name in OUR_VARIANTS if getattr(args, _flag(name)[2:])])
+    sides = make_sides(model_dir, chosen_variants(args))
     config = sides[0].config
     print(f"model: {model_dir}  ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"{config.num_attention_heads} heads, vocab {config.vocab_size})")
@@ -108,8 +108,7 @@ def parse_args(argv):
     parser.add_argument("--seq_lens", type=_int_list, default=[48], help="comma-separated lengths (48)")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per side and kind (10)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side and kind first (2)")
-    for name, variant in OUR_VARIANTS.items():
-        parser.add_argument(_flag(name), action="store_true", help=f"also time {variant.help}")
+    add_variant_flags(parser, "time")
     parser.add_argument("--keep_freed_memory", action="store_true",
                         help="raise glibc's mmap/trim thresholds first, as run_multitask.py does (all sides)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
@@ -173,6 +172,17 @@ OUR_VARIANTS = {
 
 def _flag(name: str) -> str:
     return "--also_" + name.replace("-", "_")
+
+
+def add_variant_flags(parser: argparse.ArgumentParser, verb: str) -> None:
+    """One switch ``--also_<name>`` per ``OUR_VARIANTS`` entry, its help "also <verb> <the variant>"."""
+    for name, variant in OUR_VARIANTS.items():
+        parser.add_argument(_flag(name), action="store_true", help=f"also {verb} {variant.help}")
+
+
+def chosen_variants(args: argparse.Namespace) -> list[str]:
+    """The ``OUR_VARIANTS`` names whose switch is on, in the table's order."""
+    return [name for name in OUR_VARIANTS if getattr(args, _flag(name)[2:])]
 
 
 def make_sides(model_dir: Path, variants: list[str] = ()) -> list[Side]:

@@ -214,10 +214,10 @@ def seed_group_key(config, inputs=None, tasks=None) -> str | None:
         config = {**config, "train": {**config["train"], "tasks": ",".join(tasks)}}
     files = {name: entry.get("sha256") for name, entry in (inputs or {}).items() if isinstance(entry, dict)}
     if files and None not in files.values():
-        config = {**config, "inputs": files,
-                  **{section: {**config[section], name: None} for section, name in (("data", "data_dir"),
-                                                                                    ("model", "model"))
-                     if isinstance(config.get(section), dict) and name in config[section]}}
+        config = {**config, "inputs": files}
+        for section, folder in (("data", "data_dir"), ("model", "model")):
+            if isinstance(config.get(section), dict) and folder in config[section]:
+                config[section] = {**config[section], folder: None}
     kept = {section: ({name: value for name, value in values.items() if name not in SEED_FREE_FIELDS.get(section, ())}
                       if isinstance(values, dict) else values)
             for section, values in config.items() if section not in SEED_FREE_SECTIONS}
