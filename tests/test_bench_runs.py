@@ -92,7 +92,12 @@ def test_step_profile_sums_ops_by_kind_and_the_rest_as_other():
 
 def test_step_profile_prints_one_column_per_side_whose_kinds_add_up(tiny_model_dir, capsys, monkeypatch):
     measured, profile_side = [], step_profile.profile_side   # the ms before the table rounds them
-    monkeypatch.setattr(step_profile, "profile_side", lambda *args: measured.append(profile_side(*args)) or measured[-1])
+
+    def recording_profile_side(*args):
+        measured.append(profile_side(*args))
+        return measured[-1]
+
+    monkeypatch.setattr(step_profile, "profile_side", recording_profile_side)
     step_profile.main(["--model", str(tiny_model_dir), "--batch_size", "2", "--seq_len", "8", "--steps", "1",
                        "--warmup", "1", "--also_ours_sparse"])
     out = capsys.readouterr().out
