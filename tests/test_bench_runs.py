@@ -1,6 +1,9 @@
 """bench/steps.py end to end on the tiny model and fixture data (every side timed on the same steps),
 bench/step_profile.py on the tiny model, and bench/interleaved_runs.py's order of runs and table (its
-run processes faked): each side against the first."""
+run processes faked): each side against the first.
+
+``transformers`` is optional: step_profile adds HF's side exactly when it imports, so its test expects
+the sides it asks for plus ``hf`` there (.ci/run runs the fast tier with and without it)."""
 import json
 import re
 from pathlib import Path
@@ -90,6 +93,16 @@ def test_step_profile_sums_ops_by_kind_and_the_rest_as_other():
     assert kinds["other"] == 0.25 and kinds["GELU"] == 0.0 and kinds["total"] == 11.75
 
 
+def transformers_imports() -> bool:
+    """What bench.throughput.make_sides tries before it adds HF's side (an import, not find_spec: a
+    broken install counts as absent there too)."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def test_step_profile_prints_one_column_per_side_whose_kinds_add_up(tiny_model_dir, capsys, monkeypatch):
     measured, profile_side = [], step_profile.profile_side   # the ms before the table rounds them
 
@@ -101,11 +114,16 @@ def test_step_profile_prints_one_column_per_side_whose_kinds_add_up(tiny_model_d
     step_profile.main(["--model", str(tiny_model_dir), "--batch_size", "2", "--seq_len", "8", "--steps", "1",
                        "--warmup", "1", "--also_ours_sparse"])
     out = capsys.readouterr().out
-    assert "| kind (ms per step) | ours | ours-sparse |" in out
+    # the two sides asked for, then HF's exactly when transformers imports (and the line saying which)
+    hf = transformers_imports()
+    sides = ["ours", "ours-sparse"] + (["hf"] if hf else [])
+    assert "| kind (ms per step) | " + " | ".join(sides) + " |" in out.splitlines()
+    assert ("hf: transformers " in out) is hf and ("transformers is not installed" in out) is not hf
     body = {kind: [float(cell) for cell in cells] for kind, cells in table_rows(out).items()}
     # the tiny model's matmuls take well under the 0.5 ms a printed cell shows as 1: checked unrounded
-    assert list(body) == [*step_profile.KINDS, "other", "total"] and len(measured) == 2
+    assert list(body) == [*step_profile.KINDS, "other", "total"] and len(measured) == len(sides)
+    assert all(len(values) == len(sides) for values in body.values())
     assert all(side["matmuls"] > 0 for side in measured)
-    for column in range(2):   # the printed kinds add up to the total, to the rounding of each cell
+    for column in range(len(sides)):   # the printed kinds add up to the total, to the rounding of each cell
         parts = sum(values[column] for kind, values in body.items() if kind != "total")
         assert abs(parts - body["total"][column]) <= 0.5 * len(body)
