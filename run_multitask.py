@@ -84,7 +84,7 @@ def explicit_flags(argv=None) -> set[str]:
 
 def config_file(parser: argparse.ArgumentParser, path: str) -> dict:
     """The settings ``--config FILE`` names (what the file gives, no more): read through ``RunConfig.from_dict``
-    (older names renamed); an unreadable file, an unknown setting or a value outside its choices is
+    (older names renamed); an unreadable file, an unknown setting or a value its flag would refuse is
     argparse's usage error naming the file."""
     file = Path(path)
     try:
@@ -118,10 +118,21 @@ def config_file(parser: argparse.ArgumentParser, path: str) -> dict:
     values = {f.name: getattr(section, f.name) for section in config.sections().values()
               for f in dataclasses.fields(section) if f.name in present and f.name not in NOT_FROM_FILE}
     for name, value in values.items():
-        choices = actions[name].choices if name in actions else None
-        if choices is not None and value not in choices:
-            parser.error(f"--config {file}: {name} {value!r}: choose one of {', '.join(map(str, choices))}")
+        if name in actions:
+            check_as_parsed(parser, actions[name], value, f"--config {file}: {name}")
     return values
+
+
+def check_as_parsed(parser: argparse.ArgumentParser, action: argparse.Action, value, where: str) -> None:
+    """A setting from a file checked as its flag would be: text through the flag's ``type`` (e.g.
+    ``--device``'s ``device_name``), any value against its ``choices``; argparse's usage error otherwise."""
+    if isinstance(value, str) and callable(action.type):
+        try:
+            action.type(value)
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as err:
+            parser.error(f"{where}: {first_line(err)}")
+    if action.choices is not None and value not in action.choices:
+        parser.error(f"{where} {value!r}: choose one of {', '.join(map(str, action.choices))}")
 
 
 def main(argv=None) -> int:

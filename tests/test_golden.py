@@ -36,6 +36,19 @@ CONFIGURATIONS = {
 }
 
 
+def pinned_argv(name: str, flags: list[str], model_dir: Path, out_dir: Path) -> list[str]:
+    return ["--data_dir", str(FIXTURE_DATA), "--model", str(model_dir), "--epochs", "2", "--max_steps_per_epoch", "3",
+            "--batch_size", "4", "--max_length", "24", "--seed", "11711", "--out_dir", str(out_dir), "--run_name", name,
+            "--quiet", *flags]
+
+
+def test_no_pinned_run_scores_part_of_dev(tmp_path):
+    """The pinned dev numbers are whole-dev numbers: a smoke run's cap (--max_eval_examples) never gets in."""
+    for name, flags in CONFIGURATIONS.items():
+        config = run_multitask.parse_config(pinned_argv(name, flags, tmp_path, tmp_path))
+        assert config.data.max_eval_examples is None, name
+
+
 def weights_digest(path: Path) -> str:
     digest = hashlib.sha256()
     for name, tensor in sorted(load_file(str(path)).items()):
@@ -62,11 +75,8 @@ def test_the_pinned_runs_give_the_pinned_numbers(tmp_path, tiny_model_dir):
                     "record them on the code they should hold with MINBERT_UPDATE_GOLDEN=1")
     found = {}
     for name, flags in CONFIGURATIONS.items():
-        argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--epochs", "2",
-                "--max_steps_per_epoch", "3", "--batch_size", "4", "--max_length", "24", "--seed", "11711",
-                "--out_dir", str(tmp_path), "--run_name", name, "--quiet", *flags]
         with one_thread():
-            assert run_multitask.main(argv) == 0, name
+            assert run_multitask.main(pinned_argv(name, flags, tiny_model_dir, tmp_path)) == 0, name
         found[name] = numbers(tmp_path / name)
     if updating:
         by_capability[capability] = found

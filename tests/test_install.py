@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 PROJECT = ["minbert", "heads", "training", "data", "run_multitask.py", "setup.cfg", "pyproject.toml", "README.md"]
-SCRIPTS = ["minbert-train", "minbert-predict", "minbert-embed", "minbert-report"]
+SCRIPTS = ["minbert-train", "minbert-predict", "minbert-embed", "minbert-report", "minbert-grid"]
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +76,4 @@ def test_the_api_and_each_console_script_work_from_another_directory(installed, 
     report = run(installed, "minbert-report", out)
     assert report.splitlines()[0].split()[:2] == ["run", "seeds"] and "r " in report
     assert "usage: minbert-train" in run(installed, "minbert-train", "--help")
+    assert "ablate-ft --epochs 1" in run(installed, "minbert-grid", "--list").splitlines()[1]

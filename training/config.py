@@ -12,7 +12,7 @@ from pathlib import Path
 from heads import PAIR_HEAD_KINDS, POOLING_MODES, PROJECTIONS
 
 from . import extensions as registry   # the registry's one list, read where it is (tests extend it)
-from .flags import add_flags, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
+from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
 from .schedule import STRATEGIES
 from .sts_losses import STS_LOSSES
 from .task_file import read_task_file, register
@@ -59,6 +59,11 @@ class DataConfig:
     task_file: str | None = flag(None, "your own tasks, declared in a JSON (or YAML) file: name, kind, files, columns, "
                                        "classes or score range (docs/own-tasks.md); name them in --tasks", type=str,
                                  path=True)
+    # a data setting, not an output one: it changes the dev numbers, so the report never pools a capped run
+    # with uncapped ones (training/tools/report.py groups seeds by every section but output)
+    max_eval_examples: int | None = flag(None, "score only the first N examples of each task's dev file, at every "
+                                               "evaluation (a quick smoke run: its dev numbers are not comparable "
+                                               "with full-dev ones; none: all)", type=optional_int)
     # not a flag: the checked declarations of --task_file, saved with the run so that it reloads, resumes
     # and predicts without the file (training/task_file.py)
     own_tasks: list = field(default_factory=list)
@@ -93,7 +98,8 @@ class TrainConfig:
                                   "(0: never)")
     cl_temp: float = flag(0.05, "temperature tau of the contrastive losses: the InfoNCE of --ucl and --scl, the "
                                 "label-contrastive loss of --lcl")
-    device: str = flag("auto", "where to train", choices=["auto", "cpu", "cuda"])
+    device: str = flag("auto", "where to train: auto (CUDA when available), cpu, cuda or cuda:N (the GPU of index N)",
+                       type=device_name)
 
 
 @dataclass
@@ -149,6 +155,8 @@ class OutputConfig:
                                         "newest intact one")
     keep_training_state: bool = flag(False, "keep the resumable checkpoints (checkpoints/) when the run finishes "
                                             "(default: removed; checkpoint/ holds the best weights)")
+    test_predictions: bool = flag(True, "predict (and score, where labelled) the tasks' test files after training; "
+                                        "off, dev predictions only (a quicker smoke run)")
     quiet: bool = flag(False, "no progress bars; only one line per epoch and the final summary")
     log_file: str | None = flag(None, "also append every log line to this file", type=str)
 
@@ -248,6 +256,7 @@ class RunConfig:
             (t.warmup_ratio is None or 0 <= t.warmup_ratio < 1, "--warmup_ratio must be in [0, 1)"),
             (t.max_steps_per_epoch is None or t.max_steps_per_epoch >= 1, "--max_steps_per_epoch must be at least 1"),
             (d.batch_size >= 1, "--batch_size must be at least 1"),
+            (d.max_eval_examples is None or d.max_eval_examples >= 1, "--max_eval_examples must be at least 1"),
             (d.max_length >= 3, "--max_length must be at least 3"),
             (0 <= m.hidden_dropout_prob < 1, "--hidden_dropout_prob must be in [0, 1)"),
             (m.attention_probs_dropout_prob is None or 0 <= m.attention_probs_dropout_prob < 1,

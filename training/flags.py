@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from dataclasses import field
 from pathlib import Path
 
@@ -46,6 +47,16 @@ def optional_float(text: str, convert=float, what: str = "number") -> float | No
 def optional_int(text: str) -> int | None:
     """A count that is a whole number or ``none`` (no cap)."""
     return optional_float(text, int, "whole number")
+
+
+def device_name(text: str) -> str:
+    """A ``--device`` value: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (N a GPU's index, written as torch
+    writes it), checked as the flag is parsed, so a typo is a usage line before anything starts; whether
+    that GPU exists is ``training.device.pick_device``'s question."""
+    found = re.fullmatch(r"(auto|cpu|cuda)(?::([0-9]+))?", text.strip())
+    if found is None or (found[2] is not None and found[1] != "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give auto, cpu, cuda or cuda:N (N a GPU's index, e.g. cuda:1)")
+    return found[1] if found[2] is None else f"cuda:{int(found[2])}"
 
 
 def per_task(flag_name: str, text: str | None, names: list[str], default, convert, ok, what: str) -> dict:

@@ -106,13 +106,17 @@ class RunFiles:
                 self.warned = True
 
     def predictions(self, model, dev: dict[str, TaskPredictions], splits, loader, batch_size: int, device, log,
-                    precision: Precision | None = None) -> tuple[list[str], list[str], dict[str, float]]:
-        """Dev (already predicted by the best epoch) and test prediction CSVs; returns the files
-        written and skipped, and the metric of each labelled test file (a user's own split)."""
+                    precision: Precision | None = None,
+                    test: bool = True) -> tuple[list[str], list[str], dict[str, float]]:
+        """Dev (already predicted by the best epoch) and, unless ``test`` is off (``--no_test_predictions``),
+        test prediction CSVs; returns the files written and those skipped for want of a test file, and the
+        metric of each labelled test file (a user's own split)."""
         written, skipped, test_scores = [], [], {}
+        if not test:
+            log("no test predictions (--no_test_predictions)")
         for name in dev:
             task = TASKS[name]
-            for split in ("dev", "test"):
+            for split in ("dev", "test") if test else ("dev",):
                 path = prediction_path(self.run_dir, task, split)
                 if split == "dev":
                     result = dev[name]

@@ -141,9 +141,32 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     model = build_model(config, model_dir)
     check_against_model(config, model.bert.config, model_dir)
     tokenizer = tokenizer_for(model_dir, model.bert)
-    splits, data_report = read_all_splits(data_dir, splits_needed(config), config.data.strict, log)
+    splits, data_report = read_all_splits(data_dir, splits_to_read(config), config.data.strict, log)
+    cap_dev(splits, config.data.max_eval_examples, log)
     check_evaluations(config, splits)
     return RunInputs(data_dir, model_dir, model, tokenizer, splits, data_report)
+
+
+def splits_to_read(config: RunConfig) -> dict[str, tuple[str, ...]]:
+    """``extensions.splits_needed``, less the test files under ``--no_test_predictions``: a file that is not
+    predicted is neither read nor checked (nor fingerprinted for ``--resume``)."""
+    needed = splits_needed(config)
+    if config.output.test_predictions:
+        return needed
+    return {name: tuple(split for split in splits if split != "test") for name, splits in needed.items()}
+
+
+def cap_dev(splits: dict[str, dict[str, list[Example]]], cap: int | None, log: RunLog) -> None:
+    """``--max_eval_examples N``: keep the first N usable examples of each dev file, in place, so every
+    evaluation (the best-weights choice, early stopping, dev loss) and the dev prediction files see the same
+    N. A smoke run's shortcut: the report never compares its dev numbers with full-dev ones."""
+    if cap is None:
+        return
+    for task_splits in splits.values():
+        if "dev" in task_splits:
+            task_splits["dev"] = task_splits["dev"][:cap]
+    log.result(f"note: --max_eval_examples {cap}: dev is scored on the first {cap} examples of each task's dev "
+               f"file, not comparable with full-dev scores")
 
 
 def check_evaluations(config: RunConfig, splits: dict) -> None:
@@ -405,17 +428,20 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
     run.log(f"best {at} (dev overall {best['score']:.4f}); writing predictions")
     written, skipped, test = folder.write.predictions(run.model, best["dev"], run.splits, run.loader,
                                                       run.config.data.batch_size, run.device, run.log,
-                                                      run.loop.precision)
+                                                      run.loop.precision, run.config.output.test_predictions)
     final_dev = {name: best["dev"][name].score(TASKS[name]) for name in run.config.task_names()}
+    dev_examples = {name: len(best["dev"][name].ids) for name in run.config.task_names()}
     train_seconds = sum(e["train_seconds"] for e in history)
     train_examples = sum(e["train_examples"] for e in history)
     folder.finish(epochs=history, best_epoch=best["epoch"], **({"best_step": best["step"]} if best["step"] else {}),
-                  dev=final_dev, dev_overall=overall_score(final_dev),
+                  dev=final_dev, dev_overall=overall_score(final_dev), dev_examples=dev_examples,
                   **({"test": test, "test_overall": overall_score(test)} if test else {}),
                   prediction_files=written, skipped_prediction_files=skipped, train_seconds=round(train_seconds, 1),
                   train_examples=train_examples, train_examples_per_second=per_second(train_examples, train_seconds))
     speed = metrics["train_examples_per_second"]
-    run.log.result(f"dev: {format_metrics(final_dev, 4, '  ')}  overall {metrics['dev_overall']:.4f}  "
+    cap = run.config.data.max_eval_examples
+    run.log.result(f"dev{f' (first {cap} examples a task)' if cap else ''}: {format_metrics(final_dev, 4, '  ')}  "
+                   f"overall {metrics['dev_overall']:.4f}  "
                    f"({metrics['wall_seconds']:.0f} s, {'-' if speed is None else f'{speed:.1f}'} train examples/s) "
                    f"-> {folder.dir}")
     if test:

@@ -10,11 +10,16 @@
 Pooling is always given, and so are the ``pinned`` flags of every idea a row is not about (e.g.
 ``--private_layers 0``), so the table does not depend on the defaults. The rows come from the registry
 (``training.extensions.ideas()``): this module names no idea.
+
+A *named* grid (``NAMED_GRIDS``, ``minbert-grid --grid NAME``) is the other kind: the rows and budget of a
+documented table written out flag by flag, so that it keeps its flags when the registry grows (the registry's
+``mean-all`` row gained ``--distill`` and ``--anneal_sampling`` after docs/ablation.md's table was made).
 """
 from __future__ import annotations
 
 import itertools
 import sys
+from dataclasses import dataclass
 
 from .. import extensions
 from ..extensions.base import Extension
@@ -24,6 +29,55 @@ from ..tasks import DEFAULT_TASKS
 BUDGET = {"--epochs": "1", "--max_steps_per_epoch": "30"}
 # The best combination of the CS224N default-project reports this grid follows.
 PUBLISHED = ("published", ["--pre_qqp", "--joint_loss", "--smart", "--scl"])
+
+
+@dataclass(frozen=True)
+class NamedGrid:
+    """A documented grid, pinned: its rows' flags and its budget as they were when its table was made."""
+    source: str                                  # where its table is, and the commit that made it
+    rows: tuple[tuple[str, tuple[str, ...]], ...]
+    budget: tuple[str, ...] = ()                 # flags of every run (none: the run defaults, the full budget)
+    prefix: str = ""                             # run folder: <prefix><row>-s<seed>, as the table's folders
+    seeds: int = 3                               # how many seeds the table pools (the default of --seeds)
+
+
+# Each stage at two thirds of one full --rr min epoch (189 rounds): 126 batches.
+REAL_BUDGET_STAGES = tuple(word for stage in ("ucl", "scl", "lcl", "pre_qqp")
+                           for word in (f"--{stage}_epochs", "1", f"--{stage}_steps", "126"))
+NAMED_GRIDS = {
+    # docs/ablation.md, "The grid at a real budget, 3 seeds a row" (0e0746a): the registry had the six
+    # extensions of its columns; --private_layers 0 was then the default, and is pinned as the registry pins it.
+    "ablation": NamedGrid(
+        source="docs/ablation.md#the-grid-at-a-real-budget-3-seeds-a-row (commit 0e0746a)",
+        rows=(("ft", ("--pooling", "mean", "--private_layers", "0")),
+              ("mean-preqqp", ("--pooling", "mean", "--pre_qqp", "--private_layers", "0")),
+              ("mean-smart", ("--pooling", "mean", "--smart", "--private_layers", "0")),
+              ("mean-scl", ("--pooling", "mean", "--scl", "--private_layers", "0")),
+              ("published", ("--pooling", "mean", "--pre_qqp", "--joint_loss", "--smart", "--scl",
+                             "--private_layers", "0")),
+              ("mean-all", ("--pooling", "mean", "--ucl", "--scl", "--lcl", "--pre_qqp", "--joint_loss", "--smart",
+                            "--private_layers", "0")),
+              ("mean-joint", ("--pooling", "mean", "--joint_loss", "--private_layers", "0"))),
+        budget=("--epochs", "1", "--max_steps_per_epoch", "none", *REAL_BUDGET_STAGES),
+        prefix="ablate-"),
+    # docs/runs/full/README.md: the full-budget table's rows (run defaults, 3 epochs), without the --distill
+    # rows (their teachers are other runs of the table, named by folder).
+    "full": NamedGrid(
+        source="docs/runs/full/README.md (the README's full-budget and pair-head tables)",
+        rows=(("st-sst", ("--tasks", "sst")), ("st-qqp", ("--tasks", "qqp")), ("st-sts", ("--tasks", "sts")),
+              ("ft", ("--private_layers", "0")),
+              ("private2", ("--private_layers", "2")),
+              ("prop-private2", ("--rr", "proportional", "--private_layers", "2")),
+              ("qqp86", ("--task_batch_sizes", "32,86,32")),
+              ("cover", ("--task_batch_sizes", "45,86,32")),
+              ("steps252", ("--task_batch_sizes", "32,64,24")),
+              ("pcgrad-private2", ("--pcgrad",)),
+              ("card", ("--pre_qqp", "--pooling", "mean", "--smart", "--scl", "--private_layers", "0")),
+              ("cosine", ("--para_head", "cosine")),
+              ("sts-ce", ("--sts_loss", "ce")),
+              ("sum", ("--para_head", "sum", "--sts_head", "sum")),
+              ("para-cosine-shared", ("--para_head", "cosine", "--pair_projection", "shared")))),
+}
 
 
 def grid_rows() -> list[tuple[str, list[str]]]:

@@ -13,7 +13,9 @@ Columns: run, pooling, one on/off column per extension (``Idea.column``), seeds,
 (``training.tasks.overall_score``), Δ vs FT with its 95 % interval (``training.tools.bootstrap``),
 "<TASK> vs alone" where the folder has single-task rows, wall time and status. How seeds are pooled,
 which row is a PT, FT or ST baseline and what the intervals mean: docs/ablation.md, "Reading the
-table: seeds and intervals"; each rule is also in the docstring of the function that applies it.
+table: seeds and intervals"; each rule is also in the docstring of the function that applies it. A run
+with ``--max_eval_examples`` (a smoke run, its dev scored on a subset) is marked "capped" in the status
+column, never pooled with uncapped seeds and never compared (``compare_to_baselines``).
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT 
           "seeds = runs differing only in --seed, pooled: metrics are their mean ± sample std, wall time their "
           "mean. average = mean of the tasks' dev scores, a Pearson r counted as (r + 1) / 2 (the CS224N score for "
           "SST, QQP and STS). Unfinished runs are listed last with blank metrics.")
+CAPPED, CAPPED_NOTE = "†", ("capped (†) = a smoke run, its dev scored on the first N examples of each task's dev "
+                             "file (--max_eval_examples N): not pooled with uncapped seeds, not compared, no baseline.")
 DELTA, INTERVAL = "Δ vs FT", "95% CI"   # DELTA: the default; ``--baseline ROW`` makes it "Δ vs ROW"
 # the terminal view: at most TERMINAL_WIDTH columns; run names are cut to no fewer than MIN_RUN_WIDTH
 TERMINAL_WIDTH, MIN_RUN_WIDTH, MAX_STATUS_WIDTH = 120, 24, 40
@@ -111,6 +115,7 @@ class RunRow:
     data_dir: str | None = None            # the data folder the run read (its gold labels)
     seed: object = None
     group_key: str | None = None           # ``seed_group_key`` of its config
+    dev_cap: int | None = None             # --max_eval_examples: dev scored on the first N examples of each task
     # a pooled line of the table
     seed_runs: list[RunRow] = field(default_factory=list)
     dev_std: dict[str, float | None] = field(default_factory=dict)
@@ -122,6 +127,14 @@ class RunRow:
     def complete(self) -> bool:
         return self.status == FINISHED and self.average is not None
 
+    @property
+    def capped(self) -> str:
+        """What the status column adds for a run scored on part of dev (``--max_eval_examples``); "" otherwise."""
+        return "" if self.dev_cap is None else f"capped: dev scored on {self.dev_cap} examples"
+
+    def status_cell(self) -> str:
+        return ", ".join(part for part in (self.status, self.capped) if part)
+
     def markdown_cells(self, tasks=DEFAULT_TASKS, alone=()) -> list[str]:
         """The cells under ``columns(tasks, alone)``: 3 decimals, mean ± std."""
         metrics = [_mean_std(self.dev.get(task), self.dev_std.get(task)) for task in tasks]
@@ -129,7 +142,7 @@ class RunRow:
         comparison = ["", ""] if d is None else [f"{d.observed:+.3f}", _interval(d)]
         versus = [_difference(self.vs_alone.get(task)) for task in alone]
         return [*self._label_cells(), *metrics, _mean_std(self.average, self.average_std), *comparison, *versus,
-                "" if self.wall_minutes is None else f"{self.wall_minutes:.1f}", self.status]
+                "" if self.wall_minutes is None else f"{self.wall_minutes:.1f}", self.status_cell()]
 
     def csv_cells(self, tasks=DEFAULT_TASKS, alone=()) -> list[str]:
         """The cells under ``csv_columns(tasks, alone)``, numbers at full precision."""
@@ -138,7 +151,7 @@ class RunRow:
                   for cell in (["", "", "", ""] if d is None else
                                [_full(d.observed), _full(d.low), _full(d.high), ON if d.excludes_zero else OFF])]
         return [*self._label_cells(), *metrics, _full(self.average), _full(self.average_std), *versus,
-                _full(self.wall_minutes), self.status]
+                _full(self.wall_minutes), self.status_cell()]
 
     def _label_cells(self) -> list[str]:
         flags = ["" if self.flags is None else (ON if self.flags[idea.name] else OFF) for idea in labelled()]
@@ -238,13 +251,14 @@ def _as_this_version_reads(config: dict) -> dict:
 
 def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
     """Finished runs first (by average, highest first, or by name), the single-task rows after the others
-    (one task's score is no average to rank with them), then the rest by name."""
+    (one task's score is no average to rank with them) and the capped ones (smoke runs, scored on part of
+    dev) after those, then the rest by name."""
     if sort not in ("average", "name"):
         raise ValueError(f"sort must be 'average' or 'name', got {sort!r}")
     done = [r for r in rows if r.complete]
     rest = [r for r in rows if not r.complete]
-    done.sort(key=(lambda r: (r.baseline == "ST", -r.average, r.run)) if sort == "average"
-              else (lambda r: (r.baseline == "ST", r.run)))
+    done.sort(key=(lambda r: (bool(r.capped), r.baseline == "ST", -r.average, r.run)) if sort == "average"
+              else (lambda r: (bool(r.capped), r.baseline == "ST", r.run)))
     return done + sorted(rest, key=lambda r: r.run)
 
 
@@ -254,24 +268,28 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     row of the same pooling, else the first FT row by name; against the row named ``baseline`` instead, when
     given) and ``vs_alone`` of every finished multi-task row, for each task that has an ST row (chosen the
     same way); return the footer naming them and the notes on rows left without an interval. ``data_dir``
-    replaces the runs' own data folders."""
+    replaces the runs' own data folders. A capped row (``--max_eval_examples``) is neither compared nor a
+    baseline: its dev numbers are on a subset, so against a full-dev row they would measure the subset."""
     delta = delta_column(baseline)
     if resamples == 0:
         return f"{delta} and {INTERVAL}: not computed (--bootstrap 0).", []
-    done = [row for row in rows if row.complete]
+    done = [row for row in rows if row.complete and not row.capped]
+    notes = [f"note: {row.run}: not compared ({row.capped}, --max_eval_examples: a smoke run)"
+             for row in rows if row.complete and row.capped]
     if baseline is None:
         fts = _baselines(done, lambda row: row.baseline == "FT")
     else:
         named = [row for row in done if row.run == baseline]
         if not named:
-            raise ValueError(f"--baseline {baseline}: no finished row of that name; the rows are "
+            capped = " (a capped row is no baseline)" if any(row.run == baseline for row in rows if row.capped) else ""
+            raise ValueError(f"--baseline {baseline}: no finished row of that name{capped}; the rows are "
                              f"{', '.join(row.run for row in done) or 'none'}")
         fts = {None: named[0]}
     alone = {task: _baselines(done, lambda row: row.baseline == "ST" and task in row.dev) for task in TASKS}
     alone = {task: by_pooling for task, by_pooling in alone.items() if by_pooling}
     multitask = [row for row in done if row.baseline != "ST" and len(row.dev) >= 2]
     if not fts and not alone:
-        return f"{delta} and {INTERVAL}: no finished FT row to compare with.", []
+        return f"{delta} and {INTERVAL}: no finished FT row to compare with.", notes
     pairs = [(row, _pick(fts, row), None) for row in multitask if fts and _pick(fts, row) is not row]
     pairs += [(row, _pick(alone[task], row), task) for row in multitask for task in row.dev if task in alone]
     runs = {run.folder: DevSource(run.folder, str(data_dir) if data_dir else run.data_dir, tuple(run.dev))
@@ -284,7 +302,6 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
                 raise Unavailable(f"{role}{failed[run.folder]}")
         return [scores[run.folder] for run in row.seed_runs]
 
-    notes = []
     for row, base, task in pairs:
         try:
             difference = paired_difference(seed_scores(row), seed_scores(base, f"baseline {base.run}: "), task=task)
@@ -335,31 +352,43 @@ def render_markdown(rows: list[RunRow], footer: str = "", baseline: str | None =
     align = {"run": "---", "pooling": ":-:", "status": "---", **{c: ":-:" for c in flag_columns()}}
     lines = [_md_line(header), _md_line([align.get(c, "--:") for c in header])]
     lines += [_md_line(row.markdown_cells(tasks, alone)) for row in rows]
+    footer = _with_cap_note(rows, footer)
     return "\n".join(lines) + "\n\n" + LEGEND + "\n" + ("\n" + footer + "\n" if footer else "")
 
 
 def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = None, width: int = TERMINAL_WIDTH) -> str:
-    """The terminal view, ``width`` columns at most: run, seeds, each task's mean ± std, the average, Δ vs FT
-    and its interval, status; then, where the folder has single-task rows, a second block with each task's
-    Δ vs alone; then the footer, wrapped. Run names longer than fit are cut (marked …, no shorter than
-    ``MIN_RUN_WIDTH``), and so are statuses; ``--full`` prints the whole Markdown table. A single-task row's
-    average is blank here: it is that task's own metric (a Pearson r as (r + 1) / 2), not an average."""
+    """The terminal view, ``width`` columns at most: run, seeds (marked † when capped), each task's mean ± std,
+    the average, Δ vs FT and its interval, status; then, where the folder has single-task rows, a second block
+    with each task's Δ vs alone; then the footer, wrapped. Run names longer than fit are cut (marked …, no
+    shorter than ``MIN_RUN_WIDTH``), and so are statuses; ``--full`` prints the whole Markdown table. A
+    single-task row's average is blank here: it is that task's own metric (a Pearson r as (r + 1) / 2), not an
+    average."""
     tasks, alone = table_tasks(rows), alone_tasks(rows)
     delta = delta_column(baseline)
     named = [dict(zip(columns(tasks, alone, baseline), row.markdown_cells(tasks, alone))) for row in rows]
     main = [["run", "seeds", *(task.upper() for task in tasks), "average", delta, INTERVAL, "status"]]
     for row, cells in zip(rows, named):
-        main.append([cells["run"], cells["seeds"] or ("1" if row.complete else ""),
+        seeds = (cells["seeds"] or ("1" if row.complete else "")) + (CAPPED if row.capped else "")
+        main.append([cells["run"], seeds,
                      *(cells[metric_column(t)] for t in tasks), "" if row.baseline == "ST" else cells["average"],
-                     cells[delta], cells[INTERVAL], "" if row.complete else _shortened(row.status, MAX_STATUS_WIDTH)])
+                     cells[delta], cells[INTERVAL],
+                     row.capped if row.complete else _shortened(row.status, MAX_STATUS_WIDTH)])
     blocks = [_aligned(main, width)]
     compared = [(row, cells) for row, cells in zip(rows, named) if row.vs_alone]
     if compared:
         versus = [["run", *map(alone_column, alone)]]
         versus += [[cells["run"], *(cells[alone_column(t)] for t in alone)] for _, cells in compared]
         blocks.append(_aligned(versus, width))
+    footer = _with_cap_note(rows, footer)
     notes = [textwrap.fill(footer, width)] if footer else []
     return "\n\n".join("\n".join(block) for block in blocks + [notes] if block) + "\n"
+
+
+def _with_cap_note(rows: list[RunRow], footer: str) -> str:
+    """``footer``, and where a row is capped, the sentence saying what that means."""
+    if not any(row.capped for row in rows):
+        return footer
+    return " ".join(part for part in (footer, CAPPED_NOTE) if part)
 
 
 def _aligned(table: list[list[str]], width: int) -> list[str]:
@@ -503,7 +532,8 @@ def read_run(folder: Path) -> RunRow:
                  _baseline(saved_flag(config, "option", "finetune"), config, len(tasks)),
                  dev=dev, wall_minutes=None if wall is None else wall / 60.0, folder=folder,
                  data_dir=str(data_dir) if data_dir else None, seed=saved_flag(config, "seed"),
-                 group_key=seed_group_key(config, data.get("inputs"), tasks))
+                 group_key=seed_group_key(config, data.get("inputs"), tasks),
+                 dev_cap=_whole_number(saved_flag(config, "max_eval_examples")))
     if status == FINISHED:
         if dev and None not in dev.values():
             row.average = overall_score(dev)
@@ -532,6 +562,10 @@ def _baseline(option, config: dict, task_count: int) -> str:
     if task_count == 1:
         return "ST"
     return "FT" if option == "finetune" and not any(idea.on(config) for idea in extensions.ideas()) else ""
+
+
+def _whole_number(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _number(value) -> float | None:

@@ -1,0 +1,337 @@
+"""minbert-grid (training/tools/ray_grid.py): the grid's runs as Ray Tune trials.
+
+Fast tests check the plan (the same runs as scripts/ablate.sh, named grids pinned) and what a trial does with
+a run folder. Slow tests train the tiny fixture model: a 2 x 2 grid on a local Ray the command starts itself
+(bit for bit the runs alone, nothing of Ray left), and on one module-scoped two-node cluster on this machine:
+trials on both nodes, a failing trial isolated, a driver stopped by Ctrl-C or killed and the same command again.
+"""
+import contextlib
+import io
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from training.tools import ray_grid
+from training.tools.grid import NAMED_GRIDS, grid_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
+DEV = ["sst-dev-output.csv", "para-dev-output.csv", "sts-dev-output.csv"]
+
+
+def tiny_flags(model_dir, data_dir=FIXTURE_DATA, *more):
+    return ["--data_dir", str(data_dir), "--model", str(model_dir), "--batch_size", "2", "--max_length", "24",
+            "--quiet", *more]
+
+
+def grid_command(out_dir, *args, extra=()):
+    return [sys.executable, "-m", "training.tools.ray_grid", "--out_dir", str(out_dir), "--no_report", *args,
+            "--", *extra]
+
+
+def env(**more):
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT), **more}
+
+
+def status(run_dir: Path) -> str:
+    return json.loads((run_dir / "metrics.json").read_text())["status"]
+
+
+# ---- the plan (fast) ---------------------------------------------------------------------------------------
+
+def listed(*args):
+    """``minbert-grid ARGS`` in this process (``--list`` and usage errors start nothing): exit code, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            returncode = ray_grid.main(list(args))
+        except SystemExit as exit:
+            returncode = exit.code
+    return subprocess.CompletedProcess(args, returncode, out.getvalue(), err.getvalue())
+
+
+@pytest.mark.slow   # bash and a Python start
+def test_registry_grid_has_ablate_sh_runs_names_and_flags(tmp_path):
+    """The same runs as ablate.sh: its --dry_run commands, minus --run_name/--out_dir, are the grid's flags."""
+    dry = subprocess.run(["bash", str(ROOT / "scripts" / "ablate.sh"), "--dry_run", "--seeds", "2", "--only", "ft",
+                          "mean-smart", "--out_dir", str(tmp_path), "--", "--quiet"],
+                         capture_output=True, text=True, cwd=ROOT, env={**env(), "PYTHON": sys.executable})
+    assert dry.returncode == 0, dry.stderr
+    expected = {}
+    for line in dry.stdout.splitlines():
+        words = line.split()
+        name = words[words.index("--run_name") + 1]
+        rest = words[words.index("--out_dir") + 2:]
+        expected[name] = rest
+    out = listed("--list", "--seeds", "2", "--only", "ft", "mean-smart", "--", "--quiet")
+    assert out.returncode == 0, out.stderr
+    got = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines()}
+    assert got == expected and len(got) == 4
+
+
+def test_named_grid_is_pinned_and_seeds_can_be_split():
+    out = listed("--grid", "ablation", "--list")
+    runs = [line.split() for line in out.stdout.splitlines()]
+    assert len(runs) == 7 * 3 and runs[0][0] == "ablate-ft-s11711" and runs[-1][0] == "ablate-mean-joint-s11713"
+    mean_all = next(words for words in runs if words[0] == "ablate-mean-all-s11711")
+    # the table's six extensions, whatever the registry's mean-all row holds now
+    assert {"--ucl", "--scl", "--lcl", "--pre_qqp", "--joint_loss", "--smart"} <= set(mean_all)
+    assert "--distill" not in mean_all and "--anneal_sampling" not in mean_all
+    assert "--distill" in dict(grid_rows())["mean-all"]   # the registry's row did change: the pin matters
+    assert mean_all[mean_all.index("--max_steps_per_epoch") + 1] == "none"
+    later = listed("--grid", "ablation", "--only", "ft", "--seeds", "2", "--first_seed", "11714", "--list")
+    assert [line.split()[0] for line in later.stdout.splitlines()] == ["ablate-ft-s11714", "ablate-ft-s11715"]
+    smoke = listed("--grid", "full", "--max_steps_per_epoch", "5", "--list", "--", "--max_eval_examples", "10")
+    assert smoke.returncode == 0 and "--max_eval_examples 10" in smoke.stdout   # a smoke run of it: allowed
+    full = listed("--grid", "full", "--list").stdout.splitlines()
+    assert len(full) == 3 * len(NAMED_GRIDS["full"].rows) and full[0].startswith("st-sst-s11711 --tasks sst")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", "nope"], "no row named nope"),
+    (["--", "--run_name", "x"], "the grid names, places and seeds its runs itself"),
+    (["--seeds", "0"], "--seeds"),
+    (["--gpus_per_run", "1.5"], "whole number"),
+    (["--grid", "full", "--", "--max_eval_examples", "10"], "reproduces a documented table"),
+])
+def test_bad_grid_flags_are_one_usage_line(args, message):
+    out = listed(*args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.slow   # a Python start checks the flags
+def test_a_run_flag_every_run_refuses_fails_once_before_ray(tmp_path):
+    out = subprocess.run(grid_command(tmp_path, "--only", "ft", extra=["--pooling", "sideways"]),
+                         capture_output=True, text=True, cwd=ROOT, env=env())
+    assert out.returncode == 2 and "sideways" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+def test_next_step_keeps_finished_resumes_stopped_and_starts_the_rest(tmp_path):
+    for name, state in [("done", "finished"), ("killed", "running"), ("stopped", "interrupted"),
+                        ("broken", "failed"), ("claimed", "starting")]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"status": state}))
+    (tmp_path / "garbled").mkdir()
+    (tmp_path / "garbled" / "metrics.json").write_text("{")
+    steps = {name: ray_grid.next_step(tmp_path / name)
+             for name in ["done", "killed", "stopped", "broken", "claimed", "garbled", "absent"]}
+    assert steps == {"done": "keep", "killed": "resume", "stopped": "resume", "broken": "start", "claimed": "start",
+                     "garbled": "start", "absent": "start"}
+
+
+def test_an_earlier_attempt_is_moved_aside_not_removed(tmp_path):
+    run = tmp_path / "ablate-ft"
+    for n in (1, 2):
+        run.mkdir()
+        (run / "metrics.json").write_text(json.dumps({"status": "failed", "n": n}))
+        ray_grid.set_aside(run, tmp_path)
+    assert not run.exists()
+    assert [json.loads((tmp_path / "attempts" / f"ablate-ft.{n}" / "metrics.json").read_text())["n"]
+            for n in (1, 2)] == [1, 2]
+
+
+def test_a_second_grid_in_the_same_folder_is_refused(tmp_path):
+    lock = ray_grid.GridLock(tmp_path).acquire()
+    try:
+        with pytest.raises(OSError, match="another grid is running"):
+            ray_grid.GridLock(tmp_path).acquire()
+    finally:
+        lock.release()
+    ray_grid.GridLock(tmp_path).acquire().release()
+
+
+# ---- real grids (slow) -------------------------------------------------------------------------------------
+
+def ray_leftovers(marker: str) -> list[int]:
+    """Processes whose environment holds ``marker`` (a grid's session variable or a cluster's token)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def run_alone(model_dir, out_dir: Path, name: str, flags: list[str]) -> Path:
+    """The same run as a grid's, alone with one thread (the grid gives a 1-CPU run one thread)."""
+    done = subprocess.run([sys.executable, str(ROOT / "run_multitask.py"), "--run_name", name, "--out_dir",
+                           str(out_dir), *flags], capture_output=True, text=True, env=env())
+    assert done.returncode == 0, done.stderr
+    return out_dir / name
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    """Bit for bit: every dev prediction file, every evaluation's dev scores, the best weights tensor by tensor."""
+    for name in DEV:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (a, b))
+    assert [e["dev"] for e in ma["epochs"]] == [e["dev"] for e in mb["epochs"]]
+    wa, wb = (load_file(str(d / "checkpoint" / "model.safetensors")) for d in (a, b))
+    assert wa.keys() == wb.keys() and all(wa[k].equal(wb[k]) for k in wa)
+
+
+@pytest.mark.slow
+def test_local_grid_two_rows_two_seeds_same_runs_as_alone_and_nothing_of_ray_left(tiny_model_dir, tmp_path):
+    home = Path.home()
+    before = {p: p.exists() for p in (home / ".ray", home / "ray_results")}
+    temp_before = set(Path(tempfile.gettempdir()).glob("minbert-ray-*"))
+    out_dir = tmp_path / "grid"
+    budget = ["--epochs", "1", "--max_steps_per_epoch", "4", "--stage_steps", "2"]
+    done = subprocess.run(grid_command(out_dir, "--only", "ft", "mean-smart", "--seeds", "2", *budget,
+                                       extra=tiny_flags(tiny_model_dir)),
+                          capture_output=True, text=True, cwd=tmp_path, env=env(), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = ["ablate-ft-s11711", "ablate-ft-s11712", "ablate-mean-smart-s11711", "ablate-mean-smart-s11712"]
+    assert all(status(out_dir / name) == "finished" for name in names)
+    assert "4 of 4 runs finished" in done.stdout and "[4/4 done, 0 running, 0 failed]" in done.stdout
+    summary = json.loads((out_dir / "logs" / "grid.json").read_text())
+    assert summary["failed"] == [] and set(summary["trials"]) == set(names)
+    # the same run alone, one thread: the same bits
+    listing = listed("--only", "mean-smart", "--seeds", "2", *budget, "--list", "--", *tiny_flags(tiny_model_dir))
+    flags = dict((line.split()[0], line.split()[1:]) for line in listing.stdout.splitlines())
+    alone = run_alone(tiny_model_dir, tmp_path / "alone", "smart", flags["ablate-mean-smart-s11712"])
+    assert_same_run(out_dir / "ablate-mean-smart-s11712", alone)
+    # the report reads the grid's folders as any others: one row a configuration, its 2 seeds pooled
+    from training.tools.report import collect_runs
+    rows = {row.run: row for row in collect_runs(out_dir)}
+    assert {name: len(row.seed_runs) for name, row in rows.items()} == {"ablate-ft": 2, "ablate-mean-smart": 2}
+    # nothing of Ray left: no process, no temporary folder, nothing in the home folder
+    assert {p: p.exists() for p in before} == before
+    assert set(Path(tempfile.gettempdir()).glob("minbert-ray-*")) == temp_before
+    assert ray_leftovers(f"{ray_grid.SESSION_VARIABLE}=") == [] or all(
+        pid == os.getpid() for pid in ray_leftovers(f"{ray_grid.SESSION_VARIABLE}="))
+    assert not (out_dir / ".grid.lock").read_text()
+    # the same command again keeps every finished run
+    again = subprocess.run(grid_command(out_dir, "--only", "ft", "mean-smart", "--seeds", "2", *budget,
+                                        extra=tiny_flags(tiny_model_dir)),
+                           capture_output=True, text=True, cwd=tmp_path, env=env(), timeout=120)
+    assert again.returncode == 0 and "4 finished already (kept), 0 to run" in again.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two Ray nodes of one CPU each on this machine, their session files in a short temporary folder of the
+    test's (Ray's socket paths must fit 107 characters), shut down at the end of the module. Its processes
+    carry a variable of their own, so that the test can tell they are all gone."""
+    import ray
+    from ray.cluster_utils import Cluster
+    temp_dir = tempfile.mkdtemp(prefix="minbert-ray-test-")
+    marker = {"MINBERT_TEST_CLUSTER": secrets.token_hex(8), "RAY_AUTH_MODE": "disabled",
+              "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": temp_dir}   # its address file there, not in /tmp/ray
+    saved = {key: os.environ.get(key) for key in marker}
+    os.environ.update(marker)
+    (Path(temp_dir) / "ray").mkdir()
+    head = None
+    try:
+        head = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "temp_dir": temp_dir,
+                                                            "include_dashboard": False})
+        head.add_node(num_cpus=1, temp_dir=temp_dir)
+        head.wait_for_nodes()
+        yield head.address, {"RAY_AUTH_MODE": "disabled"}
+    finally:
+        if head is not None:
+            head.shutdown()
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        name = "MINBERT_TEST_CLUSTER=" + marker["MINBERT_TEST_CLUSTER"]
+        deadline = time.time() + 30
+        while [pid for pid in ray_leftovers(name) if pid != os.getpid()] and time.time() < deadline:
+            time.sleep(0.5)
+        left = [pid for pid in ray_leftovers(name) if pid != os.getpid()]
+        for pid in left:   # ours (they carry the marker): ended, then the test fails saying so
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert left == [], "processes of the test cluster outlived it"
+
+
+@pytest.mark.slow
+def test_two_nodes_run_trials_on_both_and_a_failing_trial_is_isolated(cluster, tiny_model_dir, tmp_path):
+    address, auth = cluster
+    # a data folder with SST alone: st-sst trains, ft fails at the QQP files, and the grid goes on
+    data = tmp_path / "sst-only"
+    data.mkdir()
+    for file in FIXTURE_DATA.glob("ids-sst-*"):
+        shutil.copy(file, data / file.name)
+    out_dir = tmp_path / "grid"
+    done = subprocess.run(grid_command(out_dir, "--address", address, "--only", "st-sst", "ft", "--seeds", "2",
+                                       "--epochs", "1", "--max_steps_per_epoch", "3",
+                                       extra=tiny_flags(tiny_model_dir, data)),
+                          capture_output=True, text=True, cwd=tmp_path, env=env(**auth), timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "2 of 4 runs finished" in done.stdout and "2 failed" in done.stdout
+    failed = [line for line in done.stdout.splitlines() if line.strip().startswith("FAILED")]
+    assert len(failed) == 2 and all("ablate-ft-s1171" in line and "quora" in line for line in failed)
+    summary = json.loads((out_dir / "logs" / "grid.json").read_text())
+    assert sorted(summary["failed"]) == ["ablate-ft-s11711", "ablate-ft-s11712"]
+    assert len(summary["nodes"]) == 2   # four trials of one CPU on two one-CPU nodes: both nodes ran some
+    assert all(status(out_dir / f"ablate-st-sst-s{seed}") == "finished" for seed in (11711, 11712))
+
+
+def wait_for(condition, seconds=300.0, what="condition"):
+    deadline = time.time() + seconds
+    while not condition():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def status_or_none(run_dir: Path):
+    try:
+        return status(run_dir)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_a_stopped_driver_then_the_same_command_finishes_the_grid(cluster, tiny_model_dir, tmp_path, stop):
+    """st-sts (one task) finishes while ft (three) is still training; the driver is stopped then; the same
+    command again keeps st-sts as it was and continues ft with --resume, to the bits of ft trained alone."""
+    address, auth = cluster
+    out_dir = tmp_path / "grid"
+    flags = tiny_flags(tiny_model_dir, FIXTURE_DATA, "--save_every", "5")
+    command = grid_command(out_dir, "--address", address, "--only", "st-sts", "ft", "--epochs", "12",
+                           "--max_steps_per_epoch", "none", extra=flags)
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                              env=env(**auth))
+    short, long = out_dir / "ablate-st-sts", out_dir / "ablate-ft"
+    try:
+        wait_for(lambda: status_or_none(short) == "finished" and not ray_grid.held(short)
+                 and status_or_none(long) == "running"
+                 and any((long / "checkpoints").glob("step-*")), what="st-sts finished and ft checkpointed")
+    finally:
+        driver.send_signal(stop)
+    output = driver.communicate(timeout=120)[0]
+    if stop == signal.SIGINT:   # Ctrl-C: every run stopped cleanly before the driver ends
+        assert driver.returncode == 130, output
+        assert status(long) == "interrupted" and not (long / ".lock").exists()
+        assert "stopped: ablate-ft" in output
+    else:   # SIGKILL: the run dies with its trial (SIGTERM from its parent's death), cleanly too
+        wait_for(lambda: not ray_grid.held(long), seconds=120, what="ft's lock released")
+        assert status(long) in ("interrupted", "running")
+    kept = (short / "metrics.json").read_bytes(), (short / "sts-dev-output.csv").stat().st_mtime_ns
+    again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env(**auth), timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 finished already (kept), 1 to run" in again.stdout
+    assert ((short / "metrics.json").read_bytes(), (short / "sts-dev-output.csv").stat().st_mtime_ns) == kept
+    metrics = json.loads((long / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics.get("resumed"), "ft was trained again instead of resumed"
+    listing = listed("--only", "ft", "--epochs", "12", "--max_steps_per_epoch", "none", "--list", "--", *flags)
+    alone = run_alone(tiny_model_dir, tmp_path / "alone", "ft", listing.stdout.split()[1:])
+    assert_same_run(long, alone)
