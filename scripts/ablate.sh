@@ -68,7 +68,8 @@ while (($# > 0)); do
       (($# >= 2)) && [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "--seeds needs a whole number >= 1"
       SEEDS="$2"; shift 2 ;;
     --out_dir)
-      (($# >= 2)) || die "--out_dir needs a value"; OUT="$2"; shift 2 ;;
+      (($# >= 2)) && [[ -n "$2" ]] || die "--out_dir needs a folder (an empty one would write at the filesystem root)"
+      OUT="$2"; shift 2 ;;
     --only)
       shift
       while (($# > 0)) && [[ "$1" != -* ]]; do ONLY+=("$1"); shift; done
@@ -158,6 +159,12 @@ fi
 
 if ((!DRY_RUN)); then
   mkdir -p "$OUT/logs" || die "cannot create $OUT/logs"
+  # one grid at a time in a folder, this one or minbert-grid (the same lock file; opened to append, so that
+  # minbert-grid's note in it stays): a second would append to the live logs and rerun the live runs
+  if command -v flock > /dev/null; then   # util-linux; without it (macOS) the folder is not locked
+    exec 9>>"$OUT/.grid.lock" || die "cannot open $OUT/.grid.lock"
+    flock -n 9 || die "another grid is running in $OUT (it holds $OUT/.grid.lock): wait for it, or give another --out_dir"
+  fi
   echo "ablation grid -> $OUT (budget: ${BUDGET[*]}; extra: ${EXTRA[*]+"${EXTRA[*]}"})"
 fi
 grid_start=$SECONDS

@@ -103,6 +103,7 @@ def test_named_grid_is_pinned_and_seeds_can_be_split():
     (["--seeds", "0"], "--seeds"),
     (["--gpus_per_run", "1.5"], "whole number"),
     (["--grid", "full", "--", "--max_eval_examples", "10"], "reproduces a documented table"),
+    (["--out_dir", ""], "--out_dir needs a folder"),
 ])
 def test_bad_grid_flags_are_one_usage_line(args, message):
     out = listed(*args)

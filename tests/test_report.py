@@ -567,6 +567,26 @@ def test_ablate_script_parses():
     assert subprocess.run(["bash", "-n", str(ABLATE)], capture_output=True).returncode == 0
 
 
+def test_ablate_refuses_an_empty_out_dir_before_anything():
+    result = ablate("--out_dir", "", "--only", "ft")
+    assert result.returncode == 2 and "--out_dir needs a folder" in result.stderr
+
+
+@pytest.mark.slow
+def test_ablate_refuses_a_folder_where_another_grid_runs(tmp_path):
+    """A second grid in one --out_dir (ablate.sh or minbert-grid: the same lock) is refused before it writes."""
+    import fcntl
+    out = tmp_path / "grid"
+    (out / "logs").mkdir(parents=True)
+    (out / "logs" / "ablate-ft.log").write_text("the live grid's log\n")
+    with open(out / ".grid.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = ablate("--only", "ft", "--out_dir", str(out), env={"PYTHON": sys.executable})
+    assert result.returncode == 2 and "another grid is running" in result.stderr
+    assert (out / "logs" / "ablate-ft.log").read_text() == "the live grid's log\n"
+    assert not (out / "ablate-ft").exists()
+
+
 @pytest.mark.slow
 def test_ablate_help_prints_usage_and_runs_nothing(tmp_path):
     result = ablate("--help", "--out_dir", str(tmp_path / "grid"))

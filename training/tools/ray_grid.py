@@ -114,6 +114,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no_report", action="store_true", help="skip the results table at the end")
     args = parser.parse_args(own)
     args.extra = extra
+    if not args.out_dir.strip():
+        parser.error("--out_dir needs a folder")
     for flag in extra:
         if flag.split("=")[0] in ("--out_dir", "--run_name", "--resume", "--seed"):
             parser.error(f"{flag} after --: the grid names, places and seeds its runs itself (use --out_dir, "
