@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from training.run_lock import is_live
 from training.tools import ray_grid
 from training.tools.grid import NAMED_GRIDS, grid_rows
 
@@ -313,7 +314,7 @@ def test_a_stopped_driver_then_the_same_command_finishes_the_grid(cluster, tiny_
                               env=env(**auth))
     short, long = out_dir / "ablate-st-sts", out_dir / "ablate-ft"
     try:
-        wait_for(lambda: status_or_none(short) == "finished" and not ray_grid.held(short)
+        wait_for(lambda: status_or_none(short) == "finished" and not is_live(short)
                  and status_or_none(long) == "running"
                  and any((long / "checkpoints").glob("step-*")), what="st-sts finished and ft checkpointed")
     finally:
@@ -324,7 +325,7 @@ def test_a_stopped_driver_then_the_same_command_finishes_the_grid(cluster, tiny_
         assert status(long) == "interrupted" and not (long / ".lock").exists()
         assert "stopped: ablate-ft" in output
     else:   # SIGKILL: the run dies with its trial (SIGTERM from its parent's death), cleanly too
-        wait_for(lambda: not ray_grid.held(long), seconds=120, what="ft's lock released")
+        wait_for(lambda: not is_live(long), seconds=120, what="ft's lock released")
         assert status(long) in ("interrupted", "running")
     kept = (short / "metrics.json").read_bytes(), (short / "sts-dev-output.csv").stat().st_mtime_ns
     again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env(**auth), timeout=600)

@@ -79,3 +79,16 @@ def test_a_training_run_holds_its_lock(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.setattr(stages.TaskObjective, "start", start)
     assert run_multitask.main(argv(tiny_model_dir, tmp_path / "runs", "live")) == 0
     assert seen == [str(os.getpid())]
+
+
+def test_is_live_sees_a_held_lock_not_a_stale_file_and_writes_nothing(tmp_path):
+    from training.run_lock import LOCK, RunLock, is_live
+    assert not is_live(tmp_path) and not (tmp_path / LOCK).exists()   # no lock file: not live, none made
+    lock = RunLock(tmp_path).acquire()
+    try:
+        assert is_live(tmp_path)
+        assert (tmp_path / LOCK).read_text() == str(os.getpid())      # the holder's note untouched
+    finally:
+        lock.release()
+    (tmp_path / LOCK).write_text("12345")                              # a killed run's stale file
+    assert not is_live(tmp_path) and (tmp_path / LOCK).read_text() == "12345"

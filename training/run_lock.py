@@ -53,3 +53,22 @@ class RunLock:
         finally:
             os.close(self.fd)   # closing the last descriptor releases the flock
             self.fd = None
+
+
+def is_live(run_dir: Path) -> bool:
+    """Does a process hold the run folder's lock now? Read-only (nothing created, nothing written): a lock
+    file left by a killed process is not held, the kernel released it. Without ``fcntl``, never."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(Path(run_dir) / LOCK, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

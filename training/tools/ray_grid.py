@@ -33,6 +33,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..outputs import read_metrics
+from ..run_lock import is_live
 from .grid import NAMED_GRIDS, budget, grid_rows, stage_steps_flags
 
 ROOT = Path(__file__).resolve().parents[2]    # where run_multitask.py is, in the clone or installed
@@ -202,10 +204,8 @@ def next_step(run_dir: Path) -> str:
     """What a trial does with its run folder: "keep" a finished run, "resume" a stopped one (metrics.json
     says running or interrupted: Ctrl-C, a kill, a lost machine), "start" otherwise (an earlier attempt
     that failed or never started is moved aside first)."""
-    try:
-        status = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError, AttributeError):
-        status = None
+    metrics = read_metrics(run_dir)
+    status = metrics.get("status") if isinstance(metrics, dict) else None
     if status == FINISHED:
         return "keep"
     return "resume" if status in STOPPED else "start"
@@ -222,7 +222,7 @@ def train_one(config: dict) -> None:
     if stop_file(out_dir).exists():   # the grid is stopping: a trial Tune starts now runs nothing
         tune.report({**result(run, run_dir, "none", 0, started, node), "status": NOT_STARTED})
         return
-    wait_until_free(run_dir)
+    wait_until_free([run_dir], seconds=120.0)   # a killed driver's run may still be ending
     step = next_step(run_dir)
     if step == "keep":
         tune.report(result(run, run_dir, "kept", 0, started, node))
@@ -270,30 +270,12 @@ def die_with_parent() -> None:
         pass
 
 
-def wait_until_free(run_dir: Path, seconds: float = 120.0) -> None:
-    """Wait while another process holds the run folder's ``.lock`` (a run of a killed driver finishing
-    its clean-up); after ``seconds`` the run's own lock error says who holds it."""
+def wait_until_free(run_dirs: list[Path], seconds: float) -> None:
+    """Wait while a process holds the ``.lock`` of any of ``run_dirs`` (a run finishing its clean-up after
+    a stop), ``seconds`` at most: after that the run's own lock error, or the report, says who holds it."""
     deadline = time.time() + seconds
-    while held(run_dir) and time.time() < deadline:
-        time.sleep(1.0)
-
-
-def held(run_dir: Path) -> bool:
-    """Is the run folder live: does a process hold its ``.lock`` (``training/run_lock.py``)? A lock file
-    left by a killed process is not held: the kernel released it."""
-    import fcntl
-    try:
-        fd = os.open(run_dir / ".lock", os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    while any(is_live(run_dir) for run_dir in run_dirs) and time.time() < deadline:
+        time.sleep(POLL_SECONDS)
 
 
 def set_aside(run_dir: Path, out_dir: Path) -> None:
@@ -310,10 +292,8 @@ def set_aside(run_dir: Path, out_dir: Path) -> None:
 
 def result(run: GridRun, run_dir: Path, action: str, rc: int, started: float, node: str, log: Path | None = None):
     """What the trial reports to the driver: the run folder's status, its dev scores, and its error line."""
-    try:
-        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        metrics = {}
+    metrics = read_metrics(run_dir)
+    metrics = metrics if isinstance(metrics, dict) else {}
     status = metrics.get("status") or "failed"
     if rc != 0 and status == FINISHED:   # it finished, then something else failed (e.g. writing the model card)
         status = "failed"
@@ -410,7 +390,7 @@ def run_grid(args: argparse.Namespace, runs: list[GridRun], out_dir: Path, lock:
                 signal.signal(sig, handler)
             shutil.rmtree(temp_dir, ignore_errors=True)
             lock.hold("")
-        wait_for_runs(out_dir, todo)
+        wait_until_free([out_dir / run.name for run in todo], seconds=60.0)   # no run folder left live
         stop.file.unlink(missing_ok=True)
     return summarize(args, runs, kept, progress.results, out_dir, stop.requested)
 
@@ -432,7 +412,7 @@ class Stop:
               "stops at once)", flush=True)
 
     def stop_all(self) -> bool:
-        return self.requested and (not any(held(run) for run in self.runs) or time.time() > self.at + self.seconds)
+        return self.requested and (not any(is_live(run) for run in self.runs) or time.time() > self.at + self.seconds)
 
 
 def run_trials(args, todo: list[GridRun], out_dir: Path, temp_dir: str, progress: "Progress", stop: Stop) -> None:
@@ -531,14 +511,6 @@ class Progress:
         done = sum(r["status"] == FINISHED for r in self.results.values())
         failed = sum(r["status"] not in (FINISHED, NOT_STARTED, *STOPPED) for r in self.results.values())
         print(f"[{done}/{self.total} done, {len(self.running)} running, {failed} failed] {event}", flush=True)
-
-
-def wait_for_runs(out_dir: Path, runs: list[GridRun], seconds: float = 60.0) -> None:
-    """After Ray is gone: wait for the runs' processes to finish their clean-up (status written, ``.lock``
-    removed), so that the grid ends with no run folder live."""
-    deadline = time.time() + seconds
-    while time.time() < deadline and any(held(out_dir / run.name) for run in runs):
-        time.sleep(0.5)
 
 
 def summarize(args, runs: list[GridRun], kept: list[GridRun], results: dict[str, dict], out_dir: Path,
