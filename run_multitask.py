@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # a configuration file is a recipe, not a run: where a run is and what it resumes come from the command line only
-NOT_FROM_FILE = ("run_name", "resume", "resume_fallback", "log_file")
+NOT_FROM_FILE = ("run_name", "resume", "resume_fallback", "log_file", "wait_after_eval")
 # settings a run saves that are no flag: a run's own configuration file carries its declared tasks
 SAVED_ONLY = ("own_tasks",)
 

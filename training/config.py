@@ -64,6 +64,11 @@ class DataConfig:
     max_eval_examples: int | None = flag(None, "score only the first N examples of each task's dev file, at every "
                                                "evaluation (a quick smoke run: its dev numbers are not comparable "
                                                "with full-dev ones; none: all)", type=optional_int)
+    # a data setting too: a run scored on a validation split is never pooled or compared with dev-scored runs
+    val_fraction: float = flag(0.0, "hold out this fraction of each task's training file (the same examples for "
+                                    "every seed and run) and evaluate on it instead of the dev file, which is then "
+                                    "not read: how minbert-search scores its trials (0: train on the whole file, "
+                                    "evaluate on dev)")
     # not a flag: the checked declarations of --task_file, saved with the run so that it reloads, resumes
     # and predicts without the file (training/task_file.py)
     own_tasks: list = field(default_factory=list)
@@ -157,6 +162,9 @@ class OutputConfig:
                                             "(default: removed; checkpoint/ holds the best weights)")
     test_predictions: bool = flag(True, "predict (and score, where labelled) the tasks' test files after training; "
                                         "off, dev predictions only (a quicker smoke run)")
+    wait_after_eval: bool = flag(False, "after each evaluation print an EVALUATION line and wait for 'continue' or "
+                                        "'stop' on stdin: a search's scheduler steps the run (minbert-search; "
+                                        "training/trial_control.py)")
     quiet: bool = flag(False, "no progress bars; only one line per epoch and the final summary")
     log_file: str | None = flag(None, "also append every log line to this file", type=str)
 
@@ -258,6 +266,9 @@ class RunConfig:
             (d.batch_size >= 1, "--batch_size must be at least 1"),
             (d.max_eval_examples is None or d.max_eval_examples >= 1, "--max_eval_examples must be at least 1"),
             (d.max_length >= 3, "--max_length must be at least 3"),
+            (0 <= d.val_fraction < 1, "--val_fraction must be in [0, 1)"),
+            (not (d.val_fraction and d.max_eval_examples), "--val_fraction and --max_eval_examples do not go "
+             "together: the validation split is scored whole (make it smaller with --val_fraction)"),
             (0 <= m.hidden_dropout_prob < 1, "--hidden_dropout_prob must be in [0, 1)"),
             (m.attention_probs_dropout_prob is None or 0 <= m.attention_probs_dropout_prob < 1,
              "--attention_probs_dropout_prob must be in [0, 1)"),

@@ -29,6 +29,7 @@ from .device import pick_device
 from .encoding import encode, model_max_length
 from .evaluate import TaskPredictions, predict
 from .tasks import TASKS, Task
+from .trial_control import STOPPED_EARLY
 
 # Embedding rows a model may have beyond its vocabulary (some round vocab_size up to a multiple of 64 or 128)
 VOCAB_PADDING = 128
@@ -298,7 +299,7 @@ def run_status(path: Path) -> str | None:
 def warn_if_unfinished(directory: Path) -> None:
     """A checkpoint/ of a run still training (or stopped) holds its best weights so far: say so, and from when."""
     status = run_status(directory)
-    if status in (None, "finished") or directory.name != "checkpoint":
+    if status in (None, "finished", STOPPED_EARLY) or directory.name != "checkpoint":   # its weights are final
         return
     when = ""
     try:  # the first evaluation with the best overall dev score, as the trainer keeps it (training/stages.py)

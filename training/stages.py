@@ -21,6 +21,7 @@ from .run_log import RunLog
 from .schedule import RoundRobinScheduler
 from .task_loss import TaskLoss
 from .tasks import TASKS, format_metrics, overall_score
+from .trial_control import ask_scheduler
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -194,8 +195,17 @@ class MultitaskObjective(TaskObjective):
             progress["stopped"] = {"step": step - self.first_step, "epoch": record["epoch"], "patience": patience,
                                    "best_epoch": self.best["epoch"], "best_step": self.best["step"]}
         run.on_epoch_end(self.saved(progress, improved))
+        if run.config.output.wait_after_eval and not progress.get("stopped") and ask_scheduler(
+                {"evaluation": len(progress["evaluations"]) or record["epoch"], "epoch": record["epoch"],
+                 "step": record.get("step"), "run_step": step, "dev": metrics, "dev_overall": score,
+                 "best": self.best["score"]}):
+            progress["stopped"] = {"step": step - self.first_step, "epoch": record["epoch"], "by": "scheduler",
+                                   "best_epoch": self.best["epoch"], "best_step": self.best["step"]}
+            run.on_epoch_end(self.saved(progress, improved=False))   # metrics.json says why it stops
         tail = f"dev {format_metrics(metrics)} overall {score:.3f}" + ("  (best so far)" if improved else "")
-        if progress.get("stopped"):
+        if progress.get("stopped", {}).get("by") == "scheduler":
+            tail += "  -- stopped by the search's scheduler"
+        elif progress.get("stopped"):
             tail += f"  -- early stopping: no better overall dev score in {patience} evaluations"
         return tail
 

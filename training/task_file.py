@@ -9,7 +9,6 @@ them again: ``load_run``, ``--resume``, predict and the report work without the 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch.nn.functional as F
 
 from heads import PairClassifierHead, PairHead, SentimentHead
 
+from .settings_file import read_settings_file
 from .tasks import BUILTIN_TASKS, QQP, TASKS, Task, argmax
 
 KINDS = ("classification", "pair_classification", "pair_regression")
@@ -39,21 +39,9 @@ def read_task_file(path: str | Path) -> list[dict]:
     (or, with PyYAML, YAML) object with a ``tasks`` list, a list of declarations, or one declaration."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise TaskFileError(f"--task_file {path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
-    is_yaml = path.suffix.lower() in (".yaml", ".yml")
-    if is_yaml:
-        try:
-            import yaml
-        except ImportError:
-            raise TaskFileError(f"--task_file {path}: reading YAML needs PyYAML (pip install pyyaml); "
-                                "or give JSON") from None
-    try:
-        data = yaml.safe_load(text) if is_yaml else json.loads(text)
-    except Exception as err:   # json.JSONDecodeError, yaml.YAMLError (not a ValueError)
-        raise TaskFileError(f"--task_file {path}: not valid {'YAML' if is_yaml else 'JSON'}: "
-                            f"{' '.join(str(err).split())[:200]}") from None
+        data = read_settings_file(path, "--task_file")
+    except ValueError as err:
+        raise TaskFileError(str(err)) from None
     if isinstance(data, dict) and "tasks" in data:
         data = data["tasks"]
     elif isinstance(data, dict):

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from data.batching import make_loader
+from data.holdout import hold_out
 from data.readers import DataError, Example, read_header, resolve_data_dir
 from heads import MultitaskBert
 from minbert import BertConfig, BertTokenizer
@@ -44,6 +45,7 @@ from .runs import build_model, load_run, model_directory, tokenizer_for
 from .stages import Run, multitask_stage
 from .task_loss import TaskLoss
 from .tasks import TASKS, format_metrics, overall_score
+from .trial_control import STOPPED_EARLY
 from .tensorboard import Scalars
 
 
@@ -142,6 +144,7 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     check_against_model(config, model.bert.config, model_dir)
     tokenizer = tokenizer_for(model_dir, model.bert)
     splits, data_report = read_all_splits(data_dir, splits_to_read(config), config.data.strict, log)
+    hold_out_validation(splits, config.data.val_fraction, data_report, log)
     cap_dev(splits, config.data.max_eval_examples, log)
     check_evaluations(config, splits)
     return RunInputs(data_dir, model_dir, model, tokenizer, splits, data_report)
@@ -154,6 +157,19 @@ def splits_to_read(config: RunConfig) -> dict[str, tuple[str, ...]]:
     if config.output.test_predictions:
         return needed
     return {name: tuple(split for split in splits if split != "test") for name, splits in needed.items()}
+
+
+def hold_out_validation(splits: dict[str, dict[str, list[Example]]], fraction: float, report: dict, log) -> None:
+    """``--val_fraction F``: each task's training examples split, in place, into training and the "dev" that
+    every evaluation scores (``data.holdout``); the dev files were not read (``extensions.splits_needed``)."""
+    if not fraction:
+        return
+    for name, task_splits in splits.items():
+        if "train" in task_splits:
+            task_splits["train"], task_splits["dev"] = hold_out(task_splits["train"], fraction)
+            report[TASKS[name].files["train"]]["held_out"] = len(task_splits["dev"])   # the validation examples
+    log.result(f"note: --val_fraction {fraction}: evaluating on {fraction:.0%} of each task's training file, held "
+               f"out of training; the dev files are not read")
 
 
 def cap_dev(splits: dict[str, dict[str, list[Example]]], cap: int | None, log: RunLog) -> None:
@@ -259,9 +275,10 @@ class RunFolder:
             self.tensorboard.text("config", "    " + json.dumps(self.config.to_dict(), indent=1).replace("\n", "\n    "))
         return self.tensorboard
 
-    def finish(self, **results) -> None:
-        """Mark the run finished in metrics.json, draw its curves, write the model card, drop its training state."""
-        self.metrics.update(status="finished", **results, wall_seconds=self.seconds(),
+    def finish(self, status: str = "finished", **results) -> None:
+        """Mark the run finished (or "stopped early" by a search's scheduler) in metrics.json, draw its curves,
+        write the model card, drop its training state."""
+        self.metrics.update(status=status, **results, wall_seconds=self.seconds(),
                             torch_threads=torch.get_num_threads(),
                             # the CPU's vector instructions as torch's kernels use them (e.g. AVX2, AVX512): they
                             # and the thread count decide the rounding, so the bits of a CPU run (docs/defaults.md)
@@ -421,10 +438,12 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
     if not folder.write.enabled:  # only process 0 predicts and writes
         return
     at = f"step {best['step']} (epoch {best['epoch']})" if best["step"] is not None else f"epoch {best['epoch']}"
-    if result["stopped"]:
-        metrics["early_stopped"] = result["stopped"]
-        run.log.result(f"early stopping at step {result['stopped']['step']} (epoch {result['stopped']['epoch']}): "
-                       f"no better overall dev score in {result['stopped']['patience']} evaluations")
+    stopped = result["stopped"]
+    if stopped:
+        metrics["early_stopped"] = stopped
+        why = ("stopped by the search's scheduler" if stopped.get("by") == "scheduler"
+               else f"no better overall dev score in {stopped['patience']} evaluations")
+        run.log.result(f"early stopping at step {stopped['step']} (epoch {stopped['epoch']}): {why}")
     run.log(f"best {at} (dev overall {best['score']:.4f}); writing predictions")
     written, skipped, test = folder.write.predictions(run.model, best["dev"], run.splits, run.loader,
                                                       run.config.data.batch_size, run.device, run.log,
@@ -433,7 +452,8 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
     dev_examples = {name: len(best["dev"][name].ids) for name in run.config.task_names()}
     train_seconds = sum(e["train_seconds"] for e in history)
     train_examples = sum(e["train_examples"] for e in history)
-    folder.finish(epochs=history, best_epoch=best["epoch"], **({"best_step": best["step"]} if best["step"] else {}),
+    status = STOPPED_EARLY if stopped and stopped.get("by") == "scheduler" else "finished"
+    folder.finish(status, epochs=history, best_epoch=best["epoch"], **({"best_step": best["step"]} if best["step"] else {}),
                   dev=final_dev, dev_overall=overall_score(final_dev), dev_examples=dev_examples,
                   **({"test": test, "test_overall": overall_score(test)} if test else {}),
                   prediction_files=written, skipped_prediction_files=skipped, train_seconds=round(train_seconds, 1),
@@ -488,14 +508,14 @@ def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], s
 
 
 # What --resume takes from the command line; every other flag comes from the saved configuration.
-RESUME_FLAGS = ("resume", "resume_fallback", "quiet", "log_file", "data_dir")
+RESUME_FLAGS = ("resume", "resume_fallback", "quiet", "log_file", "data_dir", "wait_after_eval")
 
 
 def restartable(run_dir: Path) -> dict | None:
     """The configuration of a run that stopped before writing any checkpoint (its ``metrics.json`` says
-    it is not finished), or None."""
+    it has not ended: neither finished nor stopped early by a search), or None."""
     metrics = read_metrics(run_dir)
-    if metrics.get("status") in (None, "finished") or not isinstance(metrics.get("config"), dict):
+    if metrics.get("status") in (None, "finished", STOPPED_EARLY) or not isinstance(metrics.get("config"), dict):
         return None
     return metrics["config"]
 

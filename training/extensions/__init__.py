@@ -59,11 +59,12 @@ def enabled_stages(config: RunConfig) -> list[tuple[str, Callable]]:
 
 def splits_needed(config: RunConfig) -> dict[str, tuple[str, ...]]:
     """Task -> the splits a run reads. Multi-task training reads every task's train, dev and (if
-    there is one) test file. The stages alone (``--epochs 0``) read only the training sets they build
-    their data from: none when their corpora come from files (``--ucl_data``, ``--scl_data``)."""
+    there is one) test file; under ``--val_fraction`` not dev (it evaluates on a split of train).
+    The stages alone (``--epochs 0``) read only the training sets they build their data from: none when
+    their corpora come from files (``--ucl_data``, ``--scl_data``)."""
     tasks = config.task_names()
     if config.train.epochs > 0:
-        return {name: ("train", "dev", "test") for name in tasks}
+        return {name: ("train", "test") if config.data.val_fraction else ("train", "dev", "test") for name in tasks}
     read = set().union(*(e.reads(config) for e in enabled(config)))
     return {name: ("train",) for name in tasks if name in read}
 

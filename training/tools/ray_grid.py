@@ -30,11 +30,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..outputs import read_metrics
 from ..run_lock import is_live
+from ..trial_control import STOPPED_EARLY
 from .grid import NAMED_GRIDS, budget, grid_rows, stage_steps_flags
 
 ROOT = Path(__file__).resolve().parents[2]    # where run_multitask.py is, in the clone or installed
@@ -201,12 +204,12 @@ def check_flags(runs: list[GridRun]) -> str | None:
 # ---- one trial ---------------------------------------------------------------------------------------------
 
 def next_step(run_dir: Path) -> str:
-    """What a trial does with its run folder: "keep" a finished run, "resume" a stopped one (metrics.json
-    says running or interrupted: Ctrl-C, a kill, a lost machine), "start" otherwise (an earlier attempt
-    that failed or never started is moved aside first)."""
+    """What a trial does with its run folder: "keep" a finished run (or one a search's scheduler stopped early),
+    "resume" a stopped one (metrics.json says running or interrupted: Ctrl-C, a kill, a lost machine), "start"
+    otherwise (an earlier attempt that failed or never started is moved aside first)."""
     metrics = read_metrics(run_dir)
     status = metrics.get("status") if isinstance(metrics, dict) else None
-    if status == FINISHED:
+    if status in (FINISHED, STOPPED_EARLY):
         return "keep"
     return "resume" if status in STOPPED else "start"
 
@@ -375,21 +378,10 @@ def run_grid(args: argparse.Namespace, runs: list[GridRun], out_dir: Path, lock:
           f"{args.cpus_per_run:g} CPU{'s' if args.cpus_per_run != 1 else ''}"
           + (f" and {args.gpus_per_run:g} GPU" if args.gpus_per_run else "") + " a run", flush=True)
     progress = Progress(len(todo))
-    stop = Stop(out_dir, todo)
+    stop = Stop(out_dir, lambda: [out_dir / run.name for run in todo])
     if todo:
-        temp_dir = tempfile.mkdtemp(prefix="minbert-ray-")   # short: Ray's socket paths must fit 107 characters
-        lock.hold(temp_dir)
-        stop.file.unlink(missing_ok=True)
-        previous = {sig: signal.signal(sig, stop.request) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            run_trials(args, todo, out_dir, temp_dir, progress, stop)
-        except KeyboardInterrupt:   # a second Ctrl-C: Ray goes now; the runs stop by the stop file or with their worker
-            stop.requested = True
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            shutil.rmtree(temp_dir, ignore_errors=True)
-            lock.hold("")
+        with ray_session(args.address, lock, stop):
+            run_trials(args, todo, out_dir, progress, stop)
         wait_until_free([out_dir / run.name for run in todo], seconds=60.0)   # no run folder left live
         stop.file.unlink(missing_ok=True)
     return summarize(args, runs, kept, progress.results, out_dir, stop.requested)
@@ -399,24 +391,54 @@ class Stop:
     """Ctrl-C and SIGTERM of the driver: the first writes the stop file (every run ends "interrupted"), and
     Tune ends the experiment once no run of the grid is live (``stop_all``); the second is KeyboardInterrupt."""
 
-    def __init__(self, out_dir: Path, runs: list[GridRun], seconds: float = 120.0):
-        self.file, self.runs, self.seconds = stop_file(out_dir), [out_dir / run.name for run in runs], seconds
+    def __init__(self, out_dir: Path, run_dirs: Callable[[], list[Path]], seconds: float = 120.0):
+        self.file, self.run_dirs, self.seconds = stop_file(out_dir), run_dirs, seconds
         self.requested, self.at = False, 0.0
 
     def request(self, signum, frame) -> None:
         if self.requested:
             raise KeyboardInterrupt
+        name = signal.Signals(signum).name
+        self.ask(f"{name} to the driver, process {os.getpid()}", f"again: {name} stops at once")
+
+    def ask(self, reason: str, note: str = "") -> None:
+        """Stop every run (they end "interrupted", resumable) and then Tune, for ``reason``."""
         self.requested, self.at = True, time.time()
-        self.file.write_text(f"{signal.Signals(signum).name} to the driver, process {os.getpid()}\n")
-        print(f"stopping: every running run ends as interrupted (again: {signal.Signals(signum).name} "
-              "stops at once)", flush=True)
+        self.file.write_text(reason + "\n")
+        print(f"stopping: every running run ends as interrupted ({note or reason})", flush=True)
 
     def stop_all(self) -> bool:
-        return self.requested and (not any(is_live(run) for run in self.runs) or time.time() > self.at + self.seconds)
+        return self.requested and (not any(is_live(run) for run in self.run_dirs())
+                                   or time.time() > self.at + self.seconds)
 
 
-def run_trials(args, todo: list[GridRun], out_dir: Path, temp_dir: str, progress: "Progress", stop: Stop) -> None:
-    """Run ``todo`` as Tune trials, their results into ``progress``."""
+@contextmanager
+def ray_session(address: str | None, lock: GridLock, stop: "Stop"):
+    """Ray for the block (``start_ray``), shut down after it, with Ctrl-C and SIGTERM going to ``stop``; its
+    temporary folder named in the lock while it lives (for the next holder to clear after a killed driver)."""
+    temp_dir = tempfile.mkdtemp(prefix="minbert-ray-")   # short: Ray's socket paths must fit 107 characters
+    lock.hold(temp_dir)
+    stop.file.unlink(missing_ok=True)
+    previous = {sig: signal.signal(sig, stop.request) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        start_ray(address, temp_dir)   # before ray's import: it reads the environment start_ray sets
+        import ray
+        try:
+            yield
+        finally:
+            ray.shutdown()
+    except KeyboardInterrupt:   # a second Ctrl-C: Ray goes now; the runs stop by the stop file or with their worker
+        stop.requested = True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        lock.hold("")
+
+
+def start_ray(address: str | None, temp_dir: str) -> None:
+    """``ray.init`` as this command's own: a local Ray (``address`` None) with its session files in ``temp_dir``,
+    or the cluster at ``address``; its workers import this project (PYTHONPATH)."""
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"            # nothing sent, nothing written in the home folder
     os.environ["TUNE_RESULT_BUFFER_LENGTH"] = "1"
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"        # Ctrl-C is ours (Stop): runs end cleanly first
@@ -424,13 +446,24 @@ def run_trials(args, todo: list[GridRun], out_dir: Path, temp_dir: str, progress
     # Ray SIGKILLs a worker's child processes when the worker exits: a run would be left "running" with a
     # stale .lock. Without that, the child's PDEATHSIG (die_with_parent) sends SIGTERM: it ends "interrupted".
     os.environ["RAY_kill_child_processes_on_worker_exit"] = "0"
-    if not args.address:
+    if not address:
         # A local Ray's own token in the environment of the processes it starts: no ~/.ray/auth_token is written,
         # and nothing without the token (another grid, a test) can join this cluster by accident.
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         os.environ[SESSION_VARIABLE] = temp_dir
     import ray
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    began = time.time()
+    ray.init(address=address or "local", _temp_dir=None if address else temp_dir,
+             include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             runtime_env={"env_vars": env})
+    print(f"Ray ready in {time.time() - began:.1f} s: {ray.cluster_resources().get('CPU', 0):g} CPUs, "
+          f"{ray.cluster_resources().get('GPU', 0):g} GPUs, {len(ray.nodes())} node(s)", flush=True)
+
+
+def run_trials(args, todo: list[GridRun], out_dir: Path, progress: "Progress", stop: Stop) -> None:
+    """Run ``todo`` as Tune trials on the Ray of ``ray_session``, their results into ``progress``."""
     from ray import tune
 
     class Events(tune.Callback):
@@ -450,30 +483,20 @@ def run_trials(args, todo: list[GridRun], out_dir: Path, temp_dir: str, progress
         def stop_all(self):
             return stop.stop_all()
 
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    began = time.time()
-    ray.init(address=args.address or "local", _temp_dir=None if args.address else temp_dir,
-             include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             runtime_env={"env_vars": env})
-    print(f"Ray ready in {time.time() - began:.1f} s: {ray.cluster_resources().get('CPU', 0):g} CPUs, "
-          f"{ray.cluster_resources().get('GPU', 0):g} GPUs, {len(ray.nodes())} node(s)", flush=True)
-    try:
-        threads = max(1, int(args.cpus_per_run))
-        space = {"run": tune.grid_search([asdict(run) for run in todo]), "out_dir": str(out_dir),
-                 "threads": threads, "cwd": os.getcwd()}
-        resources = {"cpu": args.cpus_per_run, "gpu": args.gpus_per_run}
-        tuner = tune.Tuner(
-            tune.with_resources(train_one, resources), param_space=space,
-            tune_config=tune.TuneConfig(trial_name_creator=lambda t: t.config["run"]["name"],
-                                        trial_dirname_creator=lambda t: t.config["run"]["name"]),
-            run_config=tune.RunConfig(name=f"grid-{time.strftime('%Y%m%d-%H%M%S')}",
-                                      storage_path=str(out_dir / "logs" / "tune"), verbose=0,
-                                      callbacks=[Events()], stop=WhenStopped(),
-                                      # a lost worker or machine: the trial again (it resumes its run folder)
-                                      failure_config=tune.FailureConfig(max_failures=2)))
-        tuner.fit()
-    finally:
-        ray.shutdown()
+    threads = max(1, int(args.cpus_per_run))
+    space = {"run": tune.grid_search([asdict(run) for run in todo]), "out_dir": str(out_dir),
+             "threads": threads, "cwd": os.getcwd()}
+    resources = {"cpu": args.cpus_per_run, "gpu": args.gpus_per_run}
+    tuner = tune.Tuner(
+        tune.with_resources(train_one, resources), param_space=space,
+        tune_config=tune.TuneConfig(trial_name_creator=lambda t: t.config["run"]["name"],
+                                    trial_dirname_creator=lambda t: t.config["run"]["name"]),
+        run_config=tune.RunConfig(name=f"grid-{time.strftime('%Y%m%d-%H%M%S')}",
+                                  storage_path=str(out_dir / "logs" / "tune"), verbose=0,
+                                  callbacks=[Events()], stop=WhenStopped(),
+                                  # a lost worker or machine: the trial again (it resumes its run folder)
+                                  failure_config=tune.FailureConfig(max_failures=2)))
+    tuner.fit()
 
 
 class Progress:

@@ -15,7 +15,8 @@ Columns: run, pooling, one on/off column per extension (``Idea.column``), seeds,
 which row is a PT, FT or ST baseline and what the intervals mean: docs/ablation.md, "Reading the
 table: seeds and intervals"; each rule is also in the docstring of the function that applies it. A run
 with ``--max_eval_examples`` (a smoke run, its dev scored on a subset) is marked "capped" in the status
-column, never pooled with uncapped seeds and never compared (``compare_to_baselines``).
+column, never pooled with uncapped seeds and never compared (``compare_to_baselines``); so is a search's
+trial (``--val_fraction``: scored on a split of the training files, not on dev).
 """
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT 
           "SST, QQP and STS). Unfinished runs are listed last with blank metrics.")
 CAPPED, CAPPED_NOTE = "†", ("capped (†) = a smoke run, its dev scored on the first N examples of each task's dev "
                              "file (--max_eval_examples N): not pooled with uncapped seeds, not compared, no baseline.")
+VAL_NOTE = ("validation split (†) = a search trial, scored on a split held out of the training files "
+            "(--val_fraction F), not on dev: not pooled with dev-scored seeds, not compared, no baseline.")
 DELTA, INTERVAL = "Δ vs FT", "95% CI"   # DELTA: the default; ``--baseline ROW`` makes it "Δ vs ROW"
 # the terminal view: at most TERMINAL_WIDTH columns; run names are cut to no fewer than MIN_RUN_WIDTH
 TERMINAL_WIDTH, MIN_RUN_WIDTH, MAX_STATUS_WIDTH = 120, 24, 40
@@ -116,6 +119,7 @@ class RunRow:
     seed: object = None
     group_key: str | None = None           # ``seed_group_key`` of its config
     dev_cap: int | None = None             # --max_eval_examples: dev scored on the first N examples of each task
+    val_fraction: float | None = None      # --val_fraction: scored on a split of train (a search's trial), not dev
     # a pooled line of the table
     seed_runs: list[RunRow] = field(default_factory=list)
     dev_std: dict[str, float | None] = field(default_factory=dict)
@@ -129,7 +133,10 @@ class RunRow:
 
     @property
     def capped(self) -> str:
-        """What the status column adds for a run scored on part of dev (``--max_eval_examples``); "" otherwise."""
+        """What the status column adds for a run scored on part of dev (``--max_eval_examples``) or not on dev
+        (``--val_fraction``); "" otherwise."""
+        if self.val_fraction:
+            return f"validation split: scored on {self.val_fraction:g} of train, not dev"
         return "" if self.dev_cap is None else f"capped: dev scored on {self.dev_cap} examples"
 
     def status_cell(self) -> str:
@@ -274,7 +281,8 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     if resamples == 0:
         return f"{delta} and {INTERVAL}: not computed (--bootstrap 0).", []
     done = [row for row in rows if row.complete and not row.capped]
-    notes = [f"note: {row.run}: not compared ({row.capped}, --max_eval_examples: a smoke run)"
+    notes = [f"note: {row.run}: not compared ({row.capped}, "
+             f"{'--val_fraction: a search trial' if row.val_fraction else '--max_eval_examples: a smoke run'})"
              for row in rows if row.complete and row.capped]
     if baseline is None:
         fts = _baselines(done, lambda row: row.baseline == "FT")
@@ -386,9 +394,9 @@ def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = 
 
 def _with_cap_note(rows: list[RunRow], footer: str) -> str:
     """``footer``, and where a row is capped, the sentence saying what that means."""
-    if not any(row.capped for row in rows):
-        return footer
-    return " ".join(part for part in (footer, CAPPED_NOTE) if part)
+    notes = [note for note, shown in ((CAPPED_NOTE, any(row.dev_cap is not None and not row.val_fraction for row in rows)),
+                                      (VAL_NOTE, any(row.val_fraction for row in rows))) if shown]
+    return " ".join(part for part in (footer, *notes) if part)
 
 
 def _aligned(table: list[list[str]], width: int) -> list[str]:
@@ -533,7 +541,8 @@ def read_run(folder: Path) -> RunRow:
                  dev=dev, wall_minutes=None if wall is None else wall / 60.0, folder=folder,
                  data_dir=str(data_dir) if data_dir else None, seed=saved_flag(config, "seed"),
                  group_key=seed_group_key(config, data.get("inputs"), tasks),
-                 dev_cap=_whole_number(saved_flag(config, "max_eval_examples")))
+                 dev_cap=_whole_number(saved_flag(config, "max_eval_examples")),
+                 val_fraction=_number(saved_flag(config, "val_fraction", 0.0)) or None)
     if status == FINISHED:
         if dev and None not in dev.values():
             row.average = overall_score(dev)

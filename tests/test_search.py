@@ -1,0 +1,225 @@
+"""minbert-search (training/tools/search.py): TPE and ASHA on the grid's engine, scored on a validation split.
+
+Fast tests check the space file, the validation split, the run's side of the scheduler's handshake and the
+usage errors. The slow test runs a real 4-trial search on the tiny fixture model with the dev files removed
+from its data folder, kills the driver half-way, and runs the same command again.
+"""
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from data.holdout import hold_out
+from data.readers import Example
+from training import trial_control
+from training.run_lock import is_live
+from training.tools import ray_grid, search
+
+from test_ray_grid import FIXTURE_DATA, env, ray_leftovers, status, status_or_none, tiny_flags, wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ---- the space file (fast) ---------------------------------------------------------------------------------
+
+def test_a_space_file_reads_ranges_lists_fixed_values_and_start_points(tmp_path):
+    pytest.importorskip("yaml")
+    path = write(tmp_path / "space.yaml", "lr: {log_uniform: [3e-5, 3e-4]}\n"   # YAML 1.1: 3e-5 is a string
+                                          "epochs: {int: [1, 3]}\n"
+                                          "task_batch_sizes: [[32, 32, 32], [32, 86, 32]]\n"
+                                          "smart: [true, false]\n"
+                                          "warmup_ratio: 0.1\n"
+                                          "start_with: [{lr: 1e-4, task_batch_sizes: [32, 86, 32]}]\n")
+    space = search.read_space(str(path))
+    d = space.dimensions
+    assert (d["lr"].kind, d["lr"].low, d["lr"].high) == ("log_uniform", 3e-5, 3e-4)
+    assert (d["epochs"].kind, d["epochs"].low, d["epochs"].high) == ("int", 1, 3)
+    assert d["task_batch_sizes"].values == ("32,32,32", "32,86,32") and d["smart"].values == (True, False)
+    assert d["warmup_ratio"].kind == "fixed" and d["warmup_ratio"].values == (0.1,)
+    assert space.start_with == [{"lr": 1e-4, "task_batch_sizes": "32,86,32"}]
+    # the other flags of a start point take the first value, or the middle of the range
+    (point,) = search.fill(space)
+    assert point["epochs"] == 2 and point["smart"] is True and point["lr"] == 1e-4
+    assert search.flags_of({"lr": 1e-4, "smart": False, "task_batch_sizes": "32,86,32", "max_grad_norm": None}) == [
+        "--lr", "0.0001", "--no_smart", "--task_batch_sizes", "32,86,32", "--max_grad_norm", "none"]
+    assert search.trial_name({"lr": 1e-4, "smart": False}) == search.trial_name({"smart": False, "lr": 1e-4})
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"out_dir": ["a", "b"]}', "out_dir: the search sets this flag itself"),
+    ('{"lr": []}', "lr: an empty list"),
+    ('{"lr": {"normal": [0, 1]}}', "lr: expected one of"),
+    ('{"lr": {"uniform": [1, 0]}}', "lr: uniform needs low < high"),
+    ('{"lr": {"log_uniform": [0, 1]}}', "lr: log_uniform needs low > 0"),
+    ('{"epochs": {"int": [1, 2.5]}}', "epochs: int takes whole numbers"),
+    ('{"lr": 0.1}', "nothing to search"),
+    ('{"lr": [1, 2], "start_with": [{"lr": 3}]}', "start_with[0]: lr 3 is outside its range"),
+    ('{"lr": [1, 2], "start_with": [{"epochs": 3}]}', "start_with[0]: epochs is not in the space"),
+    ("[1, 2]", "expected flags by name"),
+    ("{lr", "not valid JSON"),
+])
+def test_a_bad_space_file_is_one_line_naming_the_file_and_the_key(tmp_path, text, message):
+    path = write(tmp_path / "space.json", text)
+    with pytest.raises(ValueError) as err:
+        search.read_space(str(path))
+    assert message in str(err.value) and str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def usage(*argv) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit:
+        search.parse_args(list(argv))
+    return exit.value.code, err.getvalue().strip().splitlines()[-1]
+
+
+def test_search_flags_a_user_cannot_give_are_usage_errors(tmp_path):
+    space = write(tmp_path / "space.json", '{"lr": [1e-4, 2e-4]}')
+    assert usage("--space", str(space), "--", "--lr", "1e-4")[1].endswith(
+        "--lr is both in the space and after --: give it in one place")
+    assert "--val_fraction after --: the search sets it itself" in usage(
+        "--space", str(space), "--", "--val_fraction", "0.2")[1]
+    assert "--run_name" in usage("--space", str(space), "--", "--run_name", "x")[1]
+    assert "must be in (0, 1)" in usage("--space", str(space), "--val_fraction", "0")[1]
+    assert "--time_budget" in usage("--space", str(space), "--time_budget", "soon")[1]
+    assert search.duration("90m") == 5400 and search.duration("2h") == 7200 and search.duration("30") == 30
+
+
+# ---- the validation split and the handshake (fast) ---------------------------------------------------------
+
+def test_the_validation_split_is_fixed_disjoint_and_in_file_order():
+    examples = [Example(str(i), (f"s{i}",), i % 5, i + 2) for i in range(50)]
+    train, val = hold_out(examples, 0.1)
+    assert len(val) == 5 and len(train) == 45
+    assert sorted(e.id for e in train + val) == sorted(e.id for e in examples)   # disjoint, nothing lost
+    assert [e.line for e in val] == sorted(e.line for e in val)                   # file order
+    import numpy as np
+    np.random.seed(123)   # the split has a seed of its own: the global one changes nothing
+    assert hold_out(examples, 0.1) == (train, val)
+    assert len(hold_out(examples[:3], 0.01)[1]) == 1 and len(hold_out(examples[:3], 0.99)[0]) == 1
+    with pytest.raises(ValueError, match="at least 2"):
+        hold_out(examples[:1], 0.5)
+
+
+@pytest.mark.parametrize("answer, stops", [("continue\n", False), ("stop\n", True)])
+def test_a_waiting_run_announces_each_evaluation_and_reads_the_answer(monkeypatch, capsys, answer, stops):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(answer))
+    assert trial_control.ask_scheduler({"evaluation": 2, "dev_overall": 0.5}) is stops
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(trial_control.MARK) and json.loads(line[len(trial_control.MARK):])["evaluation"] == 2
+
+
+def test_a_closed_stdin_unwinds_as_ctrl_c_and_a_wrong_answer_is_an_error(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    with pytest.raises(KeyboardInterrupt):   # the run ends "interrupted": resumable
+        trial_control.ask_scheduler({"evaluation": 1})
+    monkeypatch.setattr(sys, "stdin", io.StringIO("go on\n"))
+    with pytest.raises(ValueError, match="expected 'continue' or 'stop'"):
+        trial_control.ask_scheduler({"evaluation": 1})
+
+
+# ---- a real search (slow) ------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_run_stopped_by_the_scheduler_ends_clean_and_loads(tiny_model_dir, tmp_path):
+    """``stop`` after the first evaluation: status "stopped early", no .lock, its best weights load; a closed
+    stdin instead: "interrupted"."""
+    data = train_and_test_only(tmp_path)
+    flags = tiny_flags(tiny_model_dir, data, "--epochs", "1", "--eval_every", "3", "--val_fraction", "0.3",
+                       "--no_test_predictions", "--wait_after_eval", "--out_dir", str(tmp_path))
+    run = [sys.executable, str(ROOT / "run_multitask.py"), *flags]
+    done = subprocess.run([*run, "--run_name", "stopped"], input="stop\n", capture_output=True, text=True, env=env())
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
+    assert metrics["status"] == "stopped early" and metrics["early_stopped"]["by"] == "scheduler"
+    assert len(metrics["evaluations"]) == 1 and not (tmp_path / "stopped" / ".lock").exists()
+    assert "sst-test-output.csv" not in metrics["prediction_files"]
+    from training.runs import load_run
+    assert load_run(tmp_path / "stopped").model is not None
+    cut = subprocess.run([*run, "--run_name", "cut"], input="", capture_output=True, text=True, env=env())
+    assert cut.returncode == 130 and status(tmp_path / "cut") == "interrupted"   # the search's part 2 resumes it
+    assert not (tmp_path / "cut" / ".lock").exists()
+
+
+def train_and_test_only(tmp_path: Path) -> Path:
+    """The fixture data without its dev files: a run that read one would fail."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for path in FIXTURE_DATA.glob("*.csv"):
+        if "-dev" not in path.name:
+            shutil.copy(path, data / path.name)
+    return data
+
+
+@pytest.mark.slow
+def test_a_search_stops_the_bad_trial_survives_a_kill_and_never_reads_dev(tiny_model_dir, tmp_path):
+    """4 trials, one at a time: lr 1e-3 first, then lr 1.0 (clearly worse at its first evaluation on every task,
+    0.33 against 0.53 overall, with --head_lr 100 for both: ASHA stops it there, cleanly), then two of TPE's. The driver is killed after two trials ended; the same command
+    continues: the ended trials are kept as they were, the cut one resumed, and 4 trials end in all."""
+    data = train_and_test_only(tmp_path)
+    space = write(tmp_path / "space.json", json.dumps({
+        "lr": {"log_uniform": [1e-4, 1.0]}, "hidden_dropout_prob": {"uniform": [0.0, 0.2]},
+        "start_with": [{"lr": 1e-3}, {"lr": 1.0}]}))
+    out_dir = tmp_path / "search"
+    command = [sys.executable, "-m", "training.tools.search", "--space", str(space), "--trials", "4", "--out_dir",
+               str(out_dir), "--max_concurrent", "1", "--val_fraction", "0.5", "--no_plot", "--",
+               *tiny_flags(tiny_model_dir, data, "--epochs", "1", "--eval_every", "3", "--head_lr", "100")]
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                              env=env())
+
+    def ended() -> list[Path]:
+        return [p for p in out_dir.glob("trial-*") if status_or_none(p) in ("finished", "stopped early")
+                and not is_live(p)]
+    try:
+        wait_for(lambda: len(ended()) >= 2 or driver.poll() is not None, seconds=300, what="two trials ended")
+    finally:
+        driver.send_signal(signal.SIGKILL)
+    first = driver.communicate(timeout=60)[0]
+    assert driver.returncode == -signal.SIGKILL, first
+    kept = {p.name: (p / "metrics.json").read_bytes() for p in ended()}
+    assert len(kept) >= 2, first
+    for run in out_dir.glob("trial-*"):
+        wait_for(lambda: not is_live(run), seconds=120, what=f"{run.name}'s lock released")
+
+    again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env(), timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"{len(kept)} ended before" in again.stdout
+    records = {r.name: r for r in search.read_trials(out_dir)}
+    assert len(records) == 4 and all(r.ended for r in records.values()), again.stdout
+    for name, metrics in kept.items():   # not run again: the same file, one command in its log
+        assert (out_dir / name / "metrics.json").read_bytes() == metrics
+        assert (out_dir / "logs" / f"{name}.log").read_text().count("$ run_multitask.py") == 1
+    # the bad trial: stopped at its first evaluation, cleanly, below the good one
+    good, bad = (records[search.trial_name(p)] for p in search.fill(search.read_space(str(space))))
+    assert good.status == "finished" and good.evaluations > 1
+    assert bad.status == "stopped early" and bad.evaluations == 1 and bad.score < good.score
+    assert not (out_dir / bad.name / ".lock").exists()
+    metrics = json.loads((out_dir / bad.name / "metrics.json").read_text())
+    assert metrics["early_stopped"]["by"] == "scheduler"
+    # dev never read: no dev file in the data folder, none among any trial's inputs
+    for name in records:
+        inputs = json.loads((out_dir / name / "metrics.json").read_text())["inputs"]
+        assert not [f for f in inputs if "-dev" in f] and "ids-sst-train.csv" in inputs
+    # what comes out: the table, the best trial's flags as a --config file (no search-only flag)
+    table = (out_dir / "trials.csv").read_text().splitlines()
+    assert table[0].startswith("#,trial,lr,hidden_dropout_prob,score") and len(table) == 5
+    best = json.loads((out_dir / "best.json").read_text())
+    winner = max((r for r in records.values() if r.score is not None), key=lambda r: r.score)
+    assert best["lr"] == winner.params["lr"] and best["epochs"] == 1
+    assert not {"val_fraction", "wait_after_eval", "test_predictions", "quiet"} & set(best)
+    # the report reads the trials' run folders as any others
+    from training.tools.report import collect_runs
+    assert {row.run for row in collect_runs(out_dir)} >= set(records)
+    # nothing of either part's Ray left (the killed driver's was ended by the second part)
+    assert [pid for pid in ray_leftovers(f"{ray_grid.SESSION_VARIABLE}=") if pid != os.getpid()] == []

@@ -1,0 +1,758 @@
+"""minbert-search: a hyperparameter search on the grid's engine. Ray Tune runs the trials (each one
+``run_multitask.py`` process, as in minbert-grid), Optuna's TPE chooses each trial's flags from what the
+earlier trials scored, and ASHA stops the trials that fall behind at its rungs.
+
+    minbert-search --space space.yaml --trials 16 -- --data_dir ../shared/data/multitask --eval_every 100
+    minbert-search --space space.yaml --gpus_per_run 0.25 -- --data_dir DIR    # four trials a GPU
+
+Scored honestly: every trial trains with ``--val_fraction F`` (default 0.1): it evaluates on a split held out
+of each training file (the same examples for every trial) and never reads the dev files, so the dev
+comparison of the winner with the default (``--confirm``) is not the number the search chose by.
+
+The space file (JSON, or YAML): one entry per ``run_multitask.py`` flag (its name without ``--``)::
+
+    lr: {log_uniform: [3.0e-5, 3.0e-4]}      # also uniform, int, log_int: [low, high]
+    task_batch_sizes: [[32, 32, 32], [32, 86, 32]]  # a list: one of these
+    private_layers: [0, 1, 2]
+    warmup_ratio: 0.1                         # one value: every trial
+    start_with: [{lr: 1.0e-4}]                # optional: trials to run first (the other flags: their defaults)
+
+ASHA's clock is the run's evaluations (``--eval_every``, or one an epoch): after each, the run waits
+(``--wait_after_eval``, training/trial_control.py) while the scheduler decides, so where a trial stops does
+not depend on timing. A stopped trial ends cleanly, status "stopped early", with its best weights.
+The same command again continues the search: ended trials (finished, stopped early, failed) are told to
+TPE as they scored and not run again; a trial cut off (Ctrl-C, ``--time_budget``, a kill) resumes its run
+folder. Outputs in ``--out_dir``: the run folders ``trial-<hash>/`` (``training.tools.report`` reads
+them), ``trials.csv`` and ``trials.md`` (flags, score, evaluations, steps, status), ``best.json`` (the
+best trial's flags, for ``run_multitask.py --config``) and ``search.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..outputs import read_metrics, write_json
+from ..run_lock import is_live
+from ..settings_file import read_settings_file
+from ..trial_control import MARK, STOPPED_EARLY
+from .ray_grid import (EXIT_INTERRUPTED, FINISHED, ROOT, GridLock, Stop, die_with_parent, next_step, positive,
+                       ray_session, set_aside, stop_file, wait_until_free)
+
+SEARCH_KEY = "search"     # the trial config's entry that is not a flag: where and how the trial runs
+PREFIX = "trial-"
+ENDED = (FINISHED, STOPPED_EARLY, "failed")   # a trial in one of these is told to TPE, not run again
+MAX_EVALUATIONS = 10_000   # ASHA's max_t: runs end by themselves, long before
+# flags the search sets itself, or that say where a run is rather than what it does
+OWNED = ("out_dir", "run_name", "resume", "resume_fallback", "log_file", "wait_after_eval", "val_fraction",
+         "test_predictions", "config", "max_eval_examples")
+KINDS = ("uniform", "log_uniform", "int", "log_int", "choice")
+
+
+# ---- the space --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Dimension:
+    """One flag's range: ``kind`` one of ``KINDS`` (or "fixed"), with ``low``/``high`` or ``values``."""
+    name: str
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    values: tuple = ()
+
+    def distribution(self):
+        """Its Optuna distribution (a fixed value: a one-value categorical)."""
+        import optuna.distributions as d
+        if self.kind in ("choice", "fixed"):
+            return d.CategoricalDistribution(list(self.values))
+        if self.kind in ("int", "log_int"):
+            return d.IntDistribution(int(self.low), int(self.high), log=self.kind == "log_int")
+        return d.FloatDistribution(self.low, self.high, log=self.kind == "log_uniform")
+
+    def coerce(self, value):
+        """A start value as this range takes it: a number in any spelling (YAML 1.1 reads 1e-3 as a string)."""
+        if self.kind in ("choice", "fixed") or isinstance(value, bool):
+            return encode(value)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return value
+        return int(number) if self.kind.endswith("int") and number == int(number) else number
+
+    def contains(self, value) -> bool:
+        if self.kind in ("choice", "fixed"):
+            return value in self.values
+        return isinstance(value, (int, float)) and self.low <= value <= self.high
+
+    def probes(self) -> list:
+        """Values that together show whether the flag takes this range: each choice, or both ends."""
+        return list(self.values) if self.kind in ("choice", "fixed") else [self.low, self.high]
+
+
+@dataclass
+class Space:
+    dimensions: dict[str, Dimension]
+    start_with: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"dimensions": {n: [d.kind, d.low, d.high, list(d.values)] for n, d in self.dimensions.items()},
+                "start_with": self.start_with}
+
+
+def read_space(path: str) -> Space:
+    """The space file, checked: one ``ValueError`` line naming the file and the key otherwise."""
+    data = read_settings_file(path, "--space")
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"--space {path}: expected flags by name (a JSON or YAML mapping), got "
+                         f"{type(data).__name__ if data else 'nothing'}")
+    start_with = data.pop("start_with", None) or []
+    if not isinstance(start_with, list) or not all(isinstance(p, dict) for p in start_with):
+        raise ValueError(f"--space {path}: start_with: expected a list of {{flag: value}} mappings")
+    dimensions = {}
+    for name, spec in data.items():
+        where = f"--space {path}: {name}"
+        name = str(name).lstrip("-")
+        if name in OWNED:
+            raise ValueError(f"{where}: the search sets this flag itself (or it says where a run goes); "
+                             "leave it out of the space")
+        dimensions[name] = dimension(name, spec, where)
+    if not any(d.kind != "fixed" for d in dimensions.values()):
+        raise ValueError(f"--space {path}: nothing to search: give at least one flag a range or a list")
+    for i, point in enumerate(start_with):
+        for key, value in point.items():
+            key = str(key).lstrip("-")
+            if key not in dimensions:
+                raise ValueError(f"--space {path}: start_with[{i}]: {key} is not in the space")
+            if not dimensions[key].contains(dimensions[key].coerce(value)):
+                raise ValueError(f"--space {path}: start_with[{i}]: {key} {value!r} is outside its range")
+    return Space(dimensions, [{(k := str(key).lstrip("-")): dimensions[k].coerce(v) for key, v in p.items()}
+                              for p in start_with])
+
+
+def dimension(name: str, spec, where: str) -> Dimension:
+    if isinstance(spec, list):
+        if not spec:
+            raise ValueError(f"{where}: an empty list: give the values to choose from")
+        values = tuple(encode(v) for v in spec)
+        if len(set(map(repr, values))) != len(values):
+            raise ValueError(f"{where}: a value is listed twice")
+        return Dimension(name, "choice", values=values)
+    if isinstance(spec, dict):
+        if len(spec) != 1 or next(iter(spec)) not in KINDS:
+            raise ValueError(f"{where}: expected one of {', '.join(f'{{{k}: ...}}' for k in KINDS)}, got {spec}")
+        kind, value = next(iter(spec.items()))
+        if kind == "choice":
+            return dimension(name, value, where)
+        if not isinstance(value, list) or len(value) != 2:
+            raise ValueError(f"{where}: {kind} takes [low, high], got {value!r}")
+        try:   # YAML 1.1 reads 3e-5 (no dot) as a string: numbers in any spelling
+            low, high = (float(v) for v in value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: {kind} takes two numbers, got {value!r}") from None
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"{where}: {kind} needs low < high, got {value!r}")
+        if kind.startswith("log") and low <= 0:
+            raise ValueError(f"{where}: {kind} needs low > 0, got {value!r}")
+        if kind.endswith("int") and (low != int(low) or high != int(high)):
+            raise ValueError(f"{where}: {kind} takes whole numbers, got {value!r}")
+        return Dimension(name, kind, low, high)
+    if isinstance(spec, (str, int, float, bool)) or spec is None:
+        return Dimension(name, "fixed", values=(encode(spec),))
+    raise ValueError(f"{where}: expected a value, a list or a {{kind: [low, high]}} mapping, got {spec!r}")
+
+
+def encode(value):
+    """A value as Optuna keeps it (a primitive): a list such as [32, 86, 32] becomes "32,86,32"."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return value
+
+
+def flags_of(params: dict) -> list[str]:
+    """``run_multitask.py`` words for a trial's values: ``--name value``, ``--name``/``--no_name`` for on/off,
+    ``none`` for None."""
+    words = []
+    for name, value in params.items():
+        if isinstance(value, bool):
+            words.append(f"--{name}" if value else f"--no_{name}")
+        else:
+            words += [f"--{name}", "none" if value is None else repr(value) if isinstance(value, float) else str(value)]
+    return words
+
+
+def trial_name(params: dict) -> str:
+    """The trial's run folder: the same values, the same folder (what makes a cut-off trial resume)."""
+    return PREFIX + hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
+
+
+# ---- the command line ---------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(
+        prog="minbert-search", description=__doc__.split("\n\n")[0],
+        epilog="Flags after -- go to every trial, e.g. -- --data_dir ../shared/data/multitask --epochs 1 "
+               "--eval_every 100 (the budget of a trial, and ASHA's clock).")
+    parser.add_argument("--space", required=True, help="the search space, JSON or YAML (see the module's docstring)")
+    parser.add_argument("--trials", type=positive, default=16, help="trials in all, counting those of earlier parts "
+                                                                    "(default: %(default)s)")
+    parser.add_argument("--out_dir", default="predictions/search", help="the search's folder (default: %(default)s)")
+    parser.add_argument("--val_fraction", type=float, default=0.1,
+                        help="the fraction of each training file every trial holds out and is scored on "
+                             "(default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="TPE's seed (the trials' own --seed: after --)")
+    parser.add_argument("--grace_period", type=positive, default=1,
+                        help="ASHA: evaluations every trial gets before it can be stopped (default: %(default)s)")
+    parser.add_argument("--reduction_factor", type=float, default=3.0,
+                        help="ASHA: 1 in this many trials goes on at each rung (default: %(default)s)")
+    parser.add_argument("--time_budget", type=duration, default=None,
+                        help="stop this part after this long (e.g. 90m, 2h, 3600 seconds): running trials end "
+                             "interrupted, and the same command continues them")
+    parser.add_argument("--max_concurrent", type=positive, default=None,
+                        help="trials at once (default: as many as the CPUs and GPUs hold)")
+    parser.add_argument("--cpus_per_run", type=float, default=1.0,
+                        help="CPUs Ray gives each trial; its torch threads follow (default: %(default)s)")
+    parser.add_argument("--gpus_per_run", type=float, default=0.0,
+                        help="GPUs of each trial, fractional to share one (default: 0, CPU)")
+    parser.add_argument("--address", default=None, help="join a Ray cluster (HOST:PORT or auto) instead of a local Ray")
+    parser.add_argument("--no_plot", action="store_true", help="skip search.png")
+    args = parser.parse_args(own)
+    args.extra = extra
+    if not args.out_dir.strip():
+        parser.error("--out_dir needs a folder")
+    if not 0 < args.val_fraction < 1:
+        parser.error("--val_fraction must be in (0, 1): the trials are never scored on dev")
+    if args.reduction_factor <= 1 or args.cpus_per_run <= 0 or args.gpus_per_run < 0:
+        parser.error("--reduction_factor must be > 1, --cpus_per_run > 0 and --gpus_per_run >= 0")
+    for word in extra:
+        name = word.split("=")[0]
+        if name.startswith("--") and name[2:].removeprefix("no_") in OWNED:
+            parser.error(f"{word} after --: the search sets it itself (or it says where a run goes)")
+    try:
+        args.space_spec = read_space(args.space)
+    except ValueError as err:
+        parser.error(str(err))
+    given = {word[2:].split("=")[0].removeprefix("no_") for word in extra if word.startswith("--")}
+    if both := sorted(given & set(args.space_spec.dimensions)):
+        parser.error(f"--{both[0]} is both in the space and after --: give it in one place")
+    return args
+
+
+def duration(text: str) -> float:
+    """Seconds from "3600", "90m", "2h" or "45s"."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        seconds = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, or a number with s, m or h (e.g. 90m)") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive time")
+    return seconds
+
+
+def trial_flags(params: dict, args) -> list[str]:
+    return [*args.extra, *flags_of(params), "--val_fraction", str(args.val_fraction), "--no_test_predictions",
+            "--quiet"]
+
+
+# every probe of the space checked in one Python start, as the grid checks its rows
+CHECK = """
+import contextlib, io, json, sys
+sys.path.insert(0, sys.argv[1])
+import run_multitask
+for name, flags in json.loads(sys.argv[2]):
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            run_multitask.parse_config(flags).validate()
+    except SystemExit:
+        sys.exit(name + ": " + stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
+    except ValueError as err:
+        sys.exit(f"{name}: {err}")
+"""
+
+
+def check_space(args) -> str | None:
+    """None, or the first value of the space (or start_with point) that ``run_multitask.py`` refuses, in one line."""
+    space = args.space_spec
+    defaults = {n: d.probes()[0] for n, d in space.dimensions.items()}
+    probes = [(f"{n} {v!r}", trial_flags({**defaults, n: v}, args))
+              for n, d in space.dimensions.items() for v in d.probes()]
+    probes += [(f"start_with[{i}]", trial_flags({**defaults, **p}, args)) for i, p in enumerate(space.start_with)]
+    done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT), json.dumps(probes)], capture_output=True, text=True)
+    return None if done.returncode == 0 else f"--space {args.space}: " + (done.stderr.strip().splitlines()
+                                                                          or ["refused"])[-1]
+
+
+# ---- one trial -------------------------------------------------------------------------------------------------
+
+class TrialProcess:
+    """One trial's ``run_multitask.py --wait_after_eval`` process, stepped one evaluation at a time: ``next``
+    answers "continue" to the evaluation before and returns the next one; ``end`` answers "stop" (the
+    scheduler's decision: the run ends "stopped early") or, when the search is stopping, ends it "interrupted"."""
+
+    def __init__(self, run_dir: Path, flags: list[str], threads: int, cwd: str | None, log: Path, stop: Path):
+        self.run_dir, self.flags, self.threads, self.cwd, self.log, self.stop = run_dir, flags, threads, cwd, log, stop
+        self.child: subprocess.Popen | None = None
+        self.records: queue.Queue = queue.Queue()
+        self.waiting = False
+        earlier = evaluations(read_metrics(run_dir))
+        self.best = max((e["dev_overall"] for e in earlier), default=None)
+        self.count = len(earlier)
+
+    def begin(self) -> str:
+        """Keep, resume or start the run folder (minbert-grid's ``next_step``); returns which."""
+        wait_until_free([self.run_dir], seconds=120.0)   # a killed driver's run may still be ending
+        step = next_step(self.run_dir)
+        if step == "keep":
+            return step
+        if step == "start":
+            set_aside(self.run_dir, self.run_dir.parent)
+            self.best, self.count = None, 0
+            words = ["--run_name", self.run_dir.name, "--out_dir", str(self.run_dir.parent), *self.flags]
+        else:
+            words = ["--resume", str(self.run_dir)]
+        words.append("--wait_after_eval")
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
+               "TQDM_DISABLE": "1"}
+        out = open(self.log, "a", encoding="utf-8")
+        out.write(f"$ run_multitask.py {' '.join(words)}\n")
+        out.flush()
+        self.child = subprocess.Popen([sys.executable, str(ROOT / "run_multitask.py"), *words], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=self.cwd,
+                                      env=env, preexec_fn=die_with_parent)
+        threading.Thread(target=self._read, args=(out,), daemon=True).start()
+        return step
+
+    def _read(self, out) -> None:
+        """The run's output into its log, its EVALUATION lines into ``records``; None at its end."""
+        with out:
+            for line in self.child.stdout:
+                before, mark, record = line.partition(MARK)   # a progress bar may precede it on its line
+                if before.strip() or not mark:
+                    out.write(before if mark else line)
+                    out.flush()
+                if mark:
+                    self.records.put(json.loads(record))
+        self.records.put(None)
+
+    def next(self) -> dict | None:
+        """The next evaluation's record (the run then waits for ``next`` or ``end``), or None: the run ended."""
+        if self.child is None:
+            return None
+        if self.waiting:
+            self._answer("continue")
+        while True:
+            if self.stop.exists():
+                self.end()
+                return None
+            try:
+                record = self.records.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if record is None:
+                self.child.wait()
+                return None
+            self.waiting, self.count = True, record["evaluation"]
+            self.best = record["dev_overall"] if self.best is None else max(self.best, record["dev_overall"])
+            return record
+
+    def end(self) -> None:
+        """Stop the run if it still lives: "stop" when it waits on the scheduler and the search goes on (it ends
+        "stopped early"), else SIGTERM (it ends "interrupted", resumable); wait until it has."""
+        if self.child is None or self.child.poll() is not None:
+            return
+        if self.waiting and not self.stop.exists():
+            self._answer("stop")
+        else:
+            self.child.terminate()
+        try:
+            self.child.stdin.close()
+        except OSError:
+            pass
+        self.child.wait()
+        self.waiting = False
+
+    def _answer(self, word: str) -> None:
+        try:
+            self.child.stdin.write(word + "\n")
+            self.child.stdin.flush()
+        except OSError:   # it ended meanwhile: next() sees its end
+            pass
+        self.waiting = False
+
+
+def evaluations(metrics: dict) -> list[dict]:
+    """A run's scored evaluations, in order (``--eval_every``'s, else the epochs')."""
+    if not isinstance(metrics, dict):
+        return []
+    records = metrics.get("evaluations") or metrics.get("epochs") or []
+    return [e for e in records if isinstance(e, dict) and isinstance(e.get("dev_overall"), (int, float))]
+
+
+def trial_class():
+    """The Tune trainable (a class, so Tune's scheduler can stop a trial between two of its results)."""
+    from ray import tune
+
+    class SearchTrial(tune.Trainable):
+        def setup(self, config: dict) -> None:
+            search = config[SEARCH_KEY]
+            self.params = {k: v for k, v in config.items() if k != SEARCH_KEY}
+            out_dir = Path(search["out_dir"])
+            self.name = trial_name(self.params)
+            write_json(out_dir / "logs" / "params" / f"{self.name}.json", self.params)
+            self.process = TrialProcess(out_dir / self.name, search["flags"] + flags_of(self.params),
+                                        search["threads"], search["cwd"] if Path(search["cwd"]).is_dir() else None,
+                                        out_dir / "logs" / f"{self.name}.log", stop_file(out_dir))
+            self.started = None
+
+        def step(self) -> dict:
+            if self.started is None:
+                self.started = self.process.begin()
+            record = self.process.next()
+            if record is not None:
+                return {"score": self.process.best, "evaluation": record["evaluation"], "trial": self.name,
+                        "last": record["dev_overall"], "run_step": record["run_step"], "status": "running",
+                        "action": self.started}
+            # the run ended: finished or stopped early is a score; failed or interrupted (the search stopping) is
+            # no score (TPE leaves it out, ASHA too), nor a crash: the table says which, the log why
+            metrics = read_metrics(self.process.run_dir)
+            status = metrics.get("status") or "failed" if isinstance(metrics, dict) else "failed"
+            scored = status in (FINISHED, STOPPED_EARLY) and self.process.best is not None
+            return {**({"score": self.process.best} if scored else {}), "evaluation": self.process.count,
+                    "trial": self.name, "status": status, "action": self.started, "done": True,
+                    "error": "" if scored else str(metrics.get("error") or "")}
+
+        def save_checkpoint(self, checkpoint_dir: str) -> dict:
+            return {"run": self.name}   # the run folder is the trial's checkpoint: a resumed trial resumes it
+
+        def load_checkpoint(self, checkpoint: dict) -> None:
+            pass
+
+        def cleanup(self) -> None:
+            self.process.end()
+
+    return SearchTrial
+
+
+# ---- the trials so far -------------------------------------------------------------------------------------
+
+@dataclass
+class TrialRecord:
+    name: str
+    params: dict
+    status: str
+    score: float | None
+    evaluations: int
+    steps: int | None
+    minutes: float | None
+    started: str
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+
+def read_trials(out_dir: Path) -> list[TrialRecord]:
+    """Every trial of the search in ``out_dir`` (its values in ``logs/params``), from its run folder, in the
+    order they started."""
+    records = []
+    for path in sorted((out_dir / "logs" / "params").glob(f"{PREFIX}*.json")):
+        try:
+            params = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        metrics = read_metrics(out_dir / path.stem)
+        metrics = metrics if isinstance(metrics, dict) else {}
+        scored = evaluations(metrics)
+        status = metrics.get("status") or "not started"
+        if status in ("running", "starting") and not is_live(out_dir / path.stem):
+            status = "interrupted"   # killed: resumed by the next part
+        wall = metrics.get("wall_seconds")
+        records.append(TrialRecord(path.stem, params, status, max((e["dev_overall"] for e in scored), default=None),
+                                   len(scored), scored[-1].get("run_step") if scored else None,
+                                   round(wall / 60, 1) if isinstance(wall, (int, float)) else None,
+                                   str(metrics.get("started") or "~")))
+    return sorted(records, key=lambda r: r.started)
+
+
+# ---- the driver ------------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 the search ran (its trials may have failed); 1 no trial scored; 2 bad flags; 130 stopped."""
+    args = parse_args(argv)
+    if error := check_space(args):
+        print(f"minbert-search: {error}", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out_dir).resolve()
+    try:
+        (out_dir / "logs" / "params").mkdir(parents=True, exist_ok=True)
+        check_same_search(out_dir, args)
+        lock = GridLock(out_dir).acquire()
+    except (OSError, ValueError) as err:
+        print(f"minbert-search: {err}", file=sys.stderr)
+        return 2
+    try:
+        return run_search(args, out_dir, lock)
+    finally:
+        lock.release()
+
+
+def check_same_search(out_dir: Path, args) -> None:
+    """A folder holds one search: its space, trial flags and validation split, recorded by the first part."""
+    recipe = {"space": args.space_spec.to_dict(), "flags": args.extra, "val_fraction": args.val_fraction}
+    path = out_dir / "logs" / "search.json"
+    if path.exists():
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+        if earlier != json.loads(json.dumps(recipe)):
+            changed = [key for key in recipe if earlier.get(key) != json.loads(json.dumps(recipe[key]))]
+            raise ValueError(f"{out_dir} holds a search with another {' and '.join(changed)} ({path}): give the "
+                             "same --space and flags to continue it, or another --out_dir")
+    else:
+        write_json(path, recipe)
+
+
+def run_search(args, out_dir: Path, lock: GridLock) -> int:
+    records = read_trials(out_dir)
+    ended = [r for r in records if r.ended]
+    unfinished = [r for r in records if not r.ended]
+    todo = max(0, args.trials - len(ended))
+    where = f"Ray at {args.address}" if args.address else "a local Ray"
+    print(f"search -> {out_dir}: {args.trials} trials, {len(ended)} ended before, {min(len(unfinished), todo)} to "
+          f"continue, {max(0, todo - len(unfinished))} new, on {where}; scored on --val_fraction {args.val_fraction} "
+          "of each training file", flush=True)
+    stop = Stop(out_dir, lambda: [p for p in out_dir.glob(f"{PREFIX}*") if p.is_dir()])
+    if todo:
+        with ray_session(args.address, lock, stop):
+            run_tune(args, out_dir, ended, unfinished[:todo], todo, stop)
+        wait_until_free([p for p in out_dir.glob(f"{PREFIX}*") if p.is_dir()], seconds=60.0)
+        stop.file.unlink(missing_ok=True)
+    records = read_trials(out_dir)
+    best = write_outputs(args, out_dir, records)
+    if stop.requested:
+        print("stopped: the same command continues the search", flush=True)
+        return EXIT_INTERRUPTED
+    return 0 if best is not None else 1
+
+
+def run_tune(args, out_dir: Path, ended: list[TrialRecord], unfinished: list[TrialRecord], todo: int,
+             stop: Stop) -> None:
+    import optuna
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"   # a failed trial's last result has no score
+    space = {name: d.distribution() for name, d in args.space_spec.dimensions.items()}
+    storage, study_name = optuna.storages.InMemoryStorage(), "minbert-search"
+    study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize")
+    for record in ended:   # what earlier parts learned, as TPE's history
+        if all(name in record.params and d.contains(record.params[name])
+               for name, d in args.space_spec.dimensions.items()):
+            study.add_trial(optuna.trial.create_trial(
+                params={name: record.params[name] for name in space}, distributions=space,
+                value=record.score if record.score is not None else None,
+                state=optuna.trial.TrialState.COMPLETE if record.score is not None else optuna.trial.TrialState.FAIL))
+    first = [r.params for r in unfinished] + ([] if ended or unfinished else fill(args.space_spec))
+    searcher = OptunaSearch(space=space, metric="score", mode="max", points_to_evaluate=first or None,
+                            # a new seed for each part: the same seed would draw the first part's trials again
+                            sampler=optuna.samplers.TPESampler(seed=args.seed + len(ended) + len(unfinished)),
+                            study_name=study_name, storage=storage)
+    scheduler = ASHAScheduler(time_attr="evaluation", metric="score", mode="max", max_t=MAX_EVALUATIONS,
+                              grace_period=args.grace_period, reduction_factor=args.reduction_factor)
+    progress = SearchProgress(args.trials, len(ended))
+    began = time.time()
+
+    class Events(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            progress.result(result)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            progress.failed(trial_name({k: v for k, v in trial.config.items() if k != SEARCH_KEY}))
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            progress.ended(trial_name({k: v for k, v in trial.config.items() if k != SEARCH_KEY}),
+                           trial.last_result or {})
+
+    class WhenStopped(tune.Stopper):
+        def __call__(self, trial_id, result):
+            return False
+
+        def stop_all(self):
+            if args.time_budget and not stop.requested and time.time() > began + args.time_budget:
+                stop.ask(f"--time_budget {args.time_budget:g} s spent", "the same command continues them")
+            return stop.stop_all()
+
+    fixed = {"out_dir": str(out_dir), "flags": trial_flags({}, args), "threads": max(1, int(args.cpus_per_run)),
+             "cwd": os.getcwd()}
+    tuner = tune.Tuner(
+        tune.with_resources(trial_class(), {"cpu": args.cpus_per_run, "gpu": args.gpus_per_run}),
+        param_space={SEARCH_KEY: fixed},
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=todo,
+                                    max_concurrent_trials=args.max_concurrent,
+                                    trial_name_creator=lambda t: trial_name(
+                                        {k: v for k, v in t.config.items() if k != SEARCH_KEY}),
+                                    trial_dirname_creator=lambda t: t.trial_id),
+        run_config=tune.RunConfig(name=f"search-{time.strftime('%Y%m%d-%H%M%S')}",
+                                  storage_path=str(out_dir / "logs" / "tune"), verbose=0, callbacks=[Events()],
+                                  stop=WhenStopped(), failure_config=tune.FailureConfig(max_failures=0)))
+    tuner.fit()
+
+
+def fill(space: Space) -> list[dict]:
+    """``start_with``'s points with every other flag of the space at its first value (a range: its middle,
+    the geometric one for a log range)."""
+    def middle(d: Dimension):
+        if d.kind in ("choice", "fixed"):
+            return d.values[0]
+        mid = math.sqrt(d.low * d.high) if d.kind.startswith("log") else (d.low + d.high) / 2
+        return round(mid) if d.kind.endswith("int") else mid
+    return [{name: point.get(name, middle(d)) for name, d in space.dimensions.items()} for point in space.start_with]
+
+
+class SearchProgress:
+    """One line an evaluation and a trial's end: trials ended of all, the trial, its score."""
+
+    def __init__(self, total: int, ended: int):
+        self.total, self.done, self.best = total, ended, None
+
+    def result(self, result: dict) -> None:
+        if result.get("done"):
+            return
+        self.line(f"{result['trial']} evaluation {result['evaluation']}: {result['last']:.4f} "
+                  f"(its best {result['score']:.4f})")
+
+    def ended(self, name: str, result: dict) -> None:
+        self.done += 1
+        score = result.get("score")
+        if isinstance(score, float):
+            self.best = score if self.best is None else max(self.best, score)
+        status = result.get("status")
+        status = STOPPED_EARLY + " (ASHA)" if status == "running" else status or "ended"
+        if isinstance(score, float):
+            self.line(f"{name}: {status}, score {score:.4f}")
+        else:
+            error = result.get("error")
+            self.line(f"{name}: {status.upper() if status == 'failed' else status}" + (f": {error}" if error else "")
+                      + f" (its log: logs/{name}.log)")
+
+    def failed(self, name: str) -> None:
+        self.done += 1
+        self.line(f"{name}: FAILED (its log: logs/{name}.log)")
+
+    def line(self, event: str) -> None:
+        best = f", best {self.best:.4f}" if self.best is not None else ""
+        print(f"[{self.done}/{self.total} trials{best}] {event}", flush=True)
+
+
+# ---- what comes out --------------------------------------------------------------------------------------------
+
+def write_outputs(args, out_dir: Path, records: list[TrialRecord]) -> TrialRecord | None:
+    """trials.csv, trials.md, best.json and search.png in ``out_dir``; returns the best trial (None: none scored)."""
+    names = list(args.space_spec.dimensions)
+    header = ["#", "trial", *names, "score", "evaluations", "steps", "status", "minutes"]
+    rows = [[i, r.name, *(cell(r.params.get(n, "")) for n in names), "" if r.score is None else f"{r.score:.4f}",
+             r.evaluations, "" if r.steps is None else r.steps, r.status, "" if r.minutes is None else r.minutes]
+            for i, r in enumerate(records, 1)]
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows([header, *rows])
+    (out_dir / "trials.csv").write_text(buffer.getvalue(), encoding="utf-8")
+    scored = [r for r in records if r.score is not None and r.status in (FINISHED, STOPPED_EARLY)]
+    best = max(scored, key=lambda r: r.score, default=None)
+    lines = [f"# Search: {len(records)} trials", "",
+             f"Score: the overall score on --val_fraction {args.val_fraction} of each training file (the dev files "
+             "unread), the best of the trial's evaluations. Space: " + args.space, "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+             *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+    if best is not None:
+        recipe = best_recipe(best, args)
+        write_json(out_dir / "best.json", recipe)
+        lines += ["", f"Best: {best.name}, score {best.score:.4f}. Its flags for the full training files: "
+                      f"`python run_multitask.py --config {out_dir / 'best.json'}` (best.json: "
+                      + " ".join(f"{k}={v}" for k, v in recipe.items()) + ")"]
+    (out_dir / "trials.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines[4:]), flush=True)
+    if not args.no_plot and records:
+        plot(out_dir / "search.png", records, args.space_spec)
+    return best
+
+
+def cell(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+RECIPE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import run_multitask
+argv = json.loads(sys.argv[2])
+args = run_multitask.build_parser().parse_args(argv)
+print(json.dumps({name: getattr(args, name) for name in sorted(run_multitask.explicit_flags(argv))}))
+"""
+
+
+def best_recipe(best: TrialRecord, args) -> dict:
+    """The best trial's flags, typed as ``run_multitask.py`` reads them, less the search's own: a file
+    ``--config`` takes, training on the whole training files and scoring dev."""
+    done = subprocess.run([sys.executable, "-c", RECIPE, str(ROOT), json.dumps([*args.extra, *flags_of(best.params)])],
+                          capture_output=True, text=True, check=True)
+    return {k: v for k, v in json.loads(done.stdout).items() if k not in (*OWNED, "quiet")}
+
+
+def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
+    """The score of each trial in order, with the best so far; then the score against each searched flag."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    searched = [d for d in space.dimensions.values() if d.kind != "fixed"]
+    columns = min(3, len(searched) + 1)
+    rows = -(-(len(searched) + 1) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.3 * rows), squeeze=False)
+    colour = {FINISHED: "black", STOPPED_EARLY: "grey"}
+    ax = axes[0][0]
+    xs = [i for i, r in enumerate(records, 1) if r.score is not None]
+    ys = [r.score for r in records if r.score is not None]
+    ax.scatter(xs, ys, c=[colour.get(r.status, "tab:red") for r in records if r.score is not None], s=18, zorder=3)
+    ax.step(xs, [max(ys[:i + 1]) for i in range(len(ys))], where="post", color="tab:blue", label="best so far")
+    ax.set(xlabel="trial", ylabel="validation score", title="score by trial")
+    ax.scatter([], [], c="black", s=18, label="finished")
+    ax.scatter([], [], c="grey", s=18, label="stopped early (ASHA)")
+    ax.legend(fontsize=7)
+    for ax, d in zip([a for row in axes for a in row][1:], searched):
+        points = [(r.params.get(d.name), r.score, r.status) for r in records if r.score is not None]
+        if d.kind == "choice":
+            labels = [str(v) for v in d.values]
+            x = [labels.index(str(v)) if str(v) in labels else -1 for v, _, _ in points]
+            ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=20)
+        else:
+            x = [v for v, _, _ in points]
+            if d.kind.startswith("log"):
+                ax.set_xscale("log")
+        ax.scatter(x, [s for _, s, _ in points], c=[colour.get(st, "tab:red") for _, _, st in points], s=18)
+        ax.set(title=d.name, ylabel="validation score")
+    for ax in [a for row in axes for a in row][len(searched) + 1:]:
+        ax.axis("off")
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
