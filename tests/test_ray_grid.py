@@ -192,9 +192,10 @@ def test_local_grid_two_rows_two_seeds_same_runs_as_alone_and_nothing_of_ray_lef
     temp_before = set(Path(tempfile.gettempdir()).glob("minbert-ray-*"))
     out_dir = tmp_path / "grid"
     budget = ["--epochs", "1", "--max_steps_per_epoch", "4", "--stage_steps", "2"]
+    mark = {"MINBERT_TEST_MARK": secrets.token_hex(8)}   # in the environment of every process of this grid's Ray
     done = subprocess.run(grid_command(out_dir, "--only", "ft", "mean-smart", "--seeds", "2", *budget,
                                        extra=tiny_flags(tiny_model_dir)),
-                          capture_output=True, text=True, cwd=tmp_path, env=env(), timeout=600)
+                          capture_output=True, text=True, cwd=tmp_path, env=env(**mark), timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     names = ["ablate-ft-s11711", "ablate-ft-s11712", "ablate-mean-smart-s11711", "ablate-mean-smart-s11712"]
     assert all(status(out_dir / name) == "finished" for name in names)
@@ -213,8 +214,8 @@ def test_local_grid_two_rows_two_seeds_same_runs_as_alone_and_nothing_of_ray_lef
     # nothing of Ray left: no process, no temporary folder, nothing in the home folder
     assert {p: p.exists() for p in before} == before
     assert set(Path(tempfile.gettempdir()).glob("minbert-ray-*")) == temp_before
-    assert ray_leftovers(f"{ray_grid.SESSION_VARIABLE}=") == [] or all(
-        pid == os.getpid() for pid in ray_leftovers(f"{ray_grid.SESSION_VARIABLE}="))
+    # (this grid's: another test's Ray may be running beside it under pytest -n 2)
+    assert ray_leftovers(f"MINBERT_TEST_MARK={mark['MINBERT_TEST_MARK']}") == []
     assert not (out_dir / ".grid.lock").read_text()
     # the same command again keeps every finished run
     again = subprocess.run(grid_command(out_dir, "--only", "ft", "mean-smart", "--seeds", "2", *budget,
@@ -301,10 +302,10 @@ def status_or_none(run_dir: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
-def test_a_stopped_driver_then_the_same_command_finishes_the_grid(cluster, tiny_model_dir, tmp_path, stop):
-    """st-sts (one task) finishes while ft (three) is still training; the driver is stopped then; the same
-    command again keeps st-sts as it was and continues ft with --resume, to the bits of ft trained alone."""
+def test_a_stopped_driver_then_the_same_command_finishes_the_grid(cluster, tiny_model_dir, tmp_path):
+    """st-sts (one task) finishes while ft (three) is still training; the driver gets Ctrl-C then; the same
+    command again keeps st-sts as it was and continues ft with --resume, to the bits of ft trained alone.
+    (A driver SIGKILLed, then the same command: tests/test_search.py, on the same ray_session, lock and trials.)"""
     address, auth = cluster
     out_dir = tmp_path / "grid"
     flags = tiny_flags(tiny_model_dir, FIXTURE_DATA, "--save_every", "5")
@@ -318,15 +319,11 @@ def test_a_stopped_driver_then_the_same_command_finishes_the_grid(cluster, tiny_
                  and status_or_none(long) == "running"
                  and any((long / "checkpoints").glob("step-*")), what="st-sts finished and ft checkpointed")
     finally:
-        driver.send_signal(stop)
+        driver.send_signal(signal.SIGINT)
     output = driver.communicate(timeout=120)[0]
-    if stop == signal.SIGINT:   # Ctrl-C: every run stopped cleanly before the driver ends
-        assert driver.returncode == 130, output
-        assert status(long) == "interrupted" and not (long / ".lock").exists()
-        assert "stopped: ablate-ft" in output
-    else:   # SIGKILL: the run dies with its trial (SIGTERM from its parent's death), cleanly too
-        wait_for(lambda: not is_live(long), seconds=120, what="ft's lock released")
-        assert status(long) in ("interrupted", "running")
+    assert driver.returncode == 130, output   # Ctrl-C: every run stopped cleanly before the driver ends
+    assert status(long) == "interrupted" and not (long / ".lock").exists()
+    assert "stopped: ablate-ft" in output
     kept = (short / "metrics.json").read_bytes(), (short / "sts-dev-output.csv").stat().st_mtime_ns
     again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env(**auth), timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr

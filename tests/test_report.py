@@ -427,21 +427,22 @@ def test_bootstrap_excludes_zero_for_a_better_row_and_not_for_an_equal_one(seeds
 
 
 def test_interval_is_that_of_a_bootstrap_written_out_by_hand(seeds):
-    """The same draws, expanded into index lists and scored with numpy and scipy, one resample at a time."""
+    """The same draws, expanded into index lists and scored with numpy and scipy, one resample at a time: the
+    dev examples of each task, then the seeds (the same seeds for both rows, drawn once for the pair)."""
     resamples = 40
     draws = {task: np.concatenate(list(resample_counts(0, task, N_DEV, resamples))).astype(int)
              for task in TASK_NAMES}
+    ordered = sorted(SEEDS, key=str)   # the report orders a row's seeds by their names
+    seed_draws = np.random.default_rng([0, len(SEEDS), len(SEEDS)]).integers(0, len(SEEDS), (len(SEEDS), resamples))
 
-    def score(row, b):
-        total = []
-        for seed in SEEDS:
-            picked = {task: np.repeat(np.arange(N_DEV), draws[task][b]) for task in TASK_NAMES}
-            pred = {task: seeds.pred[row, seed][task][picked[task]] for task in TASK_NAMES}
-            gold = {task: (None, seeds.gold[task][1][picked[task]]) for task in TASK_NAMES}
-            total.append(cs224n(dev_scores(pred, gold)))
-        return statistics.mean(total)
+    def score(row, seed, b):
+        picked = {task: np.repeat(np.arange(N_DEV), draws[task][b]) for task in TASK_NAMES}
+        pred = {task: seeds.pred[row, seed][task][picked[task]] for task in TASK_NAMES}
+        gold = {task: (None, seeds.gold[task][1][picked[task]]) for task in TASK_NAMES}
+        return cs224n(dev_scores(pred, gold))
 
-    differences = [score("mean-ucl", b) - score("ft", b) for b in range(resamples)]
+    differences = [statistics.mean(score("mean-ucl", ordered[i], b) - score("ft", ordered[i], b)
+                                   for i in seed_draws[:, b]) for b in range(resamples)]
     rows = collect_runs(seeds.out)
     compare_to_baselines(rows, resamples=resamples, seed=0)
     interval = by_run(rows)["ablate-mean-ucl"].vs_ft
@@ -817,3 +818,33 @@ def test_baseline_names_the_row_every_average_is_compared_with(seeds, capsys):
     assert "Δ vs ablate-mean-ucl" in header and "Δ vs FT" not in header
     assert main([str(seeds.out), "--baseline", "no-such-row", "--bootstrap", "10"]) == 1
     assert "--baseline no-such-row: no finished row of that name" in capsys.readouterr().err
+
+
+def test_the_interval_holds_the_spread_between_seeds_not_only_the_examples():
+    """Issue 59: seeds 0.47 / 0.50 / 0.56 against 0.50 three times, each seed's score moving by 0.001 between
+    resamples of the examples. Averaging the seeds first gave an interval of about +0.010 +- 0.001, excluding 0
+    (a 2-seed SST spread of +-0.03 once came with [-0.001, +0.004]); drawing the seeds too holds 0."""
+    import numpy as np
+    from training.tools.bootstrap import Scores, paired_difference
+
+    rng = np.random.default_rng(0)
+    examples = (("sst", ("a", "b")),)
+
+    def seeds(values):
+        return [Scores(v, v + rng.normal(0.0, 0.001, 1000), examples, {"sst": (v, v + rng.normal(0.0, 0.001, 1000))})
+                for v in values]
+    row, base = seeds([0.47, 0.50, 0.56]), seeds([0.50, 0.50, 0.50])
+    examples_only = np.mean([s.resampled for s in row], axis=0) - np.mean([s.resampled for s in base], axis=0)
+    assert np.percentile(examples_only, 2.5) > 0                                   # the old interval: "beyond"
+    d = paired_difference(row, base)   # each side's seeds drawn on its own
+    assert abs(d.observed - 0.01) < 1e-12 and d.low < 0 < d.high and d.high - d.low > 0.03
+    paired = paired_difference(row, base, same_seeds=True)   # seed s against seed s: -0.03, 0, +0.06
+    assert paired.observed == d.observed and -0.035 < paired.low < 0 < paired.high < 0.065
+    assert paired_difference(row, base, task="sst").low < 0                        # a task's interval too
+    assert paired_difference(row, base) == d                                       # reproducible
+    # no spread between seeds: the examples' interval (drawing equal seeds changes nothing)
+    same = paired_difference(seeds([0.51] * 3), base, same_seeds=True)
+    assert 0 < same.low and same.high - same.low < 0.01
+    # one seed a side: nothing to draw, the examples alone
+    one = paired_difference(row[2:], base[:1])
+    assert one.low > 0.05

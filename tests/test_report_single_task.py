@@ -98,12 +98,16 @@ def test_the_task_interval_is_a_bootstrap_written_out_by_hand(study):
     pred, gold = study["pred"], study["gold"]["sst"][1]
     resamples = 200
     draws = np.concatenate(list(resample_counts(0, "sst", N_DEV, resamples))).astype(int)
+    # the second level: the seeds (the same for both rows: drawn once for the pair, in the seeds' name order)
+    ordered = sorted(SEEDS, key=str)
+    seed_draws = np.random.default_rng([0, len(SEEDS), len(SEEDS)]).integers(0, len(SEEDS), (len(SEEDS), resamples))
     differences = []
     for b in range(resamples):
         picked = np.repeat(np.arange(N_DEV), draws[b])
-        mean = {row: statistics.mean(sst_accuracy(pred[row, s]["sst"][picked], gold[picked]) for s in SEEDS)
-                for row in ("ft", "st-sst")}
-        differences.append(mean["ft"] - mean["st-sst"])
+        accuracy = {(row, s): sst_accuracy(pred[row, s]["sst"][picked], gold[picked]) for row in ("ft", "st-sst")
+                    for s in SEEDS}
+        differences.append(statistics.mean(accuracy["ft", ordered[i]] - accuracy["st-sst", ordered[i]]
+                                           for i in seed_draws[:, b]))
     d = study["rows"]["ft"].vs_alone["sst"]
     assert (d.low, d.high) == pytest.approx(tuple(np.percentile(differences, [2.5, 97.5])), abs=1e-12)
 
@@ -139,10 +143,13 @@ def test_the_forest_plot_has_a_panel_per_compared_task_beside_the_average(study)
     rows = list(study["rows"].values())
     panels = dict(forest_panels(rows))
     assert list(panels) == ["Δ overall dev score vs FT", "Δ SST acc vs alone", "Δ STS Pearson vs alone"]
-    assert [name for name, _ in panels["Δ overall dev score vs FT"]] == [r.run for r in rows if r.vs_ft]
-    assert "ft" not in dict(panels["Δ overall dev score vs FT"])                # FT is the baseline there ...
-    assert dict(panels["Δ SST acc vs alone"])["ft"] is study["rows"]["ft"].vs_alone["sst"]   # ... not here
-    assert "st-sst" not in dict(panels["Δ SST acc vs alone"])
+    # each line names its row and how many seeds its interval pools
+    assert [name for name, _ in panels["Δ overall dev score vs FT"]] == [
+        f"{r.run} ({len(r.seed_runs)} seeds)" for r in rows if r.vs_ft]
+    ft = f"ft ({len(study['rows']['ft'].seed_runs)} seeds)"
+    assert ft not in dict(panels["Δ overall dev score vs FT"])                  # FT is the baseline there ...
+    assert dict(panels["Δ SST acc vs alone"])[ft] is study["rows"]["ft"].vs_alone["sst"]   # ... not here
+    assert not [name for name in dict(panels["Δ SST acc vs alone"]) if name.startswith("st-sst")]
     assert forest_panels([study["rows"]["st-sst"]]) == []                       # nothing to draw
 
 

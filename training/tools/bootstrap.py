@@ -1,12 +1,20 @@
-"""Paired bootstrap of the overall dev score, and of each task's: is a row's difference to its FT
-baseline (or a task's to its single-task row) more than the luck of which dev examples happen to be
-in the dev set? (docs/ablation.md, "Reading the table: seeds and intervals")
+"""Two-level paired bootstrap of the overall dev score, and of each task's: is a row's difference to
+its FT baseline (or a task's to its single-task row) more than the luck of which dev examples happen to
+be in the dev set and of which seeds trained the runs? (docs/ablation.md, "Reading the table: seeds
+and intervals")
 
 A resample draws each task's dev examples with replacement, each task on its own, and every run is
 scored on the same draws (paired). It is kept as counts (how often each example was drawn), which
 makes a run's metric on it a weighted metric, so all runs and all resamples are a few matrix
 products. The draws depend only on the seed, the task and its number of dev examples: an interval is
 reproducible and does not change when other rows join the table.
+
+The second level (``paired_difference``): in each resample, the seeds are drawn with replacement too
+and their scores on that resample averaged: the same draws for the row and its baseline when they were
+trained with the same seeds (seed s of one against seed s of the other: same data order, same start),
+each side's own draws otherwise. The interval then holds the spread
+between seeds as well as that of the examples; with one seed a side has no spread to draw from, and
+the interval is the examples' alone (the table says how many seeds each row pools).
 """
 from __future__ import annotations
 
@@ -96,9 +104,11 @@ def score_runs(runs: Iterable[DevSource], resamples: int, seed: int) -> tuple[di
 
 
 def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 0.95,
-                      task: str | None = None) -> Difference:
-    """Row minus baseline, each the mean over its seeds, on the dev sets and on every resample; the
-    interval is the resampled differences' central ``level`` percentile range. The overall score, or
+                      task: str | None = None, seed: int = 0, same_seeds: bool = False) -> Difference:
+    """Row minus baseline, each the mean over its seeds, on the dev sets; on every resample, each the mean
+    over its seeds drawn with replacement (``seed`` seeds those draws; ``same_seeds``: the two lists hold
+    runs of the same seeds in the same order, drawn together); the interval is the resampled differences'
+    central ``level`` percentile range. The overall score, or
     ``task``'s metric alone (a multi-task row against that task's single-task row: a task's draws
     depend only on the seed, the task and its dev examples, so they pair across runs of other tasks)."""
     if task is None:
@@ -112,9 +122,20 @@ def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 
         pairs = [[s.tasks[task] for s in seeds] for seeds in (row, baseline)]
     (row_observed, row_resampled), (base_observed, base_resampled) = (zip(*seeds) for seeds in pairs)
     observed = np.mean(row_observed) - np.mean(base_observed)
-    differences = np.mean(row_resampled, axis=0) - np.mean(base_resampled, axis=0)
+    rng = np.random.default_rng([seed, len(row_resampled), len(base_resampled)])
+    if same_seeds and len(row_resampled) == len(base_resampled):
+        differences = seeds_drawn(np.array(row_resampled) - np.array(base_resampled), rng)
+    else:
+        differences = seeds_drawn(np.array(row_resampled), rng) - seeds_drawn(np.array(base_resampled), rng)
     low, high = np.percentile(differences, [50 * (1 - level), 50 * (1 + level)])
     return Difference(float(observed), float(low), float(high))
+
+
+def seeds_drawn(resampled: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``resampled`` (seeds, resamples): in each resample, the mean of as many seeds drawn with replacement."""
+    k, resamples = resampled.shape
+    drawn = rng.integers(0, k, size=(k, resamples))
+    return resampled[drawn, np.arange(resamples)].mean(axis=0)
 
 
 def resample_counts(seed: int, task: str, n: int, resamples: int):
@@ -147,10 +168,13 @@ def weighted_metric(metric: str, predictions: np.ndarray, gold: np.ndarray, coun
 
 def plot_forest(panels: list[tuple[str, list[tuple[str, Difference]]]], path: Path) -> None:
     """One panel per (x-axis label, lines), stacked; one line per row: the difference as a dot (black
-    when its interval excludes 0), its interval as a bar, a vertical line at 0."""
+    when its interval excludes 0, grey when it holds 0), its interval as a bar, a vertical line at 0;
+    a legend saying so under the first panel."""
     plt = pyplot(path)
+    from matplotlib.lines import Line2D   # after pyplot(): it says once if matplotlib is missing
+    from matplotlib.ticker import MaxNLocator
     sizes = [len(lines) for _, lines in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, sum(0.9 + 0.3 * n for n in sizes)), squeeze=False,
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 0.3 + sum(0.9 + 0.3 * n for n in sizes)), squeeze=False,
                              gridspec_kw={"height_ratios": [0.9 + 0.3 * n for n in sizes]}, constrained_layout=True)
     for ax, (label, lines) in zip(axes[:, 0], panels):
         for y, (_, d) in zip(range(len(lines), 0, -1), lines):   # the table's first row at the top
@@ -158,7 +182,13 @@ def plot_forest(panels: list[tuple[str, list[tuple[str, Difference]]]], path: Pa
                         color="black" if d.excludes_zero else "gray")
         ax.axvline(0.0, color="tab:red", linewidth=1)
         ax.set_yticks(range(len(lines), 0, -1), [name for name, _ in lines])
-        ax.set(xlabel=f"{label} (95% paired bootstrap interval)", ylim=(0.4, len(lines) + 0.6))
+        ax.set(xlabel=f"{label} (95%: examples, seeds drawn)", ylim=(0.4, len(lines) + 0.6))
+        ax.xaxis.set_major_locator(MaxNLocator(6))
+    legend = [Line2D([], [], color="black", marker="o", label="black: interval excludes 0"),
+              Line2D([], [], color="gray", marker="o", label="grey: interval holds 0"),
+              Line2D([], [], color="tab:red", label="no difference")]
+    axes[0, 0].legend(handles=legend, fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.02), ncol=3,
+                      frameon=False)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)

@@ -308,11 +308,15 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
         for run in row.seed_runs:
             if run.folder in failed:
                 raise Unavailable(f"{role}{failed[run.folder]}")
-        return [scores[run.folder] for run in row.seed_runs]
+        return [scores[run.folder] for run in sorted(row.seed_runs, key=lambda run: str(run.seed))]
+
+    def same_seeds(row: RunRow, base: RunRow) -> bool:
+        return sorted(str(run.seed) for run in row.seed_runs) == sorted(str(run.seed) for run in base.seed_runs)
 
     for row, base, task in pairs:
         try:
-            difference = paired_difference(seed_scores(row), seed_scores(base, f"baseline {base.run}: "), task=task)
+            difference = paired_difference(seed_scores(row), seed_scores(base, f"baseline {base.run}: "), task=task,
+                                           seed=seed, same_seeds=same_seeds(row, base))
         except Unavailable as err:
             notes.append(f"note: {row.run}: no {delta if task is None else alone_column(task)}: {err}")
             continue
@@ -322,8 +326,10 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
             row.vs_alone[task] = difference
     sentences = [f"{delta} = average minus that of {baseline or _named(fts, 'FT')}, both from the dev prediction files;"
                  if fts else f"{delta}: no finished FT row to compare with.",
-                 f"{INTERVAL} = paired bootstrap percentile interval ({resamples} resamples of each task's dev "
-                 f"examples, seed {seed}); * = the interval excludes 0."]
+                 f"{INTERVAL} = two-level paired bootstrap percentile interval ({resamples} resamples of each task's "
+                 f"dev examples, and in each of the seeds, the same draws for a row and its baseline of the same seeds; "
+                 f"seed {seed}; a row of one seed has no seed spread to draw: its interval is the examples' alone); "
+                 f"* = the interval excludes 0."]
     if alone:
         sentences.append(f"<TASK> {ALONE} = that task's dev metric minus that of its single-task row ("
                          + "; ".join(f"{task}: {_named(chosen, 'ST')}" for task, chosen in alone.items())
@@ -436,10 +442,17 @@ def write_csv(rows: list[RunRow], path: str | Path, baseline: str | None = None)
 def forest_panels(rows: list[RunRow], baseline: str | None = None) -> list[tuple[str, list[tuple[str, Difference]]]]:
     """The forest plot's panels, each (x-axis label, [(row, difference)]): the average's Δ vs FT, then each
     task's Δ vs its single-task row, each with the rows that have it; empty panels left out."""
-    panels = [(f"Δ overall dev score vs {baseline or 'FT'}", [(row.run, row.vs_ft) for row in rows if row.vs_ft is not None])]
-    panels += [(f"Δ {metric_column(task)} vs alone", [(row.run, row.vs_alone[task]) for row in rows
+    panels = [(f"Δ overall dev score vs {baseline or 'FT'}", [(seeds_label(row), row.vs_ft) for row in rows
+                                                              if row.vs_ft is not None])]
+    panels += [(f"Δ {metric_column(task)} vs alone", [(seeds_label(row), row.vs_alone[task]) for row in rows
                                                       if task in row.vs_alone]) for task in alone_tasks(rows)]
     return [(label, lines) for label, lines in panels if lines]
+
+
+def seeds_label(row: RunRow) -> str:
+    """A forest plot line's name: the row and how many seeds its interval pools."""
+    seeds = len(row.seed_runs) or 1
+    return f"{row.run} ({seeds} seed{'s' if seeds != 1 else ''})"
 
 
 def write_forest(rows: list[RunRow], path: Path, baseline: str | None = None) -> bool:

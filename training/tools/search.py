@@ -229,14 +229,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="GPUs of each trial, fractional to share one (default: 0, CPU)")
     parser.add_argument("--address", default=None, help="join a Ray cluster (HOST:PORT or auto) instead of a local Ray")
     parser.add_argument("--no_plot", action="store_true", help="skip search.png")
+    parser.add_argument("--confirm", type=int, default=0, metavar="SEEDS",
+                        help="once every trial has ended: train the best trial's flags and the default (the flags "
+                             "after -- alone), each at SEEDS seeds on the whole training files, score them on dev "
+                             "and compare them (paired bootstrap) in <out_dir>/confirm (default: 0, not)")
     args = parser.parse_args(own)
     args.extra = extra
     if not args.out_dir.strip():
         parser.error("--out_dir needs a folder")
     if not 0 < args.val_fraction < 1:
         parser.error("--val_fraction must be in (0, 1): the trials are never scored on dev")
-    if args.reduction_factor <= 1 or args.cpus_per_run <= 0 or args.gpus_per_run < 0:
-        parser.error("--reduction_factor must be > 1, --cpus_per_run > 0 and --gpus_per_run >= 0")
+    if args.reduction_factor <= 1 or args.cpus_per_run <= 0 or args.gpus_per_run < 0 or args.confirm < 0:
+        parser.error("--reduction_factor must be > 1, --cpus_per_run > 0, --gpus_per_run >= 0 and --confirm >= 0")
     for word in extra:
         name = word.split("=")[0]
         if name.startswith("--") and name[2:].removeprefix("no_") in OWNED:
@@ -367,7 +371,9 @@ class TrialProcess:
                 self.child.wait()
                 return None
             self.waiting, self.count = True, record["evaluation"]
-            self.best = record["dev_overall"] if self.best is None else max(self.best, record["dev_overall"])
+            score = record["dev_overall"]
+            if isinstance(score, (int, float)) and math.isfinite(score):   # a diverged evaluation is no best
+                self.best = score if self.best is None else max(self.best, score)
             return record
 
     def end(self) -> None:
@@ -424,7 +430,8 @@ def trial_class():
                 self.started = self.process.begin()
             record = self.process.next()
             if record is not None:
-                return {"score": self.process.best, "evaluation": record["evaluation"], "trial": self.name,
+                return {**({"score": self.process.best} if self.process.best is not None else {}),
+                        "evaluation": record["evaluation"], "trial": self.name,
                         "last": record["dev_overall"], "run_step": record["run_step"], "status": "running",
                         "action": self.started}
             # the run ended: finished or stopped early is a score; failed or interrupted (the search stopping) is
@@ -545,7 +552,35 @@ def run_search(args, out_dir: Path, lock: GridLock) -> int:
     if stop.requested:
         print("stopped: the same command continues the search", flush=True)
         return EXIT_INTERRUPTED
-    return 0 if best is not None else 1
+    if best is None:
+        return 1
+    if args.confirm and len([r for r in records if r.ended]) >= args.trials:
+        return confirm(args, out_dir)
+    return 0
+
+
+def confirm(args, out_dir: Path) -> int:
+    """``--confirm N``: the best trial's flags (``best.json``) and the default (the flags after -- alone), each
+    trained at N seeds on the whole training files and scored on dev, on the grid's engine, in
+    ``<out_dir>/confirm/{best,default}-s<seed>``; then the report, best against default. Idempotent as a grid."""
+    from .ray_grid import FIRST_SEED, GridRun, run_grid
+    folder = out_dir / "confirm"
+    (folder / "logs").mkdir(parents=True, exist_ok=True)
+    recipes = {"default": tuple(args.extra), "best": ("--config", str(out_dir / "best.json"))}
+    runs = [GridRun(f"{row}-s{seed}", row, (*flags, "--seed", str(seed)))
+            for row, flags in recipes.items() for seed in range(FIRST_SEED, FIRST_SEED + args.confirm)]
+    print(f"\nconfirming: best.json and the default at {args.confirm} seeds each, on the whole training files, "
+          f"scored on dev -> {folder}", flush=True)
+    lock = GridLock(folder).acquire()
+    try:
+        rc = run_grid(argparse.Namespace(address=args.address, cpus_per_run=args.cpus_per_run,
+                                         gpus_per_run=args.gpus_per_run, no_report=True), runs, folder, lock)
+    finally:
+        lock.release()
+    if rc == 0:
+        rc = subprocess.run([sys.executable, "-m", "training.tools.report", str(folder), "--baseline", "default",
+                             "--out", str(folder / "confirm")], cwd=ROOT).returncode
+    return rc
 
 
 def run_tune(args, out_dir: Path, ended: list[TrialRecord], unfinished: list[TrialRecord], todo: int,
@@ -633,8 +668,8 @@ class SearchProgress:
     def result(self, result: dict) -> None:
         if result.get("done"):
             return
-        self.line(f"{result['trial']} evaluation {result['evaluation']}: {result['last']:.4f} "
-                  f"(its best {result['score']:.4f})")
+        best = f"{result['score']:.4f}" if "score" in result else "none yet"
+        self.line(f"{result['trial']} evaluation {result['evaluation']}: {result['last']:.4f} (its best {best})")
 
     def ended(self, name: str, result: dict) -> None:
         self.done += 1
