@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 from training.cli import run_command
 from minbert.errors import first_line
-from training.config import CORE_SECTIONS, RENAMED, REFERENCE_SPEED, SPLIT_FLAGS, RunConfig, saved_values
+from training.config import CORE_SECTIONS, REMOVED, REMOVED_IN, RENAMED, REFERENCE_SPEED, SPLIT_FLAGS, RunConfig, \
+    saved_values
 from training import extensions as registry
 from training.flags import add_flags, add_refused, section_from_args
+from training.settings_file import read_settings_file
 from training.trainer import run
 
 EPILOG = """other tools:
@@ -88,17 +89,9 @@ def config_file(parser: argparse.ArgumentParser, path: str) -> dict:
     argparse's usage error naming the file."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
-        if file.suffix.lower() in (".yaml", ".yml"):
-            try:
-                import yaml
-            except ImportError:
-                parser.error(f"--config {file}: reading YAML needs PyYAML (pip install pyyaml); or give JSON")
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        parser.error(f"--config {file}: {first_line(err)}")
+        data = read_settings_file(file, "--config")
+    except ValueError as err:   # unreadable, not JSON / YAML (a YAML syntax error too), PyYAML missing
+        parser.error(str(err))
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
         data = data["config"]   # a run's metrics.json
     if not isinstance(data, dict):
@@ -107,9 +100,20 @@ def config_file(parser: argparse.ArgumentParser, path: str) -> dict:
     named = {**saved_values({k: v for k, v in data.items() if isinstance(v, dict)}), **flat}
     actions = {action.dest: action for action in parser._actions}
     unknown = sorted(name for name in named if name not in actions and name not in RENAMED
-                     and name not in SAVED_ONLY)
+                     and name not in SAVED_ONLY and name not in REMOVED)
     if unknown:
         parser.error(f"--config {file}: unknown settings {', '.join(unknown)}")
+    for name, off in REMOVED.items():   # a setting whose code is gone: read when off, refused when on
+        if named.pop(name, off) != off:
+            parser.error(f"--config {file}: {name} {REMOVED_IN}")
+    where = [name for name in NOT_FROM_FILE if name in named and named[name] not in (None, False)]
+    if where:   # a recipe, not a run: where a run goes is the command line's (a run's own saved file has them)
+        print(f"note: --config {file}: {', '.join(where)} not taken from the file (give them as flags)",
+              file=sys.stderr)
+    for name, value in list(named.items()):
+        field = RENAMED[name][0][0] if name in RENAMED else name   # an older name: typed as the field it became
+        if field in actions and name not in NOT_FROM_FILE:
+            named[name] = typed(parser, actions[field], value, f"--config {file}: {name}")
     try:
         config = RunConfig.from_dict({"file": named})
     except (TypeError, ValueError) as err:
@@ -121,6 +125,35 @@ def config_file(parser: argparse.ArgumentParser, path: str) -> dict:
         if name in actions:
             check_as_parsed(parser, actions[name], value, f"--config {file}: {name}")
     return values
+
+
+def typed(parser: argparse.ArgumentParser, action: argparse.Action, value, where: str):
+    """A value of a configuration file as its flag reads it: an on/off flag takes true or false; other flags
+    take text through the flag's ``type`` (so 1e-4 in YAML 1.1, which reads it as text, is a number, and
+    ``none`` is None where the flag takes it), a number (a whole one for a whole-number flag), a list where
+    the flag takes comma-separated values, or null where the flag's default is none; argparse's usage
+    error naming the file and the key otherwise."""
+    if action.nargs == 0:   # --name / --no_name (null where the default is none: "decide for me")
+        if not isinstance(value, bool) and not (value is None and action.default is None):
+            parser.error(f"{where}: {value!r}: give true or false")
+        return value
+    if value is None:
+        if action.default is None:
+            return None
+        parser.error(f"{where}: null: give a value (its default is {action.default!r})")
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        value = ",".join(str(v) for v in value)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        parser.error(f"{where}: {value!r} is not a value this flag takes")
+    if action.type is float and isinstance(value, (int, float)):
+        return float(value)
+    if action.type is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    convert = action.type if callable(action.type) else str
+    try:
+        return convert(str(value))   # text as the command line gives it: "1e-4", "none", "32,86,32"
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as err:
+        parser.error(f"{where}: {value!r}: {first_line(err)}")
 
 
 def check_as_parsed(parser: argparse.ArgumentParser, action: argparse.Action, value, where: str) -> None:

@@ -72,6 +72,14 @@ def test_yaml(tmp_path):
     ('{"pooling": "best"}', "pooling 'best': choose one of"),
     ('{"epochs": 1', "Expecting"),
     ('[1, 2]', "expected settings by name"),
+    # issue 61: each was a TypeError traceback, or taken as given
+    ('{"epochs": "two"}', "epochs: 'two': invalid literal"),
+    ('{"lr": "fast"}', "lr: 'fast'"),
+    ('{"batch_size": null}', "batch_size: null: give a value"),
+    ('{"epochs": 1.5}', "epochs: 1.5"),
+    ('{"quiet": "no"}', "quiet: 'no': give true or false"),
+    ('{"smart": 1}', "smart: 1: give true or false"),
+    ('{"lp_steps": 50}', "lp_steps was removed after commit 4be10e6"),
 ])
 def test_a_bad_file_is_a_usage_error_naming_it(tmp_path, capsys, text, message):
     file = tmp_path / "bad.json"
@@ -80,6 +88,34 @@ def test_a_bad_file_is_a_usage_error_naming_it(tmp_path, capsys, text, message):
         run_multitask.parse_config(["--config", str(file)])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and f"--config {file}: " in err and message in err
+
+
+def test_values_in_any_spelling_a_flag_takes_are_typed(tmp_path, capsys):
+    file = tmp_path / "good.json"
+    file.write_text(json.dumps({"lr": "1e-4", "epochs": 2.0, "max_grad_norm": "none", "warmup_ratio": "none",
+                                "tasks": ["sst", "sts"], "task_batch_sizes": [16, 8], "joint_loss": True,
+                                "loss_weights": [1, 2], "lp_steps": 0, "task_lr_scales": None,
+                                "run_name": "elsewhere"}))
+    config = run_multitask.parse_config(["--config", str(file)])
+    t = config.train
+    assert (t.lr, t.epochs, t.max_grad_norm, t.warmup_ratio, t.tasks) == (1e-4, 2, None, None, "sst,sts")
+    assert type(t.epochs) is int and config.data.task_batch_sizes == "16,8"
+    assert config.joint_loss.loss_weights == "1,2"   # a saved run's REMOVED settings at their off values: read
+    # where a run goes is the command line's: said, not silently dropped
+    assert config.output.run_name is None and "run_name not taken from the file" in capsys.readouterr().err
+
+
+def test_yaml_numbers_and_syntax_errors(tmp_path, capsys):
+    pytest.importorskip("yaml")
+    file = tmp_path / "recipe.yaml"
+    file.write_text("lr: 1e-4\nhead_lr: 3.0e-3\n")   # YAML 1.1 reads 1e-4 (no dot) as text
+    config = run_multitask.parse_config(["--config", str(file)])
+    assert (config.train.lr, config.train.head_lr) == (1e-4, 3e-3)
+    file.write_text("lr: [1e-4\n")
+    with pytest.raises(SystemExit):
+        run_multitask.parse_config(["--config", str(file)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "not valid YAML" in err[-1] and "Traceback" not in "\n".join(err)   # argparse's usage, one error line
 
 
 def test_a_missing_file_is_a_usage_error(tmp_path, capsys):

@@ -91,10 +91,32 @@ def test_predict_refuses_existing_outputs_without_overwrite_and_replaces_them_wi
     assert str(only_metrics / "metrics.json") in one_error_line(capsys)
     assert snapshot(only_metrics) == {"metrics.json": b"mine\n"}
 
+    # a metrics.json predict did not write is never replaced, --overwrite or not (issue 61)
+    assert predict.main([str(run_dir), "--data_dir", str(FIXTURE_DATA), "--out", str(out), "--overwrite"]) == 1
+    assert "was not written by predict" in one_error_line(capsys) and snapshot(out) == before
+    # predict's own outputs are what --overwrite replaces
+    (out / "metrics.json").unlink()
+    assert predict.main([str(run_dir), "--data_dir", str(FIXTURE_DATA), "--out", str(out), "--overwrite"]) == 0
     assert predict.main([str(run_dir), "--data_dir", str(FIXTURE_DATA), "--out", str(out), "--overwrite"]) == 0
     assert json.loads((out / "metrics.json").read_text())["scores"]
     assert (out / "sts-dev-output.csv").read_bytes() == (run_dir / "sts-dev-output.csv").read_bytes()
     assert (out / "unrelated.txt").read_text() == "kept\n"
+
+
+def test_predict_out_another_run_is_refused_even_with_overwrite(run_dir, tmp_path, capsys):
+    """Issue 61: --out OTHER_RUN --overwrite replaced that run's metrics.json and CSVs (the report then listed
+    it as incomplete); any folder holding a run is refused now, and left as it was."""
+    other = tmp_path / "other-run"
+    shutil.copytree(run_dir, other)
+    before = snapshot(other)
+    for extra in ([], ["--overwrite"]):
+        capsys.readouterr()
+        assert predict.main([str(run_dir), "--data_dir", str(FIXTURE_DATA), "--out", str(other), *extra]) == 1
+        assert "holds a run" in one_error_line(capsys)
+    shutil.rmtree(other / "checkpoint")   # a run without its weights: its metrics.json still says so
+    assert predict.main([str(run_dir), "--data_dir", str(FIXTURE_DATA), "--out", str(other), "--overwrite"]) == 1
+    assert "was not written by predict" in one_error_line(capsys)
+    assert snapshot(other) == {k: v for k, v in before.items() if not k.startswith("checkpoint")}
 
 
 def test_predict_and_embed_refuse_a_non_positive_batch_size(run_dir, tmp_path, capsys):

@@ -206,6 +206,26 @@ def test_predict_input_without_ids_or_labels_and_for_a_builtin_task(runs, capsys
     assert len(read_csv(runs / "sst-out" / "sst-plain-output.csv")) == 3
 
 
+@pytest.mark.slow
+def test_predict_input_with_blank_labels_predicts_with_no_score(runs, capsys):
+    """Issue 61: a file whose label column is blank refused every row ("no usable rows"); the error now says
+    --no_score, which predicts every row without reading the column."""
+    forget("nli")
+    path = runs / "blank.csv"
+    path.write_text("a,b,answer\n" + "\n".join(f"{p},{h}," for _, p, h, _ in toy_rows(3, 4)) + "\n", encoding="utf-8")
+    argv = [str(runs / "runs" / "alone"), "--input", str(path), "--columns", "a,b", "--label_column", "answer",
+            "--out", str(runs / "blank-out")]
+    capsys.readouterr()
+    assert predict_tool.main(argv) == 1
+    assert "--no_score" in capsys.readouterr().err
+    assert predict_tool.main(argv + ["--no_score"]) == 1   # and --label_column: one of them
+    assert "do not go together" in capsys.readouterr().err
+    del argv[5:7]   # --label_column answer
+    assert predict_tool.main(argv + ["--no_score"]) == 0
+    assert len(read_csv(runs / "blank-out" / "nli-blank-output.csv")) == 3
+    assert json.loads((runs / "blank-out" / "metrics.json").read_text(encoding="utf-8"))["scores"] == {}
+
+
 def test_input_flags_without_input_and_data_dir_flags_with_it_are_refused(tmp_path, capsys):
     assert predict_tool.main([str(tmp_path), "--columns", "a", "--out", str(tmp_path / "o")]) == 1
     assert "--columns goes with --input" in capsys.readouterr().err
@@ -224,7 +244,10 @@ def bad(**changes):
     (bad(label_column=None), "label_column", "missing"),
     (bad(name="sst"), "name", "built-in"),
     (bad(name="para"), "name", "built-in"),
-    (bad(num_classes=1), "num_classes", "at least 2"),
+    (bad(num_classes=1), "num_classes", "from 2 to 10000"),
+    (bad(num_classes=10 ** 12), "num_classes", "from 2 to 10000"),     # issue 61: was an allocator traceback
+    (bad(name="n" * 250), "name", "at most 40"),                        # was "File name too long" after training
+    (bad(name="overall"), "name", "reserved"),                          # TensorBoard's dev/overall is the run's
     (bad(text_columns=["premise"]), "text_columns", "reads 2"),
     (bad(metric="pearson"), "metric", "scored by accuracy"),
     (bad(files={"train": "a.tsv"}), "files", "train and dev"),

@@ -166,6 +166,12 @@ def test_fault_injection_signal_or_kill_at_a_random_point_then_resume(tiny_model
     assert resumed.returncode == 0, resumed.stderr
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["status"] == "finished"
+    # the stop it recovered from is history, not the finished run's error (issue 61)
+    assert "error" not in metrics
+    if sig != signal.SIGKILL:
+        (stop,) = metrics["recovered"]
+        assert stop["status"] == "interrupted" and stop["error"].startswith(
+            "Terminated" if sig == signal.SIGTERM else "KeyboardInterrupt")
     assert earlier < metrics["wall_seconds"] < earlier + 300   # the sittings added up
     assert not list(run_dir.rglob(".tmp-step-*")) and not list(run_dir.rglob(".*.tmp"))
     assert_same_run(final_state(run_dir), final_state(clean_plain))

@@ -10,6 +10,7 @@ import errno
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -28,8 +29,10 @@ class Terminated(KeyboardInterrupt):
 
 
 def run_command(body: Callable[[], int | None]) -> int:
-    """Run ``body`` (a command: its exit code, or None for 0); what it raises becomes one line and an exit code."""
+    """Run ``body`` (a command: its exit code, or None for 0); what it raises becomes one line and an exit code,
+    and a warning one ``warning: ...`` line (not Python's two, with its source line)."""
     previous = _on_sigterm(_raise_terminated)
+    formatter, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         return body() or 0
     except USER_ERRORS as err:
@@ -43,6 +46,11 @@ def run_command(body: Callable[[], int | None]) -> int:
         return 128 + signal.SIGINT
     finally:
         _on_sigterm(previous)
+        warnings.formatwarning = formatter
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"warning: {' '.join(str(message).split())}\n"
 
 
 def check_overwrite(targets: list[Path], overwrite: bool, flag: str = "--out") -> None:

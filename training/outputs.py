@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 def claim_run_dir(config: RunConfig, claim: bool = True) -> Path:
     """``<out_dir>/<run_name>``, claimed by creating ``metrics.json`` exclusively (``O_EXCL``): of two runs
     given one name at once exactly one gets it, and a folder holding anything is refused (nothing is
-    overwritten). Only process 0 claims (``claim=False`` elsewhere)."""
+    overwritten), except the claim of a run killed before it started (``abandoned_claim``), taken over:
+    the same command again runs. Only process 0 claims (``claim=False`` elsewhere)."""
     name = config.output.run_name or "-".join([
         config.model.option, config.model.pooling, config.model.para_head, config.model.sts_head,
         datetime.now().strftime("%Y%m%d-%H%M%S")])
@@ -40,6 +41,9 @@ def claim_run_dir(config: RunConfig, claim: bool = True) -> Path:
     check_folder(run_dir)  # an --out_dir that is a file: named in the error
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        if abandoned_claim(run_dir):
+            for leftover in (".lock", "metrics.json"):
+                (run_dir / leftover).unlink(missing_ok=True)
         if any(run_dir.iterdir()):
             raise FileExistsError(f"{run_dir} already holds a run; choose another --run_name or remove it")
         fd = os.open(run_dir / "metrics.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -53,6 +57,24 @@ def claim_run_dir(config: RunConfig, claim: bool = True) -> Path:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(json.dumps({"run_name": name, "status": "starting", "pid": os.getpid()}) + "\n")
     return run_dir
+
+
+def abandoned_claim(run_dir: Path) -> bool:
+    """A folder holding nothing but the "starting" metrics.json of ``claim_run_dir`` (and the run's ``.lock``)
+    of a process that is gone: a run killed (SIGKILL, a lost machine) before it saved anything, not even its
+    configuration, so nothing to resume and nothing lost by starting again."""
+    if {path.name for path in run_dir.iterdir()} - {"metrics.json", ".lock"}:
+        return False
+    metrics = read_metrics(run_dir)
+    if metrics.get("status") != "starting" or not isinstance(metrics.get("pid"), int):
+        return False
+    try:   # the claiming process holds the .lock too: gone, it holds nothing
+        os.kill(metrics["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:   # alive, another user's
+        return False
+    return False
 
 
 def release_run_dir(run_dir: Path) -> None:

@@ -28,6 +28,10 @@ SPLITS = ("train", "dev", "test")   # train and dev required, test optional
 NAME = re.compile(r"[a-z][a-z0-9_]*$")
 # names a declared task may not take: the built-in tasks' and their prediction files' prefixes
 RESERVED = {name for task in BUILTIN_TASKS.values() for name in (task.name, task.output_prefix)}
+# words a task name may not be: the run's overall score has the TensorBoard tag dev/overall beside dev/<task>
+RESERVED_WORDS = {"overall"}
+MAX_NAME = 40          # a name is in every prediction file's name (<name>-dev-output.csv): well under 255
+MAX_CLASSES = 10_000   # a head of num_classes outputs: more is a typo (10**12 was an allocator traceback)
 
 
 class TaskFileError(ValueError):
@@ -74,6 +78,10 @@ def check_declaration(item, where: str, index: int = 0) -> dict:
             fail(field, "missing (required: " + ", ".join(REQUIRED) + ")")
     if not isinstance(name, str) or not NAME.match(name):
         fail("name", f"{name!r} must be lower-case letters, digits and _, starting with a letter")
+    if len(name) > MAX_NAME:
+        fail("name", f"{len(name)} characters; at most {MAX_NAME} (it is part of every prediction file's name)")
+    if name in RESERVED_WORDS:
+        fail("name", f"{name!r} is reserved (the run's overall score is reported under it); choose another")
     if name in RESERVED:
         fail("name", f"{name!r} is a built-in task's name or prediction prefix ({', '.join(sorted(RESERVED))}); "
                      "choose another")
@@ -110,8 +118,8 @@ def check_declaration(item, where: str, index: int = 0) -> dict:
     else:
         if score_range is not None:
             fail("score_range", f"a {kind} has num_classes, not a score_range")
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-            fail("num_classes", f"a whole number of classes, at least 2, got {num_classes!r}")
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or not 2 <= num_classes <= MAX_CLASSES:
+            fail("num_classes", f"a whole number of classes from 2 to {MAX_CLASSES}, got {num_classes!r}")
     metric = item.get("metric", METRICS[kind])
     if metric != METRICS[kind]:
         fail("metric", f"{metric!r} does not fit kind {kind}: a {kind} is scored by {METRICS[kind]}")

@@ -99,6 +99,9 @@ def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[P
     lock = RunLock(run_dir).acquire()
     try:
         stale = remove_temporary_files(run_dir)
+        if not list_checkpoints(run_dir) and read_metrics(run_dir).get("status") == "starting":
+            raise ResumeError(f"--resume {run_dir}: the run was stopped before it started (it saved no configuration "
+                              "to resume with): run the command that started it again, which takes its folder over")
         if not list_checkpoints(run_dir) and (saved := restartable(run_dir)) is not None:
             # stopped before its first checkpoint (e.g. while --distill trained its teachers): it starts
             # again in its own folder, and the stages reuse what they saved there (finished teachers)
@@ -246,10 +249,14 @@ class RunFolder:
             metrics = {"run_name": self.dir.name, "status": "running", "config": self.config.to_dict(),
                        "started": earlier.get("started") or datetime.now().isoformat(timespec="seconds"),
                        "inputs": earlier.get("inputs") or fingerprint(files),
-                       "restarted": [*earlier.get("restarted", []), datetime.now().isoformat(timespec="seconds")]}
+                       "restarted": [*earlier.get("restarted", []), datetime.now().isoformat(timespec="seconds")],
+                       **({"recovered": history} if (history := recovered(earlier)) else {})}
         else:
             metrics = read_metrics(self.dir)
             check_unchanged(metrics.get("inputs", {}), files)   # runs saved before inputs were recorded: none
+            if history := recovered(metrics):
+                metrics["recovered"] = history
+            metrics.pop("error", None)   # the stop this sitting recovers from: in "recovered", not the run's error
             metrics["status"] = "running"
             # wall_seconds adds up the sittings (one killed outright recorded none, and counts nothing)
             earlier = metrics.get("wall_seconds")
@@ -318,6 +325,15 @@ class RunFolder:
             except OSError:
                 pass  # the disk that failed the run may fail this too; the run's own error says why
             shutdown()
+
+
+def recovered(earlier: dict) -> list[dict]:
+    """The history of the stops a run recovered from, with the one its metrics.json ``earlier`` records
+    (status and error: "interrupted", "Terminated: ...", or a disk that was full) added: a resumed run
+    that finishes has no error of its own, and says what it came back from."""
+    history = earlier.get("recovered") if isinstance(earlier.get("recovered"), list) else []
+    stop = {key: earlier[key] for key in ("status", "error") if earlier.get(key)}
+    return [*history, {**stop, "at": datetime.now().isoformat(timespec="seconds")}] if stop.get("error") else history
 
 
 def record_absolute_paths(config: RunConfig, inputs: RunInputs) -> None:

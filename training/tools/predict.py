@@ -7,7 +7,8 @@ scored where the file has labels.
 
 Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes) and ``<out>/metrics.json``
 (the labelled files' scores), one line printed per file; existing files are refused unless
-``--overwrite``, and ``--out`` may never be the run's own folder or its ``checkpoint/``.
+``--overwrite``, and ``--out`` may never be the run's own folder or its ``checkpoint/``, another run's
+folder, or a folder whose metrics.json predict did not write (``--overwrite`` or not).
 
 ``--input FILE``: any CSV or TSV (tab when its header has one, else comma) for one task of the run,
 its text in the columns ``--columns`` names; scored when it has the task's label column (or
@@ -18,6 +19,7 @@ its text in the columns ``--columns`` names; scored when it has the task's label
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -46,6 +48,7 @@ def execute(args: argparse.Namespace) -> int:
     run = load_run(args.run, device=args.device)
     out = Path(args.out)
     check_not_the_run(out, Path(args.run), run.source)
+    check_not_another_run(out, args.overwrite)
     if args.input is not None:
         return predict_input(run, args, out)
     tasks = parse_tasks(args.tasks) if args.tasks else run.config.task_names()
@@ -56,7 +59,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 # the flags of each mode: the data folder's files, or one --input file
-INPUT_FLAGS, DATA_DIR_FLAGS = ("columns", "task", "label_column", "id_column"), ("tasks", "data_dir")
+INPUT_FLAGS, DATA_DIR_FLAGS = ("columns", "task", "label_column", "id_column", "no_score"), ("tasks", "data_dir")
 
 
 def check_mode(args: argparse.Namespace) -> None:
@@ -85,7 +88,10 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
         raise DataError(f"--input {path}: no such file")
     delimiter = guess_delimiter(path)
     header = read_header(path, delimiter)
-    label = args.label_column or (task.label_column if task.label_column in header else None)
+    if args.no_score and args.label_column:
+        raise ValueError("--no_score and --label_column do not go together: drop one")
+    # --no_score: the label column (blank, text, or another task's) is not read, every row is predicted
+    label = None if args.no_score else args.label_column or (task.label_column if task.label_column in header else None)
     id_column = args.id_column or (task.id_column if task.id_column in header else None)
     target = out / f"{task.output_prefix}-{path.stem}-output.csv"
     check_folder(out)
@@ -95,7 +101,8 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     if report.bad_rows:
         print(f"warning: {report.summary()}", file=sys.stderr)
     if not examples:
-        raise DataError(f"{path}: no usable rows ({report.summary()})")
+        hint = f"; to predict without scoring, add --no_score (its {label} column is then not read)" if label else ""
+        raise DataError(f"{path}: no usable rows ({report.summary()}){hint}")
     result = run.predict_examples(name, examples, args.batch_size, progress=len(examples) >= 2000)
     make_folder(out)
     write_predictions(target, task, result)
@@ -144,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     given.add_argument("--label_column", default=None, metavar="COL",
                        help="with --input: score the predictions against this column (default: the task's label "
                             "column where the file has it, else no score)")
+    given.add_argument("--no_score", action="store_true", default=None,
+                       help="with --input: predict every row without scoring, the label column not read (e.g. "
+                            "blank or text labels)")
     given.add_argument("--id_column", default=None, metavar="COL",
                        help="with --input: the ids of the prediction file (default: the task's id column where the "
                             "file has it, else line numbers)")
@@ -162,6 +172,24 @@ def check_not_the_run(out: Path, given: Path, checkpoint: Path) -> None:
     if any(target == folder.resolve() for folder in own):
         raise ValueError(f"--out {out} is the run's own folder (or its checkpoint/); its metrics.json and "
                          "prediction files would be replaced: choose another --out")
+
+
+def check_not_another_run(out: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` holding another run (its checkpoint/ or .lock), and with ``--overwrite`` one holding
+    a metrics.json this tool did not write: it replaces this tool's own outputs, never another run's (without
+    it, any existing file is refused)."""
+    if (out / "checkpoint").is_dir() or (out / ".lock").exists():
+        raise ValueError(f"--out {out} holds a run (its checkpoint/ or .lock): its metrics.json and prediction "
+                         "files would be replaced, --overwrite or not; choose another --out")
+    metrics = out / METRICS
+    if overwrite and metrics.is_file():
+        try:
+            data = json.loads(metrics.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            data = None
+        if not (isinstance(data, dict) and {"run", "scores"} <= set(data) and "status" not in data):
+            raise ValueError(f"--out {out}: its {METRICS} was not written by predict (a run's, or another file): "
+                             "--overwrite replaces only predict's own outputs; choose another --out")
 
 
 def planned_files(tasks: list[str], data_dir: Path) -> tuple[list[tuple[str, str, Path]], list[Path]]:

@@ -86,10 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         lock.release()
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def split_at_dashes(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """(the command's own flags, the flags after ``--`` that go to every run)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[:argv.index("--")] if "--" in argv else argv
+    return (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    own, extra = split_at_dashes(argv)
     parser = argparse.ArgumentParser(
         prog="minbert-grid", description=__doc__.split("\n\n")[0],
         epilog="Flags after -- go to every run, e.g. -- --data_dir ../shared/data/multitask --save_every 50. "
@@ -177,7 +181,7 @@ def plan(args: argparse.Namespace) -> list[GridRun]:
             for row, row_flags in rows_of(args) if not args.only or row in args.only for seed in seed_list]
 
 
-# every row's flags checked in one Python start before anything runs: a bad flag after -- fails once
+# every run's flags checked in one Python start before anything runs: a bad flag after -- fails once
 CHECK = """
 import contextlib, io, json, sys
 sys.path.insert(0, sys.argv[1])
@@ -188,17 +192,23 @@ for name, flags in json.loads(sys.argv[2]):
         with contextlib.redirect_stderr(stderr):
             run_multitask.parse_config(flags).validate()
     except SystemExit:
-        sys.exit(stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
+        sys.exit(name + ": " + stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
     except ValueError as err:
-        sys.exit(f"run {name}: {err}")
+        sys.exit(f"{name}: {err}")
 """
+
+
+def first_refused(named_flags: list[tuple[str, list[str]]]) -> str | None:
+    """None, or "NAME: why" for the first of (name, ``run_multitask.py`` flags) that it refuses (its parser or
+    ``RunConfig.validate``), in one line; all checked in one Python start."""
+    done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT), json.dumps(named_flags)], capture_output=True,
+                          text=True)
+    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["flags refused"])[-1]
 
 
 def check_flags(runs: list[GridRun]) -> str | None:
     """None, or the first run's flags that ``run_multitask.py`` refuses, in one line."""
-    rows = json.dumps([[run.name, list(run.flags)] for run in runs])
-    done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT), rows], capture_output=True, text=True)
-    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["flags refused"])[-1]
+    return first_refused([(f"run {run.name}", list(run.flags)) for run in runs])
 
 
 # ---- one trial ---------------------------------------------------------------------------------------------

@@ -47,8 +47,8 @@ from ..outputs import read_metrics, write_json
 from ..run_lock import is_live
 from ..settings_file import read_settings_file
 from ..trial_control import MARK, STOPPED_EARLY
-from .ray_grid import (EXIT_INTERRUPTED, FINISHED, ROOT, GridLock, Stop, die_with_parent, next_step, positive,
-                       ray_session, set_aside, stop_file, wait_until_free)
+from .ray_grid import (EXIT_INTERRUPTED, FINISHED, ROOT, GridLock, Stop, die_with_parent, first_refused, next_step,
+                       positive, ray_session, set_aside, split_at_dashes, stop_file, wait_until_free)
 
 SEARCH_KEY = "search"     # the trial config's entry that is not a flag: where and how the trial runs
 PREFIX = "trial-"
@@ -199,9 +199,7 @@ def trial_name(params: dict) -> str:
 # ---- the command line ---------------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[:argv.index("--")] if "--" in argv else argv
+    own, extra = split_at_dashes(argv)
     parser = argparse.ArgumentParser(
         prog="minbert-search", description=__doc__.split("\n\n")[0],
         epilog="Flags after -- go to every trial, e.g. -- --data_dir ../shared/data/multitask --epochs 1 "
@@ -272,33 +270,16 @@ def trial_flags(params: dict, args) -> list[str]:
             "--quiet"]
 
 
-# every probe of the space checked in one Python start, as the grid checks its rows
-CHECK = """
-import contextlib, io, json, sys
-sys.path.insert(0, sys.argv[1])
-import run_multitask
-for name, flags in json.loads(sys.argv[2]):
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            run_multitask.parse_config(flags).validate()
-    except SystemExit:
-        sys.exit(name + ": " + stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
-    except ValueError as err:
-        sys.exit(f"{name}: {err}")
-"""
-
-
 def check_space(args) -> str | None:
     """None, or the first value of the space (or start_with point) that ``run_multitask.py`` refuses, in one line."""
     space = args.space_spec
     defaults = {n: d.probes()[0] for n, d in space.dimensions.items()}
-    probes = [(f"{n} {v!r}", trial_flags({**defaults, n: v}, args))
-              for n, d in space.dimensions.items() for v in d.probes()]
+    probes = [("the flags after --", trial_flags({}, args))]
+    probes += [(f"{n} {v!r}", trial_flags({**defaults, n: v}, args))
+               for n, d in space.dimensions.items() for v in d.probes()]
     probes += [(f"start_with[{i}]", trial_flags({**defaults, **p}, args)) for i, p in enumerate(space.start_with)]
-    done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT), json.dumps(probes)], capture_output=True, text=True)
-    return None if done.returncode == 0 else f"--space {args.space}: " + (done.stderr.strip().splitlines()
-                                                                          or ["refused"])[-1]
+    refused = first_refused(probes)   # in one Python start, as the grid checks its rows
+    return None if refused is None else f"--space {args.space}: {refused}"
 
 
 # ---- one trial -------------------------------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""Reliability round 5 (issue 61): every stop ends clean. A run killed before it saved anything (its folder
+holds only the "starting" claim) is taken over by the same command; a run killed at any moment of its first
+seconds can be resumed or run again with the same command."""
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import run_multitask
+from training.config import RunConfig
+from training.outputs import abandoned_claim, claim_run_dir
+
+from test_resume import argv, command, env
+
+
+def dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def starting_claim(folder: Path, pid: int) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({"run_name": folder.name, "status": "starting", "pid": pid}))
+    (folder / ".lock").write_text(str(pid))
+    return folder
+
+
+def test_the_claim_of_a_run_killed_before_it_started_is_taken_over(tmp_path):
+    config = RunConfig.defaults()
+    config.output.out_dir, config.output.run_name = str(tmp_path), "run"
+    starting_claim(tmp_path / "run", dead_pid())
+    assert abandoned_claim(tmp_path / "run")
+    assert claim_run_dir(config) == tmp_path / "run"
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["pid"] != 0
+    assert not (tmp_path / "run" / ".lock").exists()
+
+
+@pytest.mark.parametrize("alive, extra", [(True, None), (False, "notes.txt")])
+def test_a_live_claim_or_a_folder_holding_more_is_never_taken(tmp_path, alive, extra):
+    import os
+    folder = starting_claim(tmp_path / "run", os.getpid() if alive else dead_pid())
+    if extra:
+        (folder / extra).write_text("mine\n")
+    assert not abandoned_claim(folder)
+    config = RunConfig.defaults()
+    config.output.out_dir, config.output.run_name = str(tmp_path), "run"
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        claim_run_dir(config)
+
+
+def test_resume_of_a_run_killed_before_it_started_says_to_run_it_again(tmp_path, capsys):
+    folder = starting_claim(tmp_path / "run", dead_pid())
+    assert run_multitask.main(["--resume", str(folder)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "stopped before it started" in err and "again" in err, err
+
+
+@pytest.mark.slow
+def test_a_run_killed_at_random_in_its_first_seconds_resumes_or_reruns(tiny_model_dir, tmp_path):
+    """SIGKILL 0.2 to 3 s in (seeded), then what a user would do: --resume when the run saved its configuration,
+    else the same command; both end finished, and no folder is left stuck."""
+    rng = random.Random(61)
+    for i, delay in enumerate(sorted(rng.uniform(0.2, 3.0) for _ in range(3))):
+        name = f"run{i}"
+        flags = argv(tiny_model_dir, tmp_path, name, "--epochs", "1", "--max_steps_per_epoch", "3",
+                     "--no_test_predictions")
+        process = subprocess.Popen(command(*flags), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        folder = tmp_path / name
+        status = json.loads((folder / "metrics.json").read_text()).get("status") if (
+            folder / "metrics.json").exists() else None
+        again = command("--resume", str(folder), "--quiet") if status not in (None, "starting") else command(*flags)
+        if status == "finished":
+            continue
+        done = subprocess.run(again, env=env(), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{delay:.2f} s, status {status}: {done.stderr}"
+        assert json.loads((folder / "metrics.json").read_text())["status"] == "finished"
+        assert not (folder / ".lock").exists()
+
+
+def test_a_command_prints_a_warning_as_one_line():
+    """Issue 61: predict on an unfinished run printed Python's two-line UserWarning with its source line."""
+    import warnings
+    from training.cli import run_command
+    shown = []
+    assert run_command(lambda: shown.append(warnings.formatwarning("the run is\nunfinished", UserWarning,
+                                                                   "runs.py", 314))) == 0
+    assert shown == ["warning: the run is unfinished\n"]
+    assert warnings.formatwarning("x", UserWarning, "f.py", 1) != "warning: x\n"   # restored after the command
