@@ -22,7 +22,7 @@ from training import trial_control
 from training.run_lock import is_live
 from training.tools import search
 
-from test_ray_grid import FIXTURE_DATA, env, ray_leftovers, status, status_or_none, tiny_flags, wait_for
+from test_ray_grid import FIXTURE_DATA, assert_none_left, env, status, status_or_none, tiny_flags, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -223,5 +223,6 @@ def test_a_search_stops_the_bad_trial_survives_a_kill_and_never_reads_dev(tiny_m
     from training.tools.report import collect_runs
     assert {row.run for row in collect_runs(out_dir)} >= set(records)
     # nothing of either part's Ray left (the killed driver's was ended by the second part; another test's Ray
-    # may be running beside this one under pytest -n 2, hence this search's own mark)
-    assert ray_leftovers(f"MINBERT_TEST_MARK={mark['MINBERT_TEST_MARK']}") == []
+    # may be running beside this one under pytest -n 2, hence this search's own mark). Ray's processes end a
+    # little after ray.shutdown returns, later on a loaded machine: they get a minute.
+    assert_none_left(f"MINBERT_TEST_MARK={mark['MINBERT_TEST_MARK']}")

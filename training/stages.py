@@ -203,7 +203,7 @@ class MultitaskObjective(TaskObjective):
                                    "best_epoch": self.best["epoch"], "best_step": self.best["step"]}
             run.on_epoch_end(self.saved(progress, improved=False))   # metrics.json says why it stops
         tail = f"dev {format_metrics(metrics)} overall {score:.3f}" + ("  (best so far)" if improved else "")
-        if progress.get("stopped", {}).get("by") == "scheduler":
+        if (progress.get("stopped") or {}).get("by") == "scheduler":
             tail += "  -- stopped by the search's scheduler"
         elif progress.get("stopped"):
             tail += f"  -- early stopping: no better overall dev score in {patience} evaluations"
