@@ -94,6 +94,14 @@ def read_metrics(run_dir: Path) -> dict:
         return {"run_name": run_dir.name}
 
 
+def scored_evaluations(metrics: dict) -> list[dict]:
+    """A run's evaluations that have an overall dev score, in order: ``--eval_every``'s, else the epochs'."""
+    if not isinstance(metrics, dict):
+        return []
+    records = metrics.get("evaluations") or metrics.get("epochs") or []
+    return [e for e in records if isinstance(e, dict) and isinstance(e.get("dev_overall"), (int, float))]
+
+
 REDRAW_SECONDS = 60.0   # drawing curves.png takes about a second: during training, at most once a minute
 
 

@@ -28,6 +28,7 @@ from .config import ModelConfig, RunConfig
 from .device import pick_device
 from .encoding import encode, model_max_length
 from .evaluate import TaskPredictions, predict
+from .outputs import scored_evaluations
 from .tasks import TASKS, Task
 from .trial_control import STOPPED_EARLY
 
@@ -304,9 +305,7 @@ def warn_if_unfinished(directory: Path) -> None:
     when = ""
     try:  # the first evaluation with the best overall dev score, as the trainer keeps it (training/stages.py)
         metrics = json.loads((directory.parent / "metrics.json").read_text(encoding="utf-8"))
-        records = metrics.get("evaluations") or metrics.get("epochs") or []
-        scored = [e for e in records if isinstance(e, dict) and isinstance(e.get("dev_overall"), (int, float))]
-        best = max(scored, key=lambda e: e["dev_overall"], default=None)
+        best = max(scored_evaluations(metrics), key=lambda e: e["dev_overall"], default=None)
         if best is not None:
             when = f", from epoch {best.get('epoch')}" + (f" step {best['step']}" if "step" in best else "")
     except (OSError, ValueError, AttributeError):

@@ -201,7 +201,6 @@ class MultitaskObjective(TaskObjective):
                  "best": self.best["score"]}):
             progress["stopped"] = {"step": step - self.first_step, "epoch": record["epoch"], "by": "scheduler",
                                    "best_epoch": self.best["epoch"], "best_step": self.best["step"]}
-            run.on_epoch_end(self.saved(progress, improved=False))   # metrics.json says why it stops
         tail = f"dev {format_metrics(metrics)} overall {score:.3f}" + ("  (best so far)" if improved else "")
         if (progress.get("stopped") or {}).get("by") == "scheduler":
             tail += "  -- stopped by the search's scheduler"

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..outputs import read_metrics, write_json
+from ..outputs import read_metrics, scored_evaluations, write_json
 from ..run_lock import is_live
 from ..settings_file import read_settings_file
 from ..trial_control import MARK, STOPPED_EARLY
@@ -294,7 +294,7 @@ class TrialProcess:
         self.child: subprocess.Popen | None = None
         self.records: queue.Queue = queue.Queue()
         self.waiting = False
-        earlier = evaluations(read_metrics(run_dir))
+        earlier = scored_evaluations(read_metrics(run_dir))
         self.best = max((e["dev_overall"] for e in earlier), default=None)
         self.count = len(earlier)
 
@@ -382,14 +382,6 @@ class TrialProcess:
         self.waiting = False
 
 
-def evaluations(metrics: dict) -> list[dict]:
-    """A run's scored evaluations, in order (``--eval_every``'s, else the epochs')."""
-    if not isinstance(metrics, dict):
-        return []
-    records = metrics.get("evaluations") or metrics.get("epochs") or []
-    return [e for e in records if isinstance(e, dict) and isinstance(e.get("dev_overall"), (int, float))]
-
-
 def trial_class():
     """The Tune trainable (a class, so Tune's scheduler can stop a trial between two of its results)."""
     from ray import tune
@@ -465,7 +457,7 @@ def read_trials(out_dir: Path) -> list[TrialRecord]:
             continue
         metrics = read_metrics(out_dir / path.stem)
         metrics = metrics if isinstance(metrics, dict) else {}
-        scored = evaluations(metrics)
+        scored = scored_evaluations(metrics)
         status = metrics.get("status") or "not started"
         if status in ("running", "starting") and not is_live(out_dir / path.stem):
             status = "interrupted"   # killed: resumed by the next part
@@ -526,7 +518,7 @@ def run_search(args, out_dir: Path, lock: GridLock) -> int:
     if todo:
         with ray_session(args.address, lock, stop):
             run_tune(args, out_dir, ended, unfinished[:todo], todo, stop)
-        wait_until_free([p for p in out_dir.glob(f"{PREFIX}*") if p.is_dir()], seconds=60.0)
+        wait_until_free(stop.run_dirs(), seconds=60.0)
         stop.file.unlink(missing_ok=True)
     records = read_trials(out_dir)
     best = write_outputs(args, out_dir, records)
