@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from data.readers import resolve_data_dir
+from training.data.readers import resolve_data_dir
 from training import load_run
 from training.tasks import TASKS
 

@@ -57,8 +57,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 import run_multitask
-from data.batching import make_loader
-from data.readers import resolve_data_dir
+from training.data.batching import make_loader
+from training.data.readers import resolve_data_dir
 from minbert import BertTokenizer
 from minbert.atomic import write_text_atomic
 from minbert.weights import resolve_model_dir

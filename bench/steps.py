@@ -26,7 +26,7 @@ import torch
 
 import run_multitask
 from bench import glued_sides
-from data.readers import resolve_data_dir
+from training.data.readers import resolve_data_dir
 from minbert.weights import resolve_model_dir
 from training.distributed import Distributed
 from training.loop import Objective, TrainingLoop

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from data.senteval import find_datasets
+from training.data.senteval import find_datasets
 from heads.pooling import TOKEN_REDUCTIONS, applied_reduction
 from training.cli import run_command
 from training.config import DataConfig, ModelConfig, TrainConfig, add_flags

@@ -28,7 +28,7 @@ from sklearn.cluster import KMeans
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
 
-from data.readers import DataError, Example, resolve_data_dir
+from training.data.readers import DataError, Example, resolve_data_dir
 from scripts.evaluate_embeddings import add_encoder_flags, open_encoder
 from training.cli import run_command
 from training.config import DataConfig, TrainConfig, add_flags

@@ -56,8 +56,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere
 
-from data.batching import make_loader  # noqa: E402
-from data.readers import DataError, read_examples, resolve_data_dir  # noqa: E402
+from training.data.batching import make_loader  # noqa: E402
+from training.data.readers import DataError, read_examples, resolve_data_dir  # noqa: E402
 from minbert.atomic import atomic_path, remove_stale_temporaries, write_text_atomic  # noqa: E402
 from training.cli import check_overwrite, run_command  # noqa: E402
 from training.config import DataConfig, add_flags  # noqa: E402

@@ -31,8 +31,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from data.batching import make_loader
-from data.readers import resolve_data_dir
+from training.data.batching import make_loader
+from training.data.readers import resolve_data_dir
 from scripts.probe import TASK_CHOICES, read_split
 from training.adamw import ParamSet, build_adamw
 from training.checkpoint import save_checkpoint

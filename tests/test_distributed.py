@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from data.batching import make_loader
-from data.readers import Example
+from training.data.batching import make_loader
+from training.data.readers import Example
 from minbert import BertTokenizer
 from run_multitask import parse_config
 from training.distributed import Distributed, check_batch_size

@@ -1,7 +1,6 @@
 """scripts.evaluate_embeddings: correlations against hand-computed values, the SentEval (STS12-16,
 STS-B) / SICK / CS224N readers (data.senteval) on tiny fixture files, the average over datasets, and
 main() end to end on a tiny random BERT."""
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -12,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import pearsonr, spearmanr
 
-from data.readers import DataError
-from data.senteval import file_layout, find_datasets, load_dataset, read_senteval_sts, read_sick, read_stsb
+from training.data.readers import DataError
+from training.data.senteval import file_layout, find_datasets, load_dataset, read_senteval_sts, read_sick, read_stsb
 from minbert import BertModel, BertTokenizer
 from training.checkpoint import save_checkpoint
 from training.config import ModelConfig, RunConfig

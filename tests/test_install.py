@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
-PROJECT = ["minbert", "heads", "training", "data", "run_multitask.py", "setup.cfg", "pyproject.toml", "README.md"]
+PROJECT = ["minbert", "heads", "training", "run_multitask.py", "setup.cfg", "pyproject.toml", "README.md"]
 SCRIPTS = ["minbert-train", "minbert-predict", "minbert-embed", "minbert-report", "minbert-grid"]
 
 
@@ -44,6 +44,8 @@ def installed(tmp_path_factory) -> dict:
     assert pip.returncode == 0, pip.stderr[-3000:]
     elsewhere = base / "elsewhere"
     elsewhere.mkdir()
+    # a user's own data.py where the commands run: the project installs no top-level `data` it could shadow
+    (elsewhere / "data.py").write_text("raise SystemExit('the data.py of the working folder was imported')\n")
     return {"python": python, "bin": venv / "bin", "env": env, "cwd": elsewhere, "source": source}
 
 

@@ -1,6 +1,7 @@
 """The import rule of ../shared/DESIGN.md, read from the source: run_multitask.py → training → heads →
-minbert, training → data → minbert (its batches use the tokenizer); data imports neither heads nor
-training; nothing in the library imports the command, the studies (scripts/) or the benchmarks (bench/).
+minbert; training/data/ (the readers and batching) sits below the rest of training and imports only
+minbert (its batches use the tokenizer) and itself; nothing in the library imports the command, the studies
+(scripts/) or the benchmarks (bench/); no top-level ``data`` package (./data holds the CSVs).
 And the map of those layers, the README's Layout section, names every module of the library."""
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = {"minbert", "heads", "data", "training", "scripts", "bench", "run_multitask", "tests"}
+PROJECT = {"minbert", "heads", "training", "scripts", "bench", "run_multitask", "tests"}
 MAY_IMPORT = {
     "minbert": {"minbert"},
     "heads": {"heads", "minbert"},
-    "data": {"data", "minbert"},
-    "training": {"training", "heads", "minbert", "data"},
+    "training": {"training", "heads", "minbert"},
 }
 
 
@@ -40,6 +40,33 @@ def test_imports_flow_one_way(layer):
     wrong = [f"{path.relative_to(ROOT)}:{line} imports {top}" for path in files
              for line, top in project_imports(path) if top not in MAY_IMPORT[layer]]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_readers_sit_below_everything_that_trains():
+    """training/data/ imports minbert and training.data only: absolute imports of other training modules
+    and relative imports out of the package (``from ..loop``) are both refused."""
+    files = sorted((ROOT / "training" / "data").rglob("*.py"))
+    assert len(files) >= 5
+    wrong = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level > 1:
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports from outside training/data")
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            wrong += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}" for name in names
+                      if name.split(".")[0] in PROJECT and name.split(".")[0] != "minbert"
+                      and not name.startswith("training.data")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_top_level_data_package():
+    """./data is the default data folder (CSVs, git-ignored), not code: a data.py of the user's beside the
+    command cannot shadow the readers, and installing the project adds no package named ``data``."""
+    assert not (ROOT / "data" / "__init__.py").exists()
+    assert not list((ROOT / "data").glob("*.py"))
+    include = (ROOT / "setup.cfg").read_text().split("[options.packages.find]", 1)[1].split("\n[", 1)[0]
+    assert "training" in include and "data" not in include.replace("training", "")
 
 
 def test_the_checker_sees_a_wrong_import(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import run_multitask
-from data.readers import read_examples
+from training.data.readers import read_examples
 from heads import PairClassifierHead
 from training import task_file
 from training.runs import load_run

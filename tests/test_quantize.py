@@ -1,6 +1,5 @@
 """scripts/quantize.py: int8 dynamic quantization of a multi-task checkpoint replaces the Linear
 layers, keeps the outputs close to fp32, shrinks the weights on disk, and reports all of it."""
-import dataclasses
 import importlib.util
 import json
 import shutil
@@ -10,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from data.batching import make_loader
-from data.readers import read_examples
+from training.data.batching import make_loader
+from training.data.readers import read_examples
 from minbert import BertConfig, BertModel, default_model_dir
 from training.checkpoint import save_checkpoint
 from training.config import DataConfig, ModelConfig, RunConfig

@@ -183,6 +183,33 @@ def assert_none_left(marker: str, seconds: float = 60.0) -> None:
     assert left == {}, f"processes outlived the command: {left}"
 
 
+SIGTERM_IN_A_SESSION = """
+import os, signal, sys, time
+from pathlib import Path
+from training.tools import ray_grid
+out = Path(sys.argv[1])
+(out / "logs").mkdir(parents=True)
+stop = ray_grid.Stop(out, lambda: [])
+with ray_grid.ray_session(None, ray_grid.GridLock(out).acquire(), stop):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)
+    print("requested:", stop.requested, "| stop file:", stop.file.read_text().strip(), flush=True)
+"""
+
+
+@pytest.mark.slow   # a local Ray starts (5 s)
+def test_sigterm_to_the_driver_of_a_local_ray_stops_as_ctrl_c_does(tmp_path):
+    """ray.init put its own SIGTERM handler in the driver (Ray's crash report, then the driver died at once,
+    its runs left "interrupted" by their PDEATHSIG and the grid unsummarized): the session's Stop gets it."""
+    mark = {"MINBERT_TEST_MARK": secrets.token_hex(8)}
+    done = subprocess.run([sys.executable, "-c", SIGTERM_IN_A_SESSION, str(tmp_path / "grid")], cwd=ROOT,
+                          capture_output=True, text=True, env=env(**mark), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "requested: True | stop file: SIGTERM to the driver" in done.stdout
+    assert "SIGTERM received" not in done.stderr
+    assert_none_left(f"MINBERT_TEST_MARK={mark['MINBERT_TEST_MARK']}")
+
+
 def run_alone(model_dir, out_dir: Path, name: str, flags: list[str]) -> Path:
     """The same run as a grid's, alone with one thread (the grid gives a 1-CPU run one thread)."""
     done = subprocess.run([sys.executable, str(ROOT / "run_multitask.py"), "--run_name", name, "--out_dir",

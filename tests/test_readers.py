@@ -1,4 +1,4 @@
-"""Tests for data/readers.py on small fixture files (tests/fixtures/data and tests/fixtures/bad).
+"""Tests for training/data/readers.py on small fixture files (tests/fixtures/data and tests/fixtures/bad).
 
 The well-formed fixtures are also read with pandas, as an independent reference for the
 quoting rules and the column lookup.
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from data.readers import BadRow, DataError, Example, read_examples, resolve_data_dir
+from training.data.readers import BadRow, DataError, Example, read_examples, resolve_data_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DATA = FIXTURES / "data"

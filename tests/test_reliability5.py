@@ -94,3 +94,17 @@ def test_a_command_prints_a_warning_as_one_line():
                                                                    "runs.py", 314))) == 0
     assert shown == ["warning: the run is unfinished\n"]
     assert warnings.formatwarning("x", UserWarning, "f.py", 1) != "warning: x\n"   # restored after the command
+
+
+def test_a_data_py_in_the_working_folder_shadows_nothing(tmp_path):
+    """Issue 61: from a folder holding a data.py, ``python -m training.tools.report`` and ``from training.runs
+    import load_run`` failed ('data' is not a package): the readers were a top-level package named data."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "data.py").write_text("raise SystemExit('the data.py of the working folder was imported')\n")
+    environment = {**env(), "PYTHONPATH": str(root)}
+    loaded = subprocess.run([sys.executable, "-c", "from training.runs import load_run; import training.tools.report"],
+                            cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    report = subprocess.run([sys.executable, "-m", "training.tools.report", str(tmp_path)], cwd=tmp_path,
+                            env=environment, capture_output=True, text=True, timeout=120)
+    assert "data.py" not in report.stdout + report.stderr and "Traceback" not in report.stderr, report.stderr

@@ -1,7 +1,6 @@
 """training.runs: ``load_run`` on a run made by the real entry point (tiny random BERT, fixture data),
 the one ``encode`` loop against encoding each sentence alone, and one-line errors for bad paths."""
 import csv
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -13,8 +12,8 @@ from safetensors.torch import save_file
 
 import run_multitask
 import training
-from data.batching import make_loader
-from data.readers import read_examples
+from training.data.batching import make_loader
+from training.data.readers import read_examples
 from heads import MultitaskBert
 from heads.pooling import pool
 from minbert import BertModel, BertTokenizer, WeightsError

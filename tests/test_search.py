@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from data.holdout import hold_out
-from data.readers import Example
+from training.data.holdout import hold_out
+from training.data.readers import Example
 from training import trial_control
 from training.run_lock import is_live
 from training.tools import search

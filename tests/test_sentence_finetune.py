@@ -118,7 +118,7 @@ def test_missing_file_and_used_folder_are_one_line_errors(tiny_model_dir, data_d
 def test_the_loop_trains_as_a_written_out_loop(tiny_model_dir, data_dir, tmp_path):
     """The tool's objective through training/loop.py takes the same steps as the plain loop:
     zero_grad, backward, AdamW step on each bucketed batch."""
-    from data.batching import make_loader
+    from training.data.batching import make_loader
     from heads import MultitaskBert
     from minbert import AdamW, BertTokenizer, decay_groups
     from training.losses import label_contrastive_loss

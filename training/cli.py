@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from data.readers import DataError
+from training.data.readers import DataError
 from minbert.errors import describe
 from minbert.weights import WeightsError
 

@@ -8,7 +8,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable
 
-from data.readers import DataError
+from training.data.readers import DataError
 
 from .adamw import ParamSet, build_adamw
 from .device import to_device

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from data.batching import make_loader
-from data.readers import Example
+from training.data.batching import make_loader
+from training.data.readers import Example
 from heads import pooled_size
 from heads.pooling import TOKEN_REDUCTIONS, applied_reduction, pool
 from minbert import BertModel, BertTokenizer

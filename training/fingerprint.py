@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from data.readers import DataError
+from training.data.readers import DataError
 
 MODEL_FILES = (".json", ".txt", ".safetensors", ".bin")   # config, vocabulary and weights of a model folder
 

@@ -14,8 +14,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from data.batching import make_loader
-from data.readers import Example
+from training.data.batching import make_loader
+from training.data.readers import Example
 from heads import MultitaskBert, pooled_size
 from heads.pooling import layers_read
 from minbert import BertConfig, BertModel, BertTokenizer, WeightsError

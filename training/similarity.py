@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from data.senteval import PairDataset
+from training.data.senteval import PairDataset
 
 from .tasks import pearson
 

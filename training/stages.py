@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from data.readers import Example
+from training.data.readers import Example
 from minbert import BertTokenizer
 
 from .calibration import calibrate_heads

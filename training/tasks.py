@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from data.readers import Example, ReadReport, read_examples
+from training.data.readers import Example, ReadReport, read_examples
 from heads import PairHead, SentimentHead
 
 from .sts_losses import cosent_loss, mse_loss, probability_loss

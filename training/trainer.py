@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from data.batching import make_loader
-from data.holdout import hold_out
-from data.readers import DataError, Example, read_header, resolve_data_dir
+from training.data.batching import make_loader
+from training.data.holdout import hold_out
+from training.data.readers import DataError, Example, read_header, resolve_data_dir
 from heads import MultitaskBert
 from minbert import BertConfig, BertTokenizer
 from minbert.errors import first_line

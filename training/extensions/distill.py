@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Callable
 import torch
 import torch.nn.functional as F
 
-from data.batching import make_loader
-from data.readers import DataError
+from training.data.batching import make_loader
+from training.data.readers import DataError
 
 from ..evaluate import predict
 from ..flags import flag

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.contrastive import read_triples, triples_from_pairs
-from data.readers import DataError
+from training.data.contrastive import read_triples, triples_from_pairs
+from training.data.readers import DataError
 
 from ..contrastive import ContrastiveStage, budget_checks, train_contrastive
 from ..flags import flag, optional_int

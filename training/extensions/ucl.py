@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from data.contrastive import read_sentences, sentences_from_examples
-from data.readers import DataError
-from data.senteval import PairDataset, load_dataset
+from training.data.contrastive import read_sentences, sentences_from_examples
+from training.data.readers import DataError
+from training.data.senteval import PairDataset, load_dataset
 
 from ..contrastive import ContrastiveStage, budget_checks, train_contrastive
 from ..flags import flag, optional_int
@@ -40,7 +40,7 @@ class UclConfig:
     ucl_eval_every: int = flag(0, "every N unsupervised SimCSE steps (and before the first, and after the last) "
                                   "score the encoder on STS dev (Spearman of cosines, the run's --pooling) and end "
                                   "the stage with the best step's encoder (0: never)")
-    ucl_eval_data: str | None = flag(None, "STS file for --ucl_eval_every, any layout data/senteval.py "
+    ucl_eval_data: str | None = flag(None, "STS file for --ucl_eval_every, any layout training/data/senteval.py "
                                            "reads (default: sts-dev.csv of --data_dir)", type=str, path=True)
 
 

@@ -26,7 +26,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from data.readers import DataError
+from training.data.readers import DataError
 from minbert.atomic import atomic_path
 from minbert.errors import describe
 

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from data.readers import DataError, read_utf8
+from training.data.readers import DataError, read_utf8
 from minbert.atomic import atomic_path
 
 from ..cli import check_overwrite, run_command

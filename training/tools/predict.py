@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from data.readers import DataError, guess_delimiter, read_examples, read_header, resolve_data_dir
+from training.data.readers import DataError, guess_delimiter, read_examples, read_header, resolve_data_dir
 from minbert.atomic import check_folder, make_folder
 
 from ..cli import check_overwrite, run_command

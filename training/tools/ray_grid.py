@@ -433,6 +433,9 @@ def ray_session(address: str | None, lock: GridLock, stop: "Stop"):
     try:
         start_ray(address, temp_dir)   # before ray's import: it reads the environment start_ray sets
         import ray
+        # ray.init puts its own SIGTERM handler in the driver (a crash report, then the process ends at once,
+        # its runs left to their PDEATHSIG): ours again, so that SIGTERM stops as Ctrl-C does
+        signal.signal(signal.SIGTERM, stop.request)
         try:
             yield
         finally:
