@@ -131,3 +131,49 @@ def test_metrics_json_records_what_decides_a_cpu_runs_bits(saved_run):
     metrics = json.loads((saved_run / "metrics.json").read_text())
     assert metrics["torch_threads"] == torch.get_num_threads()
     assert metrics["cpu_capability"] == torch.backends.cpu.get_cpu_capability() != ""
+
+
+def test_print_config_writes_a_file_that_runs_the_same_configuration(tmp_path, capsys):
+    """--print_config (issue 61): the full configuration of flags over a file, as a file --config takes, with
+    the declared tasks written in; read back it is the same configuration, where-a-run-goes aside."""
+    from test_own_tasks import DECLARATION, forget, write_declaration
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"epochs": 2, "pooling": "cls", "smart": True}))
+    declared = write_declaration(tmp_path / "tasks.json")
+    argv = ["--config", str(recipe), "--pooling", "mean", "--lr", "3e-5", "--task_batch_sizes", "32,24",
+            "--max_grad_norm", "none", "--task_file", str(declared), "--tasks", "sst,nli", "--run_name", "r"]
+    assert run_multitask.main([*argv, "--print_config"]) == 0
+    printed = capsys.readouterr().out
+    (tmp_path / "printed.json").write_text(printed)
+    declared.unlink()   # the printed file carries the declarations: it runs without the task file
+    forget("nli")
+    again = run_multitask.parse_config(["--config", str(tmp_path / "printed.json")])
+    again.validate()
+    assert again.data.own_tasks == [{**DECLARATION, "score_range": None, "metric": "accuracy"}]
+    expected = run_multitask.parse_config(argv)
+    expected.data.own_tasks, expected.output.run_name = again.data.own_tasks, None
+    assert again == expected
+    assert (again.train.epochs, again.model.pooling, again.train.lr, again.train.max_grad_norm) == (2, "mean", 3e-5, None)
+    assert "run_name" not in printed and json.loads(printed)["smart"]["smart"] is True
+    forget("nli")
+
+
+def test_print_config_checks_as_a_run_does_and_refuses_resume(tmp_path, capsys):
+    assert run_multitask.main(["--print_config", "--lr", "-1"]) == 1
+    assert capsys.readouterr().err.strip() == "error: --lr must be positive"
+    with pytest.raises(SystemExit):
+        run_multitask.main(["--print_config", "--resume", str(tmp_path)])
+    assert "checkpoint/run_config.json" in capsys.readouterr().err
+
+
+def test_a_file_is_read_through_the_flags_fields_not_argparse_internals():
+    """Issue 60: --config read argparse's private ``_actions``; now each value goes through its field's type."""
+    root = Path(__file__).resolve().parents[1]
+    for path in (root / "run_multitask.py", root / "training" / "config_file.py"):
+        assert "_actions" not in path.read_text(), path
+    from training.config_file import ConfigFileError, typed
+    fields = run_multitask.all_flag_fields()
+    assert typed(fields["lr"], "1e-4", "x") == 1e-4 and typed(fields["max_grad_norm"], None, "x") is None
+    assert typed(fields["task_batch_sizes"], [32, 86, 32], "x") == "32,86,32"
+    with pytest.raises(ConfigFileError, match="x: 'no': give true or false"):
+        typed(fields["quiet"], "no", "x")

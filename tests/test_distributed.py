@@ -1,9 +1,11 @@
 """Data-parallel training: two CPU processes under torchrun (gloo) follow a single-process run."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,9 +82,11 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, extra):
     single = subprocess.run([sys.executable, str(ROOT / "run_multitask.py"), *flags, "--run_name", "single"],
                             env=env, capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stderr
-    double = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+    # torchrun, and the project's launcher on torchrun's flags (training/tools/launch.py): the same processes
+    launcher = "training.tools.launch" if extra else "torch.distributed.run"
+    double = subprocess.run([sys.executable, "-m", launcher, "--nproc_per_node=2",
                              f"--master_port={free_port()}", str(ROOT / "run_multitask.py"), *flags,
-                             "--run_name", "double"], env=env, capture_output=True, text=True, timeout=300)
+                             "--run_name", "double"], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert double.returncode == 0, double.stderr[-3000:]
     assert double.stdout.count("dev: SST acc") == 1  # process 1 is silent
 
@@ -98,3 +102,57 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, extra):
     reference = json.loads((tmp_path / "single" / "metrics.json").read_text())
     for task, value in reference["dev"].items():
         assert metrics["dev"][task] == pytest.approx(value, abs=1e-3)
+
+
+# ---- how a multi-process run ends: training/tools/launch.py, training/cli.py ------------------------------------
+
+def failure(tmp_path, rank: int, exitcode: int, line: str | None = None, code: int = 1):
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+    error_file = tmp_path / f"{rank}" / "error.json"
+    if line is not None:
+        error_file.parent.mkdir(parents=True)
+        error_file.write_text(json.dumps({"message": line, "timestamp": 100 + rank, "exit_code": code}))
+    return ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=exitcode, error_file=str(error_file))
+
+
+def test_the_launcher_says_one_line_and_exits_with_the_code_of_the_process_that_said_why(tmp_path, capsys):
+    from training.tools.launch import report_failure
+    line = "error: --batch_size 4 is the global batch: it must be divisible by the 3 processes"
+    # process 0 printed its line and was then ended by torchrun's SIGTERM: its own code, nothing more printed
+    everyone = {r: failure(tmp_path / "a", r, -15 if r == 0 else 1, line) for r in range(3)}
+    assert report_failure(everyone) == 1 and capsys.readouterr().err == ""
+    # process 1 alone said why (process 0 was ended by the signal): its line, named
+    alone = {0: failure(tmp_path / "b", 0, -15), 1: failure(tmp_path / "b", 1, 1, "error: disk full", 1)}
+    assert report_failure(alone) == 1
+    assert capsys.readouterr().err == "error (process 1): disk full\n"
+    # nobody said why: the first to fail, by its signal
+    killed = {1: failure(tmp_path / "c", 1, -9)}
+    assert report_failure(killed) == 128 + 9 and "error (process 1): Signal 9 (SIGKILL)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_launcher_ends_a_bad_run_in_one_line_and_sigterm_with_143(tiny_model_dir, tmp_path):
+    """Issue 61: torchrun printed an indivisible batch's error once per process, then its ChildFailedError
+    report and traceback; SIGTERM to torchrun exited 1 with a traceback."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    flags = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--max_length", "24", "--quiet",
+             "--out_dir", str(tmp_path)]
+
+    def launch(n: int, *more: str):
+        return [sys.executable, "-m", "training.tools.launch", f"--nproc_per_node={n}", f"--master_port={free_port()}",
+                str(ROOT / "run_multitask.py"), *flags, *more]
+    bad = subprocess.run(launch(3, "--batch_size", "4"), env=env, capture_output=True, text=True, timeout=300,
+                         cwd=ROOT)
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
+        "error: --batch_size 4 is the global batch: it must be divisible by the 3 processes"], bad.stderr
+    live = subprocess.Popen(launch(2, "--batch_size", "4", "--epochs", "50", "--run_name", "r"), env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list_checkpoints(tmp_path / "r"):
+        time.sleep(0.2)
+    live.send_signal(signal.SIGTERM)
+    out, err = live.communicate(timeout=120)
+    assert live.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "terminated (SIGTERM)" and "Traceback" not in err, err
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["status"] == "interrupted"
+    assert not (tmp_path / "r" / ".lock").exists()

@@ -370,3 +370,57 @@ def test_a_cut_run_of_a_declared_task_resumes_to_the_same_run(tmp_path, tiny_mod
     from safetensors.torch import load_file
     a, b = (load_file(str(folder / "checkpoint" / "model.safetensors")) for folder in (resumed, clean))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---- one source of truth for a run's tasks (issue 61) --------------------------------------------------------
+
+def saved_run_config(path: Path, *declarations) -> Path:
+    """A run's saved configuration (as checkpoint/run_config.json holds it): its declarations and tasks."""
+    saved = run_multitask.parse_config(["--tasks", "nli"]).to_dict()
+    saved["data"]["own_tasks"] = [task_file.check_declaration(d, "test") for d in declarations or [DECLARATION]]
+    path.write_text(json.dumps(saved), encoding="utf-8")
+    return path
+
+
+def test_config_declarations_and_a_task_file_agree_or_the_run_is_refused(tmp_path, capsys):
+    """A saved configuration's 3-class nli and a --task_file declaring it with 4 classes trained the saved
+    head, rc 0, metrics.json recording both: now one usage line names both and the field."""
+    config = saved_run_config(tmp_path / "run_config.json")
+    same = write_declaration(tmp_path / "same.json")
+    parsed = run_multitask.parse_config(["--config", str(config), "--task_file", str(same)])
+    assert parsed.data.own_tasks[0]["num_classes"] == 3 and parsed.data.task_file == str(same)
+    edited = write_declaration(tmp_path / "edited.json", {**DECLARATION, "num_classes": 4})
+    with pytest.raises(SystemExit) as stop:
+        run_multitask.parse_config(["--config", str(config), "--task_file", str(edited)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--task_file {edited} and --config {config} declare the tasks differently" in err
+    assert "task 'nli', field 'num_classes': 4 against 3" in err
+    other = write_declaration(tmp_path / "other.json", {**DECLARATION, "name": "topic"})
+    with pytest.raises(SystemExit):
+        run_multitask.parse_config(["--config", str(config), "--task_file", str(other)])
+    assert "it declares topic, --config" in capsys.readouterr().err
+    forget("nli")
+
+
+@pytest.mark.slow
+def test_resume_with_the_run_s_task_file_continues_and_an_edited_one_is_named(tmp_path, tiny_model_dir, capsys):
+    """--resume RUN --task_file same.json answered '--tasks sst,qqp,sts names none of them' (the default tasks,
+    not the run's), and an edited file was refused as '--own_tasks [{...'. A run stopped before its first
+    checkpoint (metrics.json says interrupted) restarts with the same file; an edited one is one line naming
+    the file and the run's saved declarations."""
+    data, declared = make_data(tmp_path / "data"), write_declaration(tmp_path / "t.json")
+    assert train(tmp_path, tiny_model_dir, data, "nli", declared, "r") == 0
+    folder = tmp_path / "runs" / "r"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    (folder / "metrics.json").write_text(json.dumps({**metrics, "status": "interrupted"}))
+    edited = write_declaration(tmp_path / "edited.json", {**DECLARATION, "num_classes": 4})
+    forget("nli")
+    assert run_multitask.main(["--resume", str(folder), "--task_file", str(edited), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--task_file {edited} and the run's saved declarations" in err, err
+    assert "field 'num_classes': 4 against 3" in err and "own_tasks" not in err
+    forget("nli")
+    assert run_multitask.main(["--resume", str(folder), "--task_file", str(declared), "--quiet"]) == 0, \
+        capsys.readouterr().err
+    assert json.loads((folder / "metrics.json").read_text())["status"] == "finished"

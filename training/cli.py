@@ -7,10 +7,15 @@ every ``finally`` runs (temporary files and half-written checkpoints removed), a
 from __future__ import annotations
 
 import errno
+import io
+import json
+import os
 import signal
 import sys
 import threading
+import time
 import warnings
+from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Callable
 
@@ -36,17 +41,61 @@ def run_command(body: Callable[[], int | None]) -> int:
     try:
         return body() or 0
     except USER_ERRORS as err:
-        print(f"error: {describe(err)}", file=sys.stderr)
-        return 1
+        return _say(f"error: {describe(err)}", 1)
     except Terminated:
-        print("terminated (SIGTERM)", file=sys.stderr)
-        return 128 + signal.SIGTERM
+        return _say("terminated (SIGTERM)", 128 + signal.SIGTERM)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return _say("interrupted", 128 + signal.SIGINT)
     finally:
         _on_sigterm(previous)
         warnings.formatwarning = formatter
+
+
+@contextmanager
+def usage_errors_once():
+    """argparse's usage error (exit code 2) as ``run_command``'s lines: in a multi-process run, process 0
+    prints it and every process records its last line (every process parses the same flags)."""
+    if not _error_file():
+        yield
+        return
+    captured = io.StringIO()
+    try:
+        with redirect_stderr(captured):
+            yield
+    except SystemExit as stop:
+        if stop.code:
+            if not _recorded_only():
+                sys.stderr.write(captured.getvalue())
+            lines = captured.getvalue().strip().splitlines()
+            _say(lines[-1] if lines else "bad flags", stop.code, printed=True)
+        raise
+
+
+def _say(line: str, code: int, printed: bool = False) -> int:
+    """A command's last line on stderr, and its exit code. A process of several that torchrun (or
+    training.tools.launch) started records both in its error file (torchelastic's ``TORCHELASTIC_ERROR_FILE``),
+    where the launcher reads them; there, only process 0 prints the line: every process checks the same
+    configuration, so one line says it."""
+    shown = not _recorded_only()
+    if _error_file():
+        record = {"message": line, "timestamp": int(time.time()), "exit_code": code}
+        try:
+            Path(_error_file()).write_text(json.dumps(record))
+        except OSError:   # not recorded: said here, whichever process this is
+            shown = True
+    if shown and not printed:
+        print(line, file=sys.stderr)
+    return code
+
+
+def _error_file() -> str | None:
+    """The error file torchelastic gives each process of a multi-process run, or None."""
+    return os.environ.get("TORCHELASTIC_ERROR_FILE") if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+
+
+def _recorded_only() -> bool:
+    """A process other than 0 with an error file: its last line is recorded there, not printed."""
+    return bool(_error_file()) and os.environ.get("RANK", "0") != "0"
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:

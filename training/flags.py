@@ -74,6 +74,21 @@ def per_task(flag_name: str, text: str | None, names: list[str], default, conver
     return dict(zip(names, values))
 
 
+def flag_fields(sections) -> dict[str, dataclasses.Field]:
+    """Every flag's field by its name, across the settings dataclasses ``sections`` (flag names are unique)."""
+    return {f.name: f for section in sections for f in dataclasses.fields(section) if "help" in f.metadata}
+
+
+def is_switch(f: dataclasses.Field) -> bool:
+    """An on/off flag: ``--name`` and ``--no_name``."""
+    return f.type in (bool, "bool", "bool | None")
+
+
+def converter(f: dataclasses.Field):
+    """What reads the flag's text: its ``type`` (``optional_float``, ``device_name``, ...), else its default's."""
+    return f.metadata.get("type") or type(f.default)
+
+
 def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, ...] | None = None,
               title: str | None = None, **overrides) -> None:
     """One flag per field of the settings dataclass ``section`` (or of the fields named in ``only``),
@@ -86,7 +101,7 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
         meta = dict(f.metadata)
         meta.pop("path", None)   # what the run saves (``absolute_paths``), not argparse's business
         default = overrides.get(f.name, f.default)
-        if f.type in (bool, "bool", "bool | None"):
+        if is_switch(f):
             group.add_argument(f"--{f.name}", action="store_true", default=default,
                                help=f"{meta['help']} (default: {'on' if default else 'off'}; off: --no_{f.name})")
             group.add_argument(f"--no_{f.name}", action="store_false", dest=f.name, default=default,
@@ -94,8 +109,8 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
             continue
         if default is not None or "default" not in meta["help"]:  # else the help says what None means
             meta["help"] += f" (default: {'none' if default is None else default})"
-        kind = meta.pop("type", None) or type(f.default)
-        group.add_argument(f"--{f.name}", type=kind, default=default, **meta)
+        meta.pop("type", None)
+        group.add_argument(f"--{f.name}", type=converter(f), default=default, **meta)
 
 
 def section_from_args(section: type, args: argparse.Namespace, **values):

@@ -132,6 +132,23 @@ def check_declaration(item, where: str, index: int = 0) -> dict:
             "metric": metric, "id_column": id_column, "description": description}
 
 
+def check_agreement(path: str | Path, saved: list[dict], saved_where: str) -> None:
+    """``--task_file`` given beside declarations a run saved (``--config`` of a run's configuration, or
+    ``--resume``): one source of truth, so the two must declare the same tasks field for field; a
+    ``TaskFileError`` naming both and the first difference otherwise (the saved ones would train silently)."""
+    ours = {d["name"]: d for d in read_task_file(path)}
+    theirs = {d["name"]: d for d in (check_declaration(item, saved_where, i) for i, item in enumerate(saved))}
+    if ours.keys() != theirs.keys():
+        difference = (f"it declares {', '.join(ours) or 'none'}, {saved_where} "
+                      f"{', '.join(theirs) or 'no task of its own'}")
+    else:
+        difference = next((f"task {name!r}, field {key!r}: {ours[name][key]!r} against {theirs[name][key]!r}"
+                           for name in ours for key in ours[name] if ours[name][key] != theirs[name][key]), None)
+    if difference:
+        raise TaskFileError(f"--task_file {path} and {saved_where} declare the tasks differently ({difference}): "
+                            f"drop --task_file to keep the saved declarations, or start from the file alone")
+
+
 def task_from_declaration(d: dict) -> Task:
     """The ``Task`` row of a checked declaration: a single-sentence classifier is SST's kind of head;
     a two-class pair task QQP's (``--para_head``, one logit); a pair task of more classes a linear

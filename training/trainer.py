@@ -44,6 +44,7 @@ from .schedule import RoundRobinScheduler
 from .runs import build_model, load_run, model_directory, tokenizer_for
 from .stages import Run, multitask_stage
 from .task_loss import TaskLoss
+from .task_file import check_agreement
 from .tasks import TASKS, format_metrics, overall_score
 from .trial_control import STOPPED_EARLY
 from .tensorboard import Scalars
@@ -51,12 +52,13 @@ from .tensorboard import Scalars
 
 def run(config: RunConfig, log: RunLog | None = None) -> dict:
     """Train and evaluate one configuration; return the metrics of ``metrics.json`` (``RunFolder``)."""
-    config.validate()
-    check_hooks(config)   # two extensions deciding one thing (e.g. the batch order) are refused here
+    if not config.output.resume:   # a resumed run's saved configuration is validated by resume_from
+        config.validate()
     keep_freed_memory()  # fewer page faults per step; changes no number (training/memory.py)
     started = time.time()
     config, resume, stale, lock = resume_from(config)
     try:
+        check_hooks(config)   # two extensions deciding one thing (e.g. the batch order) are refused here
         place, device = init_distributed(pick_device(config.train.device))
         check_processes(config, place)
         precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
@@ -546,10 +548,12 @@ def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunCon
         raise ValueError(f"{source}: saved configuration does not fit this version ({err})") from None
     if removed := removed_settings(saved_config):
         raise ValueError(f"{source}: the run trained with {', '.join(removed)}, which {REMOVED_IN}")
+    if flags.data.task_file:   # the run keeps its declarations: a --task_file beside them must agree
+        check_agreement(flags.data.task_file, config.data.own_tasks, f"the run's saved declarations ({source})")
     defaults, given, saved = RunConfig.defaults().to_dict(), flags.to_dict(), config.to_dict()
     ignored = [f"--{name} {value} (saved: {saved[section][name]})" for section, values in given.items()
-               for name, value in values.items()
-               if name not in RESUME_FLAGS and value != defaults[section][name] and value != saved[section][name]]
+               for name, value in values.items() if name not in RESUME_FLAGS + ("task_file",)
+               and value != defaults[section][name] and value != saved[section][name]]
     if ignored:
         raise ValueError(f"--resume continues the run with its saved configuration, and these flags differ from it: "
                          f"{', '.join(ignored)}; drop them (to train otherwise, start a new run, e.g. with "

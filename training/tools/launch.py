@@ -1,0 +1,62 @@
+"""torchrun with this project's endings:
+
+    python -m training.tools.launch --nproc_per_node=2 run_multitask.py --data_dir ../shared/data/multitask ...
+
+It takes torchrun's flags (``torch.distributed.run``) and starts the same processes; only the end differs.
+Under torchrun a bad configuration is one line from process 0 (the others record theirs in their error
+files: training/cli.py) and then torchrun's ``ChildFailedError`` report and traceback; SIGTERM to torchrun
+exits 1 with a traceback. Here a failed run is one line and the failed process's exit code (process 0's
+line, or, when another process failed and process 0 did not say why, that one's), and SIGTERM or Ctrl-C
+goes to every process (each ends "interrupted", resumable) and exits 143 / 130, as one process does.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+from torch.distributed.run import get_args_parser, run
+
+
+def main(argv=None) -> int:
+    """Exit codes: the failed process's (1 an error, 2 bad flags), 130 Ctrl-C, 143 SIGTERM, 0 finished."""
+    parser = get_args_parser()
+    parser.prog = "python -m training.tools.launch"
+    args = parser.parse_args(argv)
+    for name in list(logging.root.manager.loggerDict):   # torchelastic's failure and signal reports: ours is a line
+        if name.startswith(("torch.distributed.elastic", "torch.distributed.launcher")):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        run(args)
+    except ChildFailedError as err:
+        return report_failure(err.failures)
+    except SignalException as err:   # every process got the signal too, ended cleanly, and process 0 said so
+        return 128 + int(err.sigval)
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    return 0
+
+
+def report_failure(failures: dict[int, ProcessFailure]) -> int:
+    """The exit code of the process whose line the console shows: process 0's when it recorded one (it printed
+    it); else the first to fail, whose line (or signal) is printed here."""
+    rank = 0 if recorded(failures.get(0)) else \
+        min(failures, key=lambda r: (not recorded(failures[r]), failures[r].timestamp, r))
+    failure = failures[rank]
+    if rank != 0:
+        print(f"error (process {rank}): {failure.message.removeprefix('error: ')}", file=sys.stderr)
+    if recorded(failure):   # its own exit code (torchrun may have ended it with SIGTERM just after it said why)
+        return int(failure.error_file_data["exit_code"])
+    return 128 - failure.exitcode if failure.exitcode < 0 else failure.exitcode   # a signal: the shell's 128 + n
+
+
+def recorded(failure: ProcessFailure | None) -> bool:
+    """Whether the process wrote its line and exit code in its error file (training/cli.py)."""
+    return failure is not None and isinstance(failure.error_file_data, dict) \
+        and isinstance(failure.error_file_data.get("exit_code"), int)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
