@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import torch.nn.functional as F
 
@@ -22,8 +24,6 @@ from .tasks import BUILTIN_TASKS, QQP, TASKS, Task, argmax
 
 KINDS = ("classification", "pair_classification", "pair_regression")
 METRICS = {"classification": "accuracy", "pair_classification": "accuracy", "pair_regression": "pearson"}
-REQUIRED = ("name", "kind", "files", "text_columns", "label_column")
-OPTIONAL = ("num_classes", "score_range", "metric", "id_column", "description")
 SPLITS = ("train", "dev", "test")   # train and dev required, test optional
 NAME = re.compile(r"[a-z][a-z0-9_]*$")
 # names a declared task may not take: the built-in tasks' and their prediction files' prefixes
@@ -60,76 +60,102 @@ def read_task_file(path: str | Path) -> list[dict]:
     return declarations
 
 
+@dataclass(frozen=True)
+class Rule:
+    """One field of a declaration: when its value is right (``ok``, given the fields checked before it), what
+    to say when it is not, what an absent optional field is (``default``; None: required), and how the
+    checked value is kept (``keep``)."""
+    field: str
+    ok: Callable[[Any, dict], bool]
+    says: Callable[[Any, dict], str]
+    default: Callable[[dict], Any] | None = None
+    keep: Callable[[Any, dict], Any] = lambda value, d: value
+
+
+def _columns(value) -> list:
+    return [value] if isinstance(value, str) else value
+
+
+def _text_columns_ok(value, d) -> bool:
+    columns = _columns(value)
+    return isinstance(columns, list) and len(columns) == _wanted(d) and len(set(columns)) == len(columns) \
+        and all(isinstance(c, str) and c for c in columns)
+
+
+def _wanted(d: dict) -> int:
+    return 1 if d["kind"] == "classification" else 2
+
+
+def _range_ok(value) -> bool:
+    return isinstance(value, list) and len(value) == 2 and value[0] < value[1] and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+
+
+def _regression(d: dict) -> bool:
+    return d["kind"] == "pair_regression"
+
+
+# the schema, in the order the fields are checked and saved (a rule may read the fields above it)
+SCHEMA = (
+    Rule("name", lambda v, d: isinstance(v, str) and bool(NAME.match(v)),
+         lambda v, d: f"{v!r} must be lower-case letters, digits and _, starting with a letter"),
+    Rule("name", lambda v, d: len(v) <= MAX_NAME,
+         lambda v, d: f"{len(v)} characters; at most {MAX_NAME} (it is part of every prediction file's name)"),
+    Rule("name", lambda v, d: v not in RESERVED_WORDS,
+         lambda v, d: f"{v!r} is reserved (the run's overall score is reported under it); choose another"),
+    Rule("name", lambda v, d: v not in RESERVED,
+         lambda v, d: f"{v!r} is a built-in task's name or prediction prefix ({', '.join(sorted(RESERVED))}); "
+                      "choose another"),
+    Rule("kind", lambda v, d: v in KINDS, lambda v, d: f"unknown kind {v!r}; choose one of {', '.join(KINDS)}"),
+    Rule("files", lambda v, d: isinstance(v, dict) and not set(v) - set(SPLITS) and {"train", "dev"} <= set(v),
+         lambda v, d: f"an object with train and dev (and optionally test) file names, got {v!r}",
+         keep=lambda v, d: dict(v)),
+    Rule("files", lambda v, d: all(isinstance(f, str) and f.strip() for f in v.values()),
+         lambda v, d: f"file names must be non-empty strings, got {v!r}"),
+    Rule("text_columns", _text_columns_ok,
+         lambda v, d: f"kind {d['kind']} reads {_wanted(d)} distinct column name{'s' if _wanted(d) > 1 else ''}, "
+                      f"got {v!r}", keep=lambda v, d: list(_columns(v))),
+    Rule("label_column", lambda v, d: isinstance(v, str) and bool(v) and v not in d["text_columns"],
+         lambda v, d: f"a column name other than the text columns, got {v!r}"),
+    Rule("num_classes", lambda v, d: v is None if _regression(d) else
+         not isinstance(v, bool) and isinstance(v, int) and 2 <= v <= MAX_CLASSES,
+         lambda v, d: "a pair_regression has a score_range, not classes" if _regression(d) else
+         f"a whole number of classes from 2 to {MAX_CLASSES}, got {v!r}", default=lambda d: None),
+    Rule("score_range", lambda v, d: _range_ok(v) if _regression(d) else v is None,
+         lambda v, d: f"[low, high] with low < high, got {v!r}" if _regression(d) else
+         f"a {d['kind']} has num_classes, not a score_range", default=lambda d: None,
+         keep=lambda v, d: [float(x) for x in v] if _regression(d) else None),
+    Rule("metric", lambda v, d: v == METRICS[d["kind"]],
+         lambda v, d: f"{v!r} does not fit kind {d['kind']}: a {d['kind']} is scored by {METRICS[d['kind']]}",
+         default=lambda d: METRICS[d["kind"]]),
+    Rule("id_column", lambda v, d: isinstance(v, str) and bool(v) and v not in (*d["text_columns"], d["label_column"]),
+         lambda v, d: f"a column name other than the text and label columns, got {v!r}", default=lambda d: "id"),
+    Rule("description", lambda v, d: isinstance(v, str), lambda v, d: f"a string, got {v!r}",
+         default=lambda d: f"{d['name']}: your {d['kind'].replace('_', ' ')} task"),
+)
+REQUIRED = tuple(dict.fromkeys(rule.field for rule in SCHEMA if rule.default is None))
+OPTIONAL = tuple(dict.fromkeys(rule.field for rule in SCHEMA if rule.default is not None))
+
+
 def check_declaration(item, where: str, index: int = 0) -> dict:
-    """One declaration checked, its optional fields filled in; a ``TaskFileError`` naming ``where``, the
-    task and the field otherwise."""
+    """One declaration checked against ``SCHEMA``, its optional fields filled in (in the schema's order);
+    a ``TaskFileError`` naming ``where``, the task and the field otherwise."""
     if not isinstance(item, dict):
         raise TaskFileError(f"{where}: task {index + 1}: expected an object of fields, got {type(item).__name__}")
     name = item.get("name")
     at = f"{where}: task {name!r}" if isinstance(name, str) else f"{where}: task {index + 1}"
-
-    def fail(field: str, message: str):
-        raise TaskFileError(f"{at}: field '{field}': {message}")
-
     if unknown := sorted(set(item) - set(REQUIRED) - set(OPTIONAL)):
-        fail(unknown[0], f"unknown field; the fields are {', '.join(REQUIRED + OPTIONAL)}")
-    for field in REQUIRED:
-        if field not in item:
-            fail(field, "missing (required: " + ", ".join(REQUIRED) + ")")
-    if not isinstance(name, str) or not NAME.match(name):
-        fail("name", f"{name!r} must be lower-case letters, digits and _, starting with a letter")
-    if len(name) > MAX_NAME:
-        fail("name", f"{len(name)} characters; at most {MAX_NAME} (it is part of every prediction file's name)")
-    if name in RESERVED_WORDS:
-        fail("name", f"{name!r} is reserved (the run's overall score is reported under it); choose another")
-    if name in RESERVED:
-        fail("name", f"{name!r} is a built-in task's name or prediction prefix ({', '.join(sorted(RESERVED))}); "
-                     "choose another")
-    kind = item["kind"]
-    if kind not in KINDS:
-        fail("kind", f"unknown kind {kind!r}; choose one of {', '.join(KINDS)}")
-    files = item["files"]
-    if not isinstance(files, dict) or set(files) - set(SPLITS) or not {"train", "dev"} <= set(files):
-        fail("files", f"an object with train and dev (and optionally test) file names, got {files!r}")
-    if not all(isinstance(f, str) and f.strip() for f in files.values()):
-        fail("files", f"file names must be non-empty strings, got {files!r}")
-    columns = item["text_columns"]
-    columns = [columns] if isinstance(columns, str) else columns
-    wanted = 1 if kind == "classification" else 2
-    if not isinstance(columns, list) or len(columns) != wanted or not all(isinstance(c, str) and c for c in columns) \
-            or len(set(columns)) != len(columns):
-        fail("text_columns", f"kind {kind} reads {wanted} distinct column name{'s' if wanted > 1 else ''}, "
-                             f"got {item['text_columns']!r}")
-    label = item["label_column"]
-    if not isinstance(label, str) or not label or label in columns:
-        fail("label_column", f"a column name other than the text columns, got {label!r}")
-    id_column = item.get("id_column", "id")
-    if not isinstance(id_column, str) or not id_column or id_column in (*columns, label):
-        fail("id_column", f"a column name other than the text and label columns, got {id_column!r}")
-    num_classes, score_range = item.get("num_classes"), item.get("score_range")
-    if kind == "pair_regression":
-        if num_classes is not None:
-            fail("num_classes", "a pair_regression has a score_range, not classes")
-        if not (isinstance(score_range, list) and len(score_range) == 2
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                        for v in score_range) and score_range[0] < score_range[1]):
-            fail("score_range", f"[low, high] with low < high, got {score_range!r}")
-        score_range = [float(v) for v in score_range]
-    else:
-        if score_range is not None:
-            fail("score_range", f"a {kind} has num_classes, not a score_range")
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or not 2 <= num_classes <= MAX_CLASSES:
-            fail("num_classes", f"a whole number of classes from 2 to {MAX_CLASSES}, got {num_classes!r}")
-    metric = item.get("metric", METRICS[kind])
-    if metric != METRICS[kind]:
-        fail("metric", f"{metric!r} does not fit kind {kind}: a {kind} is scored by {METRICS[kind]}")
-    description = item.get("description", f"{name}: your {kind.replace('_', ' ')} task")
-    if not isinstance(description, str):
-        fail("description", f"a string, got {description!r}")
-    return {"name": name, "kind": kind, "files": dict(files), "text_columns": list(columns), "label_column": label,
-            "num_classes": num_classes if kind != "pair_regression" else None,
-            "score_range": score_range if kind == "pair_regression" else None,
-            "metric": metric, "id_column": id_column, "description": description}
+        raise TaskFileError(f"{at}: field '{unknown[0]}': unknown field; the fields are "
+                            f"{', '.join(REQUIRED + OPTIONAL)}")
+    if missing := [field for field in REQUIRED if field not in item]:
+        raise TaskFileError(f"{at}: field '{missing[0]}': missing (required: {', '.join(REQUIRED)})")
+    checked: dict = {}
+    for rule in SCHEMA:
+        value = checked.get(rule.field, item[rule.field] if rule.field in item else rule.default(checked))
+        if not rule.ok(value, checked):
+            raise TaskFileError(f"{at}: field '{rule.field}': {rule.says(value, checked)}")
+        checked[rule.field] = rule.keep(value, checked)
+    return checked
 
 
 def check_agreement(path: str | Path, saved: list[dict], saved_where: str) -> None:
