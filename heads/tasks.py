@@ -11,10 +11,10 @@ from torch import nn
 
 from minbert import BertModel
 
+from .pair_parts import PROJECTIONS, SCORERS
 from .pooling import POOLING_MODES, pool
 
-PAIR_HEAD_KINDS = ("concat", "cosine", "sum")
-PROJECTIONS = ("none", "shared", "separate")
+PAIR_HEAD_KINDS = tuple(SCORERS)   # the registries' names (heads/pair_parts.py); a test may add to them
 
 
 class SentimentHead(nn.Module):
@@ -44,75 +44,50 @@ class PairClassifierHead(nn.Module):
 
 
 class PairHead(nn.Module):
-    """Scores a sentence pair from its two sentence vectors u, v (docs/heads.md).
+    """Scores a sentence pair from its two sentence vectors u, v (docs/heads.md): a projection, then a scorer,
+    each a part from its registry (``heads/pair_parts.py``).
 
-    ``kind="concat"``: z = w·[u; v; |u − v|] + c after dropout (Sentence-BERT, Reimers & Gurevych 2019, §3);
-    ``kind="cosine"``: z = (cos(u, v) − b) / τ with a learned threshold b (started from the data:
-    ``calibrate``); ``kind="sum"``: z = w·(dropout(u) + dropout(v)) + c (the CS224N handout's baseline).
-    ``projection``: first a linear layer on each dropped-out sentence vector, ``"shared"`` (one for both
-    sides, Siamese) or ``"separate"`` (one per side, as the CS224N seed design has); ``"none"``: u, v as
-    pooled.
+    ``kind``: the scorer, ``"concat"`` (w·[u; v; |u − v|] + c), ``"cosine"`` ((cos(u, v) − b)/τ, b learned)
+    or ``"sum"`` (w·(u + v) + c). ``projection``: ``"none"``, ``"shared"`` or ``"separate"`` linear layers on
+    the dropped-out sentence vectors first.
     ``output="logit"``: z, one unnormalised log-odds per pair (QQP; BCE-with-logits).
-    ``output="score"``: a similarity on the STS scale 0..5: ``5·sigmoid(z)`` for ``concat`` and ``sum``;
-    for ``cosine`` ``5·cos(u, v)``, or with ``sigmoid_score`` ``5·sigmoid((cos(u, v) − b)/τ)`` (STS read
-    as a probability, ``--sts_loss ce``). ``loss``: the loss of the output against the labels when it is
-    not the task's own (the task table sets it; None: the task's).
+    ``output="score"``: a similarity on the STS scale 0..5: ``5·sigmoid(z)``, for ``cosine`` ``5·cos(u, v)``,
+    or with ``sigmoid_score`` ``5·sigmoid((cos(u, v) − b)/τ)`` (STS read as a probability, ``--sts_loss ce``).
+    ``loss``: the loss of the output against the labels when it is not the task's own (the task table sets
+    it; None: the task's).
     """
 
     def __init__(self, in_dim: int, kind: str = "concat", output: str = "logit",
                  temperature: float = 0.05, dropout: float = 0.1, projection: str = "none",
                  sigmoid_score: bool = False, loss=None):
         super().__init__()
-        if kind not in PAIR_HEAD_KINDS:
-            raise ValueError(f"unknown pair head {kind!r}; choose one of {PAIR_HEAD_KINDS}")
+        if kind not in SCORERS:
+            raise ValueError(f"unknown pair head {kind!r}; choose one of {tuple(SCORERS)}")
         if output not in ("logit", "score"):
             raise ValueError(f"unknown pair head output {output!r}; choose logit or score")
         if projection not in PROJECTIONS:
-            raise ValueError(f"unknown projection {projection!r}; choose one of {PROJECTIONS}")
+            raise ValueError(f"unknown projection {projection!r}; choose one of {tuple(PROJECTIONS)}")
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
         self.kind, self.output, self.temperature, self.projection = kind, output, temperature, projection
-        self.sigmoid_score = sigmoid_score and kind == "cosine" and output == "score"
+        self.scorer, self.projector = SCORERS[kind], PROJECTIONS[projection]
+        self.sigmoid_score = sigmoid_score and self.scorer.takes_probability and output == "score"
         self.loss = loss
-        if kind in ("concat", "sum"):
-            self.dropout = nn.Dropout(dropout)
-            self.classifier = nn.Linear((3 if kind == "concat" else 1) * in_dim, 1)
-        else:
-            # cos/τ alone puts the decision boundary at cos = 0, but the sentence vectors of a
-            # pretrained encoder give most question pairs a cosine well above 0: b learns the cut.
-            self.threshold = nn.Parameter(torch.zeros(()))
-        if projection != "none":
-            self.projection_dropout = nn.Dropout(dropout)
-            self.project_u = nn.Linear(in_dim, in_dim)
-            if projection == "separate":   # shared: project_u serves both sides (one name, so saved once)
-                self.project_v = nn.Linear(in_dim, in_dim)
+        self.scorer.build(self, in_dim, dropout)      # the scorer's parameters first, then the projection's:
+        self.projector.build(self, in_dim, dropout)   # the order their random starts are drawn in
 
     def projected(self, u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """u, v through the projection (after dropout), or as they are without one."""
-        if self.projection == "none":
-            return u, v
-        second = self.project_u if self.projection == "shared" else self.project_v
-        return self.project_u(self.projection_dropout(u)), second(self.projection_dropout(v))
+        return self.projector(self, u, v)
 
     def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if self.kind == "cosine":
-            cos = self.similarity(u, v)
-            if self.output == "logit" or self.sigmoid_score:
-                z = (cos - self.threshold) / self.temperature
-                return z if self.output == "logit" else 5.0 * torch.sigmoid(z)
-            return 5.0 * cos
         u, v = self.projected(u, v)
-        if self.kind == "concat":
-            features = torch.cat([u, v, (u - v).abs()], dim=-1)
-            z = self.classifier(self.dropout(features)).squeeze(-1)
-        else:
-            z = self.classifier(self.dropout(u) + self.dropout(v)).squeeze(-1)
-        return z if self.output == "logit" else 5.0 * torch.sigmoid(z)
+        return self.scorer.logit(self, u, v) if self.output == "logit" else self.scorer.score(self, u, v)
 
     @property
     def thresholded(self) -> bool:
         """Whether the head cuts a similarity with a learned threshold (``calibrate`` starts it)."""
-        return self.kind == "cosine" and (self.output == "logit" or self.sigmoid_score)
+        return self.scorer.thresholded(self)
 
     def similarity(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """cos(u, v) of the (projected) vectors: what the cosine head scores and its threshold cuts."""

@@ -11,8 +11,9 @@ import torch.nn.functional as F
 
 import run_multitask
 from heads import PairHead
+from heads.pair_parts import SCORERS, Scorer
 from training.runs import load_run
-from training.sts_losses import cosent_loss, mse_loss, probability_loss
+from training.sts_losses import STS_LOSSES, StsLoss, cosent_loss, mse_loss, probability_loss
 from training.tasks import TASKS
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -147,3 +148,60 @@ def test_each_design_trains_and_reloads_to_its_own_predictions(name, tmp_path, t
         assert "trained with CoSENT (τ = 0.05)" in card
     if "ce" in flags:
         assert "cosine: score = 5·sigmoid((cos(u, v) − threshold) / 0.05)" in card
+
+
+# ---- a new head kind and a new STS loss: one class and one registry line each (issue 60) ----------------------
+
+class DotScorer(Scorer):
+    """A toy head kind: z = w·(u ⊙ v) + c after dropout."""
+    name = "dot"
+
+    def build(self, head, in_dim, dropout):
+        head.dropout = torch.nn.Dropout(dropout)
+        head.classifier = torch.nn.Linear(in_dim, 1)
+
+    def logit(self, head, u, v):
+        return head.classifier(head.dropout(u * v)).squeeze(-1)
+
+    def formula(self, output, temp, probability=False):
+        z = "w·(u ⊙ v) + b"
+        if output == "logit":
+            return f"dot: logit = {z} (`classifier`)"
+        return f"dot: score = 5·sigmoid({z}) (`classifier`), 0..5"
+
+
+class HuberLoss(StsLoss):
+    """A toy STS loss."""
+    name = "huber"
+
+    def loss(self, temperature):
+        return lambda scores, labels: F.huber_loss(scores, labels.float())
+
+    def trained(self, temperature):
+        return "trained with the Huber loss"
+
+
+@pytest.mark.slow
+def test_a_new_head_kind_and_sts_loss_reach_help_a_run_load_run_and_the_model_card(monkeypatch, tmp_path,
+                                                                                  tiny_model_dir):
+    monkeypatch.setitem(SCORERS, "dot", DotScorer())          # the one line each registers
+    monkeypatch.setitem(STS_LOSSES, "huber", HuberLoss())
+    help_text = run_multitask.build_parser().format_help()
+    assert "--para_head {concat,cosine,sum,dot}" in help_text and "--sts_loss {mse,cosent,ce,huber}" in help_text
+    argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--epochs", "1", "--max_steps_per_epoch",
+            "3", "--batch_size", "4", "--max_length", "24", "--out_dir", str(tmp_path), "--run_name", "toy", "--quiet",
+            "--para_head", "dot", "--sts_head", "dot", "--sts_loss", "huber"]
+    assert run_multitask.main(argv) == 0
+    run = load_run(tmp_path / "toy")
+    heads = run.model.heads
+    assert heads["qqp"].scorer.name == heads["sts"].scorer.name == "dot"
+    assert heads["sts"].loss(torch.tensor([0.0]), torch.tensor([3.0])).item() == 2.5   # Huber, δ = 1
+    examples, _ = TASKS["sts"].read(FIXTURE_DATA / TASKS["sts"].files["dev"])
+    with open(tmp_path / "toy" / "sts-dev-output.csv", encoding="utf-8", newline="") as f:
+        written = {r["id"]: float(r["Predicted_Similiarity"]) for r in csv.DictReader(f)}
+    predicted = run.predict_examples("sts", examples)
+    assert dict(zip(predicted.ids, predicted.predictions.tolist())) == pytest.approx(written, abs=1e-3)
+    card = (tmp_path / "toy" / "checkpoint" / "README.md").read_text()
+    assert "- qqp: dot: logit = w·(u ⊙ v) + b (`classifier`); a paraphrase when logit > 0" in card
+    assert "- sts: dot: score = 5·sigmoid(w·(u ⊙ v) + b) (`classifier`), 0..5; trained with the Huber loss" in card
+    assert "| `heads.qqp.classifier.weight` | [1, 16] |" in card   # the exported checkpoint's head tensors

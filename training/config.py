@@ -9,12 +9,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from heads import PAIR_HEAD_KINDS, POOLING_MODES, PROJECTIONS
+from heads import POOLING_MODES
+from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 
 from . import extensions as registry   # the registry's one list, read where it is (tests extend it)
 from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
 from .schedule import STRATEGIES
-from .sts_losses import STS_LOSSES
+from .sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
 from .task_file import read_task_file, register
 from .tasks import DEFAULT_TASKS, TASKS, parse_tasks
 
@@ -25,16 +26,18 @@ class ModelConfig:
                                    "saved run (its folder or checkpoint/) to start from its encoder; default: the "
                                    "embedded all-MiniLM-L6-v2", type=str)
     pooling: str = flag("mean", "sentence vector from the encoder", choices=sorted(POOLING_MODES))
-    para_head: str = flag("concat", "paraphrase (QQP) head: linear on [u; v; |u-v|]; (cos(u, v) - b)/tau with "
-                                    "b learned, started from the data (tau: --head_temp); or linear on u + v",
-                          choices=list(PAIR_HEAD_KINDS))
-    sts_head: str = flag("cosine", "similarity (STS) head: 5*sigmoid(linear[u; v; |u-v|]), 5*cos(u, v), or "
-                                   "5*sigmoid(linear(u + v))", choices=list(PAIR_HEAD_KINDS))
-    pair_projection: str = flag("none", "a linear layer on each sentence vector before both pair heads: one for "
-                                        "both sides (shared) or one per side (separate)", choices=list(PROJECTIONS))
-    sts_loss: str = flag("mse", "STS loss: mse on the 0..5 score; cosent (the batch's pairs ordered, "
+    # the choices are the parts' registries (heads/pair_parts.py, training/sts_losses.py), read when parsed
+    para_head: str = flag(PAIR_DEFAULTS["para_head"], "paraphrase (QQP) head: linear on [u; v; |u-v|]; "
+                          "(cos(u, v) - b)/tau with b learned, started from the data (tau: --head_temp); or linear "
+                          "on u + v", choices=SCORERS)
+    sts_head: str = flag(PAIR_DEFAULTS["sts_head"], "similarity (STS) head: 5*sigmoid(linear[u; v; |u-v|]), "
+                         "5*cos(u, v), or 5*sigmoid(linear(u + v))", choices=SCORERS)
+    pair_projection: str = flag(PAIR_DEFAULTS["pair_projection"], "a linear layer on each sentence vector before "
+                                "both pair heads: one for both sides (shared) or one per side (separate)",
+                                choices=PROJECTIONS)
+    sts_loss: str = flag(DEFAULT_STS_LOSS, "STS loss: mse on the 0..5 score; cosent (the batch's pairs ordered, "
                                 "tau: --head_temp); ce (score/5 as a probability against similarity/5; the cosine "
-                                "head becomes 5*sigmoid((cos - b)/tau))", choices=list(STS_LOSSES))
+                                "head becomes 5*sigmoid((cos - b)/tau))", choices=STS_LOSSES)
     head_temp: float = flag(0.05, "temperature tau of the cosine heads' (cos(u, v) - b)/tau and of --sts_loss "
                                   "cosent")
     hidden_dropout_prob: float = flag(0.1, "dropout in the encoder and before the heads")

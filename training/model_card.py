@@ -13,10 +13,12 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 from minbert.atomic import write_text_atomic
 
 from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
 from .config import RunConfig
+from .sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
 from .tasks import BUILTIN_TASKS, TASKS
 
 EMBEDDED = "the embedded all-MiniLM-L6-v2"
@@ -248,7 +250,7 @@ def _heads(heads: dict[str, list[int]], model: dict, tasks: list[str]) -> str:
     present = {key.split(".")[1] for key in heads if key.count(".") >= 2}
     for name in [t for t in tasks if t in present] + sorted(present - set(tasks)):
         lines.append(f"- {name}: {_head_formula(name, model, temp)}")
-    if model.get("pair_projection", "none") != "none":
+    if model.get("pair_projection", PAIR_DEFAULTS["pair_projection"]) != "none":
         lines += ["", "The pair heads' projections (`project_u`, and `project_v` when separate) are head tensors: `encode`, transformers "
                       "and sentence-transformers give the exported tower's pooled vectors, before any projection."]
     lines += ["", "| tensor | shape |", "|---|---|"]
@@ -270,25 +272,15 @@ def _head_formula(name: str, model: dict, temp) -> str:
         mapped = f"mapped onto {low:g}..{high:g}"
         return _head_formula("sts", {**model, "sts_loss": "mse"}, temp).replace(", 0..5;", f", 0..5 {mapped};") \
             .replace("clamped to 0..5", f"clamped to 0..5 and {mapped}")
-    projection = model.get("pair_projection", "none")
-    first = {"none": "", "shared": "u ← `project_u`·dropout(u), v ← `project_u`·dropout(v) (one linear layer for both "
-                                   "sides); then ",
-             "separate": "u ← `project_u`·dropout(u), v ← `project_v`·dropout(v) (one linear layer a side); then "}
-    prefix = first.get(projection, f"projection {projection}; then ")
+    projection = model.get("pair_projection", PAIR_DEFAULTS["pair_projection"])
+    prefix = PROJECTIONS[projection].formula if projection in PROJECTIONS else f"projection {projection}; then "
     if task.label_type == "class":  # the paraphrase head (--para_head)
-        kind = model.get("para_head", "concat")
-        if kind == "cosine":
-            return f"{prefix}cosine: logit = (cos(u, v) − threshold) / {temp}; a paraphrase when logit > 0"
-        if kind == "sum":
-            return f"{prefix}sum: logit = w·(dropout(u) + dropout(v)) + b (`classifier`); a paraphrase when logit > 0"
-        return f"{prefix}concat: logit = w·[u; v; |u−v|] + b (`classifier`); a paraphrase when logit > 0"
-    kind, loss = model.get("sts_head", "cosine"), model.get("sts_loss", "mse")
-    trained = {"mse": "trained with MSE", "cosent": f"trained with CoSENT (τ = {temp})",
-               "ce": "trained as a probability (score/5 against similarity/5, cross-entropy)"}.get(loss, loss)
-    if kind == "concat":  # the similarity head (--sts_head)
-        return f"{prefix}concat: score = 5·sigmoid(w·[u; v; |u−v|] + b) (`classifier`), 0..5; {trained}"
-    if kind == "sum":
-        return f"{prefix}sum: score = 5·sigmoid(w·(dropout(u) + dropout(v)) + b) (`classifier`), 0..5; {trained}"
-    if loss == "ce":
-        return f"{prefix}cosine: score = 5·sigmoid((cos(u, v) − threshold) / {temp}), 0..5; {trained}"
-    return f"{prefix}cosine: score = 5·cos(u, v), clamped to 0..5 (its `threshold` is unused); {trained}"
+        kind = model.get("para_head", PAIR_DEFAULTS["para_head"])
+        formula = SCORERS[kind].formula("logit", temp) if kind in SCORERS else f"{kind} (a head this version lacks)"
+        return f"{prefix}{formula}; a paraphrase when logit > 0"
+    kind, loss = model.get("sts_head", PAIR_DEFAULTS["sts_head"]), model.get("sts_loss", DEFAULT_STS_LOSS)
+    trained = STS_LOSSES[loss].trained(temp) if loss in STS_LOSSES else loss
+    if kind not in SCORERS:
+        return f"{prefix}{kind} (a head this version lacks); {trained}"
+    probability = loss in STS_LOSSES and STS_LOSSES[loss].probability
+    return f"{prefix}{SCORERS[kind].formula('score', temp, probability)}; {trained}"

@@ -5,6 +5,8 @@ shifted, so τ changes what is learned (how hard each pair is pushed), not how t
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 
@@ -49,4 +51,46 @@ def probability_loss(scores: torch.Tensor, labels: torch.Tensor, eps: float = 1e
     return F.binary_cross_entropy(p, labels.float() / SCALE)
 
 
-STS_LOSSES = ("mse", "cosent", "ce")   # --sts_loss: the task table (``training.tasks.sts_head``) maps each to its loss
+class StsLoss:
+    """One ``--sts_loss``: the loss the STS head trains with (None: the task's own, MSE), what the model card
+    says of it, and whether the cosine head reads its score as a probability for it."""
+    name: str
+    probability = False
+
+    def loss(self, temperature: float):
+        return None
+
+    def trained(self, temperature: float) -> str:
+        raise NotImplementedError
+
+
+class MseLoss(StsLoss):
+    name = "mse"
+
+    def trained(self, temperature):
+        return "trained with MSE"
+
+
+class CosentLoss(StsLoss):
+    name = "cosent"
+
+    def loss(self, temperature):
+        return partial(cosent_loss, temperature=temperature)
+
+    def trained(self, temperature):
+        return f"trained with CoSENT (τ = {temperature})"
+
+
+class ProbabilityLoss(StsLoss):
+    name, probability = "ce", True
+
+    def loss(self, temperature):
+        return probability_loss
+
+    def trained(self, temperature):
+        return "trained as a probability (score/5 against similarity/5, cross-entropy)"
+
+
+# --sts_loss: the registry (a new loss is one class and one line); the task table's STS head asks it
+STS_LOSSES: dict[str, StsLoss] = {loss.name: loss for loss in (MseLoss(), CosentLoss(), ProbabilityLoss())}
+DEFAULT_STS_LOSS = "mse"

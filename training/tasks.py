@@ -6,7 +6,6 @@ more row; ``--tasks`` picks the rows a run trains.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -18,7 +17,7 @@ from torch import nn
 from training.data.readers import Example, ReadReport, read_examples
 from heads import PairHead, SentimentHead
 
-from .sts_losses import cosent_loss, mse_loss, probability_loss
+from .sts_losses import STS_LOSSES, mse_loss
 
 
 @dataclass(frozen=True)
@@ -123,9 +122,9 @@ QQP = Task(
 def sts_head(width: int, m) -> PairHead:
     """The STS head of ``--sts_head`` with the loss of ``--sts_loss`` (``training/sts_losses.py``); under
     ``ce`` the cosine head reads its score as a probability, 5·sigmoid((cos − b)/τ)."""
-    losses = {"mse": None, "cosent": partial(cosent_loss, temperature=m.head_temp), "ce": probability_loss}
+    loss = STS_LOSSES[m.sts_loss]
     return PairHead(width, m.sts_head, "score", m.head_temp, m.hidden_dropout_prob, m.pair_projection,
-                    sigmoid_score=m.sts_loss == "ce", loss=losses[m.sts_loss])
+                    sigmoid_score=loss.probability, loss=loss.loss(m.head_temp))
 
 
 STS = Task(

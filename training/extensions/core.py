@@ -4,6 +4,9 @@ their grid rows and their label come from here, so the grid and the report name 
 """
 from __future__ import annotations
 
+from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS
+
+from ..sts_losses import DEFAULT_STS_LOSS
 from .base import Idea, saved_flag
 
 
@@ -41,8 +44,8 @@ class PairHeads(Idea):
                 ("mean-sts-ce", ["--sts_loss", "ce"]))
 
     def on(self, saved: dict) -> bool:
-        return (saved_flag(saved, "para_head", "concat") != "concat" or saved_flag(saved, "sts_head", "cosine") != "cosine"
-                or saved_flag(saved, "pair_projection", "none") != "none" or saved_flag(saved, "sts_loss", "mse") != "mse")
+        defaults = {**PAIR_DEFAULTS, "sts_loss": DEFAULT_STS_LOSS}
+        return any(saved_flag(saved, name, default) != default for name, default in defaults.items())
 
 
 CORE_IDEAS = (RoundRobin(), PrivateLayers(), PairHeads())
