@@ -1,6 +1,7 @@
-"""The run folder through one run: claimed (or a resumed run's own), ``metrics.json`` written "running" at
-the start and "finished" (or "stopped early") at the end, TensorBoard's event files, the model card; on an
-error, a run that had not started gives its folder back and one that had is marked "failed" or "interrupted".
+"""The run folder through one run: claimed, or with ``--resume`` taken back (``resume_from``: its lock, its
+saved configuration, its newest checkpoint); ``metrics.json`` written "running" at the start and "finished"
+(or "stopped early") at the end, TensorBoard's event files, the model card; on an error, a run that had not
+started gives its folder back and one that had is marked "failed" or "interrupted".
 """
 from __future__ import annotations
 
@@ -13,15 +14,18 @@ import torch
 
 from minbert.errors import first_line
 
-from .config import RunConfig
+from .config import REMOVED_IN, RunConfig, removed_settings
 from .distributed import Distributed, shutdown
 from .fingerprint import check_unchanged, fingerprint, input_files
 from .model_card import write_model_card
 from .outputs import RunFiles, claim_run_dir, read_metrics, release_run_dir
-from .resume import Checkpoint, remove_training_state
+from .resume import Checkpoint, ResumeError, latest_checkpoint, list_checkpoints, remove_temporary_files, \
+    remove_training_state
 from .run_lock import RunLock
 from .run_log import RunLog
+from .task_file import check_agreement
 from .tensorboard import Scalars
+from .trial_control import STOPPED_EARLY
 
 
 class RunFolder:
@@ -146,3 +150,69 @@ def recovered(earlier: dict) -> list[dict]:
     history = earlier.get("recovered") if isinstance(earlier.get("recovered"), list) else []
     stop = {key: earlier[key] for key in ("status", "error") if earlier.get(key)}
     return [*history, {**stop, "at": datetime.now().isoformat(timespec="seconds")}] if stop.get("error") else history
+
+
+def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[Path], RunLock | None]:
+    """With ``--resume``: the saved configuration, the newest checkpoint, the temporary files an
+    interrupted run left (removed) and the run's lock, taken before anything in the folder is touched
+    (``RunLive`` when the run is training now)."""
+    if not config.output.resume:
+        return config, None, [], None
+    run_dir = Path(config.output.resume)
+    if not run_dir.is_dir():
+        raise ResumeError(f"--resume {run_dir}: no such run folder")
+    lock = RunLock(run_dir).acquire()
+    try:
+        stale = remove_temporary_files(run_dir)
+        if not list_checkpoints(run_dir) and read_metrics(run_dir).get("status") == "starting":
+            raise ResumeError(f"--resume {run_dir}: the run was stopped before it started (it saved no configuration "
+                              "to resume with): run the command that started it again, which takes its folder over")
+        if not list_checkpoints(run_dir) and (saved := restartable(run_dir)) is not None:
+            # stopped before its first checkpoint (e.g. while --distill trained its teachers): it starts
+            # again in its own folder, and the stages reuse what they saved there (finished teachers)
+            return resumed_config(config, saved, run_dir / "metrics.json"), None, stale, lock
+        resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
+        return resumed_config(config, resume.config, resume.path / "state.json"), resume, stale, lock
+    except BaseException:
+        lock.release()
+        raise
+
+
+RESUME_FLAGS = ("resume", "resume_fallback", "quiet", "log_file", "data_dir", "wait_after_eval")
+
+
+def restartable(run_dir: Path) -> dict | None:
+    """The configuration of a run that stopped before writing any checkpoint (its ``metrics.json`` says
+    it has not ended: neither finished nor stopped early by a search), or None."""
+    metrics = read_metrics(run_dir)
+    if metrics.get("status") in (None, "finished", STOPPED_EARLY) or not isinstance(metrics.get("config"), dict):
+        return None
+    return metrics["config"]
+
+
+def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunConfig:
+    """The configuration saved in ``source`` (a checkpoint's state.json, or the metrics.json of a run
+    restarted), with ``RESUME_FLAGS`` from the command line. Other flags given that differ from the saved
+    ones are refused: they would be ignored."""
+    try:
+        config = RunConfig.from_dict(saved_config)
+    except (TypeError, KeyError, ValueError) as err:
+        raise ValueError(f"{source}: saved configuration does not fit this version ({err})") from None
+    if removed := removed_settings(saved_config):
+        raise ValueError(f"{source}: the run trained with {', '.join(removed)}, which {REMOVED_IN}")
+    if flags.data.task_file:   # the run keeps its declarations: a --task_file beside them must agree
+        check_agreement(flags.data.task_file, config.data.own_tasks, f"the run's saved declarations ({source})")
+    defaults, given, saved = RunConfig.defaults().to_dict(), flags.to_dict(), config.to_dict()
+    ignored = [f"--{name} {value} (saved: {saved[section][name]})" for section, values in given.items()
+               for name, value in values.items() if name not in RESUME_FLAGS + ("task_file",)
+               and value != defaults[section][name] and value != saved[section][name]]
+    if ignored:
+        raise ValueError(f"--resume continues the run with its saved configuration, and these flags differ from it: "
+                         f"{', '.join(ignored)}; drop them (to train otherwise, start a new run, e.g. with "
+                         f"--model {flags.output.resume} to start from its weights)")
+    for name in ("resume", "resume_fallback", "quiet", "log_file"):
+        setattr(config.output, name, getattr(flags.output, name))
+    if flags.data.data_dir:
+        config.data.data_dir = flags.data.data_dir
+    config.validate()
+    return config

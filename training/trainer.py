@@ -22,25 +22,21 @@ from minbert.model import set_attention, set_dropout
 
 from .adamw import ParamSet, build_adamw
 from .checkpoint import save_checkpoint
-from .config import REMOVED_IN, RunConfig, removed_settings
+from .config import RunConfig
 from .flags import absolute_paths
 from .device import pick_device
 from .distributed import Distributed, check_batch_size, init_distributed, wrap_model
 from .extensions import check_hooks, data_files_needed, enabled, enabled_stages, provider, splits_needed
 from .loop import TrainingLoop, per_second, warmup_then_linear_decay
 from .memory import keep_freed_memory
-from .outputs import read_metrics
 from .precision import Precision
-from .resume import Checkpoint, ResumeError, TrainingClock, TrainingDiverged, latest_checkpoint, list_checkpoints, \
-    remove_temporary_files
-from .run_folder import RunFolder
+from .resume import Checkpoint, TrainingClock, TrainingDiverged
+from .run_folder import RunFolder, resume_from
 from .run_log import RunLog
-from .run_lock import RunLock
 from .schedule import RoundRobinScheduler
 from .runs import build_model, load_run, model_directory, tokenizer_for
 from .stages import Run, multitask_stage
 from .task_loss import TaskLoss
-from .task_file import check_agreement
 from .tasks import TASKS, format_metrics, overall_score
 from .trial_control import STOPPED_EARLY
 
@@ -82,32 +78,6 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
         else:
             train_and_predict(parts, folder)
     return folder.metrics
-
-
-def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[Path], RunLock | None]:
-    """With ``--resume``: the saved configuration, the newest checkpoint, the temporary files an
-    interrupted run left (removed) and the run's lock, taken before anything in the folder is touched
-    (``RunLive`` when the run is training now)."""
-    if not config.output.resume:
-        return config, None, [], None
-    run_dir = Path(config.output.resume)
-    if not run_dir.is_dir():
-        raise ResumeError(f"--resume {run_dir}: no such run folder")
-    lock = RunLock(run_dir).acquire()
-    try:
-        stale = remove_temporary_files(run_dir)
-        if not list_checkpoints(run_dir) and read_metrics(run_dir).get("status") == "starting":
-            raise ResumeError(f"--resume {run_dir}: the run was stopped before it started (it saved no configuration "
-                              "to resume with): run the command that started it again, which takes its folder over")
-        if not list_checkpoints(run_dir) and (saved := restartable(run_dir)) is not None:
-            # stopped before its first checkpoint (e.g. while --distill trained its teachers): it starts
-            # again in its own folder, and the stages reuse what they saved there (finished teachers)
-            return resumed_config(config, saved, run_dir / "metrics.json"), None, stale, lock
-        resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
-        return resumed_config(config, resume.config, resume.path / "state.json"), resume, stale, lock
-    except BaseException:
-        lock.release()
-        raise
 
 
 def check_processes(config: RunConfig, place: Distributed) -> None:
@@ -399,46 +369,6 @@ def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], s
 
 
 # What --resume takes from the command line; every other flag comes from the saved configuration.
-RESUME_FLAGS = ("resume", "resume_fallback", "quiet", "log_file", "data_dir", "wait_after_eval")
-
-
-def restartable(run_dir: Path) -> dict | None:
-    """The configuration of a run that stopped before writing any checkpoint (its ``metrics.json`` says
-    it has not ended: neither finished nor stopped early by a search), or None."""
-    metrics = read_metrics(run_dir)
-    if metrics.get("status") in (None, "finished", STOPPED_EARLY) or not isinstance(metrics.get("config"), dict):
-        return None
-    return metrics["config"]
-
-
-def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunConfig:
-    """The configuration saved in ``source`` (a checkpoint's state.json, or the metrics.json of a run
-    restarted), with ``RESUME_FLAGS`` from the command line. Other flags given that differ from the saved
-    ones are refused: they would be ignored."""
-    try:
-        config = RunConfig.from_dict(saved_config)
-    except (TypeError, KeyError, ValueError) as err:
-        raise ValueError(f"{source}: saved configuration does not fit this version ({err})") from None
-    if removed := removed_settings(saved_config):
-        raise ValueError(f"{source}: the run trained with {', '.join(removed)}, which {REMOVED_IN}")
-    if flags.data.task_file:   # the run keeps its declarations: a --task_file beside them must agree
-        check_agreement(flags.data.task_file, config.data.own_tasks, f"the run's saved declarations ({source})")
-    defaults, given, saved = RunConfig.defaults().to_dict(), flags.to_dict(), config.to_dict()
-    ignored = [f"--{name} {value} (saved: {saved[section][name]})" for section, values in given.items()
-               for name, value in values.items() if name not in RESUME_FLAGS + ("task_file",)
-               and value != defaults[section][name] and value != saved[section][name]]
-    if ignored:
-        raise ValueError(f"--resume continues the run with its saved configuration, and these flags differ from it: "
-                         f"{', '.join(ignored)}; drop them (to train otherwise, start a new run, e.g. with "
-                         f"--model {flags.output.resume} to start from its weights)")
-    for name in ("resume", "resume_fallback", "quiet", "log_file"):
-        setattr(config.output, name, getattr(flags.output, name))
-    if flags.data.data_dir:
-        config.data.data_dir = flags.data.data_dir
-    config.validate()
-    return config
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)

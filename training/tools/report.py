@@ -27,6 +27,7 @@ import json
 import math
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -55,6 +56,7 @@ CAPPED, CAPPED_NOTE = "†", ("capped (†) = a smoke run, its dev scored on the
 VAL_NOTE = ("validation split (†) = a search trial, scored on a split held out of the training files "
             "(--val_fraction F), not on dev: not pooled with dev-scored seeds, not compared, no baseline.")
 DELTA, INTERVAL = "Δ vs FT", "95% CI"   # DELTA: the default; ``--baseline ROW`` makes it "Δ vs ROW"
+ENDS = ("low", "high", "excludes 0")   # an interval's columns in the CSV
 # the terminal view: at most TERMINAL_WIDTH columns; run names are cut to no fewer than MIN_RUN_WIDTH
 TERMINAL_WIDTH, MIN_RUN_WIDTH, MAX_STATUS_WIDTH = 120, 24, 40
 ALONE = "vs alone"   # "<TASK> vs alone": a task's Δ against its single-task (ST) row, with the interval
@@ -78,27 +80,12 @@ def delta_column(baseline: str | None = None) -> str:
 
 def columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[str]:
     """The Markdown table's header for runs of ``tasks``, with a "vs alone" column for each of ``alone``."""
-    return ["run", "pooling", *flag_columns(), "seeds", *map(metric_column, tasks), "average", delta_column(baseline),
-            INTERVAL,
-            *map(alone_column, alone), "wall (min)", "status"]
+    return [column.header for column in table_columns(tasks, alone, baseline)]
 
 
 def csv_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[str]:
     """The CSV's header: as ``columns``, with each metric's std and each interval's ends in columns of their own."""
-    metrics = [name for column in [*map(metric_column, tasks), "average"] for name in (column, f"{column} std")]
-    # Δ vs FT's interval keeps its historical names ("95% CI low", ...); a "vs alone" column names its own
-    versus = [name for column, interval in [(delta_column(baseline), INTERVAL), *((c, c) for c in map(alone_column, alone))]
-              for name in (column, f"{interval} low", f"{interval} high", f"{interval} excludes 0")]
-    return ["run", "pooling", *flag_columns(), "seeds", *metrics, *versus, "wall (min)", "status"]
-
-
-def labelled() -> list:
-    """The ideas with an on/off column (``Idea.column``), in registry order."""
-    return [idea for idea in extensions.ideas() if idea.column]
-
-
-def flag_columns() -> list[str]:
-    return [idea.column for idea in labelled()]
+    return [name for column in table_columns(tasks, alone, baseline) for name in column.csv or (column.header,)]
 
 
 @dataclass
@@ -142,28 +129,54 @@ class RunRow:
     def status_cell(self) -> str:
         return ", ".join(part for part in (self.status, self.capped) if part)
 
-    def markdown_cells(self, tasks=DEFAULT_TASKS, alone=()) -> list[str]:
-        """The cells under ``columns(tasks, alone)``: 3 decimals, mean ± std."""
-        metrics = [_mean_std(self.dev.get(task), self.dev_std.get(task)) for task in tasks]
-        d = self.vs_ft
-        comparison = ["", ""] if d is None else [f"{d.observed:+.3f}", _interval(d)]
-        versus = [_difference(self.vs_alone.get(task)) for task in alone]
-        return [*self._label_cells(), *metrics, _mean_std(self.average, self.average_std), *comparison, *versus,
-                "" if self.wall_minutes is None else f"{self.wall_minutes:.1f}", self.status_cell()]
 
-    def csv_cells(self, tasks=DEFAULT_TASKS, alone=()) -> list[str]:
-        """The cells under ``csv_columns(tasks, alone)``, numbers at full precision."""
-        metrics = [_full(value) for task in tasks for value in (self.dev.get(task), self.dev_std.get(task))]
-        versus = [cell for d in (self.vs_ft, *(self.vs_alone.get(task) for task in alone))
-                  for cell in (["", "", "", ""] if d is None else
-                               [_full(d.observed), _full(d.low), _full(d.high), ON if d.excludes_zero else OFF])]
-        return [*self._label_cells(), *metrics, _full(self.average), _full(self.average_std), *versus,
-                _full(self.wall_minutes), self.status_cell()]
+@dataclass(frozen=True)
+class Column:
+    """One column of the table in each view: ``table_columns`` lists them, so a new column is one entry there."""
+    header: str                                            # in the Markdown table, and the CSV's unless ``csv``
+    cell: Callable[[RunRow], str]                          # its Markdown cell (3 decimals, mean ± std)
+    full: Callable[[RunRow], list[str]] | None = None      # its CSV cells at full precision, one per ``csv``
+    csv: tuple[str, ...] | None = None                     # its CSV headers, where not (header,) with [cell]
+    terminal: str | None = None                            # its header in the terminal view; None: not shown there
+    terminal_cell: Callable[[RunRow], str] | None = None   # its cell there, where not ``cell``
+    aside: bool = False                                    # in the terminal's second block, not the main one
+    align: str = "--:"                                     # Markdown alignment: numbers to the right
 
-    def _label_cells(self) -> list[str]:
-        flags = ["" if self.flags is None else (ON if self.flags[idea.name] else OFF) for idea in labelled()]
-        return [f"{self.run} ({self.baseline})" if self.baseline else self.run, self.pooling or "", *flags,
-                str(len(self.seed_runs)) if self.seed_runs else ""]
+    def csv_cells(self, row: RunRow) -> list[str]:
+        return [self.cell(row)] if self.full is None else self.full(row)
+
+
+def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[Column]:
+    """The table's columns in order, for runs of ``tasks`` with a "vs alone" column for each of ``alone``: the one
+    list the three views draw from. (A lambda made in a loop takes its task as a default, to keep its own.)"""
+    delta, seeds = delta_column(baseline), lambda row: str(len(row.seed_runs)) if row.seed_runs else ""
+    return [
+        Column("run", lambda row: f"{row.run} ({row.baseline})" if row.baseline else row.run, terminal="run",
+               align="---"),
+        Column("pooling", lambda row: row.pooling or "", align=":-:"),
+        *(Column(idea.column, lambda row, name=idea.name: "" if row.flags is None else (ON if row.flags[name] else OFF),
+                 align=":-:") for idea in extensions.ideas() if idea.column),   # blank: no readable config
+        Column("seeds", seeds, terminal="seeds", terminal_cell=lambda row:   # there 1 for one seed, † when capped
+               (seeds(row) or ("1" if row.complete else "")) + (CAPPED if row.capped else "")),
+        *(Column(name, lambda row, t=task: _mean_std(row.dev.get(t), row.dev_std.get(t)),
+                 lambda row, t=task: [_full(row.dev.get(t)), _full(row.dev_std.get(t))], (name, f"{name} std"),
+                 task.upper()) for task, name in zip(tasks, map(metric_column, tasks))),
+        Column("average", lambda row: _mean_std(row.average, row.average_std),
+               lambda row: [_full(row.average), _full(row.average_std)], ("average", "average std"), "average",
+               # a single-task row's "average" is its one metric (a Pearson r as (r + 1) / 2): left out there
+               lambda row: "" if row.baseline == "ST" else _mean_std(row.average, row.average_std)),
+        Column(delta, lambda row: "" if row.vs_ft is None else f"{row.vs_ft.observed:+.3f}",
+               lambda row: _versus(row.vs_ft)[:1], terminal=delta),
+        Column(INTERVAL, lambda row: "" if row.vs_ft is None else _interval(row.vs_ft),   # its ends: CSV columns
+               lambda row: _versus(row.vs_ft)[1:], tuple(f"{INTERVAL} {end}" for end in ENDS), INTERVAL),
+        *(Column(name, lambda row, t=task: _difference(row.vs_alone.get(t)),
+                 lambda row, t=task: _versus(row.vs_alone.get(t)), (name, *(f"{name} {end}" for end in ENDS)), name,
+                 aside=True) for task, name in zip(alone, map(alone_column, alone))),
+        Column("wall (min)", lambda row: "" if row.wall_minutes is None else f"{row.wall_minutes:.1f}",
+               lambda row: [_full(row.wall_minutes)]),
+        Column("status", RunRow.status_cell, terminal="status", align="---",
+               terminal_cell=lambda row: row.capped if row.complete else _shortened(row.status, MAX_STATUS_WIDTH)),
+    ]
 
 
 def table_tasks(rows: list[RunRow]) -> list[str]:
@@ -324,8 +337,13 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
             row.vs_ft = difference
         else:
             row.vs_alone[task] = difference
-    sentences = [f"{delta} = average minus that of {baseline or _named(fts, 'FT')}, both from the dev prediction files;"
-                 if fts else f"{delta}: no finished FT row to compare with.",
+    return _footer(delta, (baseline or _named(fts, "FT")) if fts else None, alone, resamples, seed), notes
+
+
+def _footer(delta: str, against: str | None, alone: dict, resamples: int, seed: int) -> str:
+    """The sentences under the table: what ``compare_to_baselines`` compared the rows with, and how."""
+    sentences = [f"{delta} = average minus that of {against}, both from the dev prediction files;"
+                 if against else f"{delta}: no finished FT row to compare with.",
                  f"{INTERVAL} = two-level paired bootstrap percentile interval ({resamples} resamples of each task's "
                  f"dev examples, and in each of the seeds, the same draws for a row and its baseline of the same seeds; "
                  f"seed {seed}; a row of one seed has no seed spread to draw: its interval is the examples' alone); "
@@ -334,7 +352,7 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
         sentences.append(f"<TASK> {ALONE} = that task's dev metric minus that of its single-task row ("
                          + "; ".join(f"{task}: {_named(chosen, 'ST')}" for task, chosen in alone.items())
                          + "), with the same interval of that task's metric alone.")
-    return " ".join(sentences), notes
+    return " ".join(sentences)
 
 
 def _baselines(rows: list[RunRow], is_one) -> dict:
@@ -361,38 +379,26 @@ def _named(baselines: dict, kind: str) -> str:
 
 def render_markdown(rows: list[RunRow], footer: str = "", baseline: str | None = None) -> str:
     """A Markdown table (metrics to 3 decimals, wall time to 0.1 minute) followed by the legend and ``footer``."""
-    tasks, alone = table_tasks(rows), alone_tasks(rows)
-    header = columns(tasks, alone, baseline)
-    align = {"run": "---", "pooling": ":-:", "status": "---", **{c: ":-:" for c in flag_columns()}}
-    lines = [_md_line(header), _md_line([align.get(c, "--:") for c in header])]
-    lines += [_md_line(row.markdown_cells(tasks, alone)) for row in rows]
+    table = table_columns(table_tasks(rows), alone_tasks(rows), baseline)
+    lines = [_md_line([column.header for column in table]), _md_line([column.align for column in table])]
+    lines += [_md_line([column.cell(row) for column in table]) for row in rows]
     footer = _with_cap_note(rows, footer)
     return "\n".join(lines) + "\n\n" + LEGEND + "\n" + ("\n" + footer + "\n" if footer else "")
 
 
 def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = None, width: int = TERMINAL_WIDTH) -> str:
-    """The terminal view, ``width`` columns at most: run, seeds (marked † when capped), each task's mean ± std,
-    the average, Δ vs FT and its interval, status; then, where the folder has single-task rows, a second block
-    with each task's Δ vs alone; then the footer, wrapped. Run names longer than fit are cut (marked …, no
-    shorter than ``MIN_RUN_WIDTH``), and so are statuses; ``--full`` prints the whole Markdown table. A
-    single-task row's average is blank here: it is that task's own metric (a Pearson r as (r + 1) / 2), not an
-    average."""
-    tasks, alone = table_tasks(rows), alone_tasks(rows)
-    delta = delta_column(baseline)
-    named = [dict(zip(columns(tasks, alone, baseline), row.markdown_cells(tasks, alone))) for row in rows]
-    main = [["run", "seeds", *(task.upper() for task in tasks), "average", delta, INTERVAL, "status"]]
-    for row, cells in zip(rows, named):
-        seeds = (cells["seeds"] or ("1" if row.complete else "")) + (CAPPED if row.capped else "")
-        main.append([cells["run"], seeds,
-                     *(cells[metric_column(t)] for t in tasks), "" if row.baseline == "ST" else cells["average"],
-                     cells[delta], cells[INTERVAL],
-                     row.capped if row.complete else _shortened(row.status, MAX_STATUS_WIDTH)])
-    blocks = [_aligned(main, width)]
-    compared = [(row, cells) for row, cells in zip(rows, named) if row.vs_alone]
-    if compared:
-        versus = [["run", *map(alone_column, alone)]]
-        versus += [[cells["run"], *(cells[alone_column(t)] for t in alone)] for _, cells in compared]
-        blocks.append(_aligned(versus, width))
+    """The terminal view, ``width`` columns at most: the columns with a terminal header (run, seeds, each task's
+    mean ± std, the average, Δ vs FT, its interval, status), then a block of the aside ones (each task's Δ vs alone)
+    for the rows that have them, then the footer, wrapped. Run names longer than fit are cut (marked …, no shorter
+    than ``MIN_RUN_WIDTH``), and so are statuses; ``--full`` prints the whole Markdown table."""
+    run, *shown = [column for column in table_columns(table_tasks(rows), alone_tasks(rows), baseline) if column.terminal]
+    blocks = []
+    for aside in (False, True):   # the main block, every row; then the aside block, the rows with a cell in it
+        block = [run, *(column for column in shown if column.aside == aside)]
+        lines = [[(column.terminal_cell or column.cell)(row) for column in block] for row in rows]
+        lines = [line for line in lines if not aside or any(line[1:])]
+        if lines or not aside:
+            blocks.append(_aligned([[column.terminal for column in block], *lines], width))
     footer = _with_cap_note(rows, footer)
     notes = [textwrap.fill(footer, width)] if footer else []
     return "\n\n".join("\n".join(block) for block in blocks + [notes] if block) + "\n"
@@ -433,9 +439,9 @@ def write_csv(rows: list[RunRow], path: str | Path, baseline: str | None = None)
     """The Markdown table's rows, numbers at full precision (UTF-8, ✓/×)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    tasks, alone = table_tasks(rows), alone_tasks(rows)
-    writer.writerow(csv_columns(tasks, alone, baseline))
-    writer.writerows(row.csv_cells(tasks, alone) for row in rows)
+    table = table_columns(table_tasks(rows), alone_tasks(rows), baseline)
+    writer.writerow([name for column in table for name in column.csv or (column.header,)])
+    writer.writerows([cell for column in table for cell in column.csv_cells(row)] for row in rows)
     write_text_atomic(path, buffer.getvalue())
 
 
@@ -469,58 +475,6 @@ def write_forest(rows: list[RunRow], path: Path, baseline: str | None = None) ->
     return False
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.tools.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+", type=Path, help="parent folder(s) of run folders")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="write PREFIX.md, PREFIX.csv and PREFIX-forest.png (default: write nothing, print the "
-                             "table only)")
-    parser.add_argument("--full", action="store_true",
-                        help="print the whole Markdown table (every column) instead of the compact view")
-    parser.add_argument("--sort", choices=["average", "name"], default="average",
-                        help="order of the finished runs (default: average, highest first)")
-    parser.add_argument("--baseline", default=None, metavar="ROW",
-                        help="the row (its name in the run column, seeds pooled) every average is compared with "
-                             "(default: the FT row of the same pooling)")
-    parser.add_argument("--bootstrap", type=int, default=1000, metavar="N",
-                        help="bootstrap resamples of the dev sets for the interval of Δ vs FT (default: 1000; 0: off)")
-    parser.add_argument("--bootstrap_seed", type=int, default=0, help="seed of the resamples (default: 0)")
-    parser.add_argument("--data_dir", type=Path, default=None,
-                        help="folder with the dev files' gold labels (default: each run's data_dir in metrics.json)")
-    args = parser.parse_args(argv)
-    return run_command(lambda: execute(args))
-
-
-def execute(args: argparse.Namespace) -> int:
-    """The report's work; its errors (a missing folder, an unwritable --out) become one line in ``main``."""
-    if args.bootstrap < 0 or args.bootstrap_seed < 0:
-        raise ValueError(f"--bootstrap and --bootstrap_seed must be >= 0, got {args.bootstrap} and "
-                         f"{args.bootstrap_seed}")
-    if args.out is not None and (args.out.name in ("", ".", "..") or args.out.is_dir()):
-        raise ValueError(f"--out {args.out} is a folder; give a file prefix, e.g. {args.out / 'ablation'} (it writes "
-                         f"PREFIX.md, PREFIX.csv and PREFIX-forest.png)")
-    runs = [run for folder in args.folders for run in read_runs(folder)]
-    rows = sort_rows(pool_seeds(runs), args.sort)
-    if not rows:
-        print(f"note: no run folders in {', '.join(map(str, args.folders))}", file=sys.stderr)
-    footer, notes = compare_to_baselines(rows, args.bootstrap, args.bootstrap_seed, args.data_dir, args.baseline)
-    for note in notes:
-        print(note, file=sys.stderr)
-    markdown = render_markdown(rows, footer, args.baseline)
-    print(markdown if args.full else render_compact(rows, footer, args.baseline), end="")
-    prefix = args.out
-    if prefix is None:  # the table on stdout only: nothing is written into the given folders
-        print(f"({len(rows)} rows from {len(runs)} runs; nothing written: --out PREFIX writes PREFIX.md, "
-              "PREFIX.csv and PREFIX-forest.png)", file=sys.stderr)
-        return 0
-    write_text_atomic(prefix.with_name(prefix.name + ".md"), markdown)
-    write_csv(rows, prefix.with_name(prefix.name + ".csv"), args.baseline)
-    forest = write_forest(rows, prefix.with_name(prefix.name + "-forest.png"), args.baseline)
-    print(f"({len(rows)} rows from {len(runs)} runs; wrote {prefix}.md, {prefix}.csv"
-          f"{f' and {prefix}-forest.png' if forest else ''})", file=sys.stderr)
-    return 0
-
-
 def looks_like_run(path: Path) -> bool:
     return path.is_dir() and ((path / "metrics.json").is_file() or (path / "checkpoint").is_dir()
                               or any(path.glob("*-output.csv")))
@@ -542,7 +496,7 @@ def read_run(folder: Path) -> RunRow:
         register(own_declarations(config))   # the run's own tasks (--task_file) get their columns too
     except ValueError:
         pass   # a hand-edited declaration: its task's scores are left out, as an unknown task's are
-    flags = {idea.name: idea.on(config) for idea in labelled()}
+    flags = {idea.name: idea.on(config) for idea in extensions.ideas() if idea.column}
     pooling, data_dir = saved_flag(config, "pooling"), data.get("data_dir") or saved_flag(config, "data_dir")
     wall, status = _number(data.get("wall_seconds")), _status(data)
     dev = data.get("dev") if status == FINISHED and isinstance(data.get("dev"), dict) else {}
@@ -614,6 +568,11 @@ def _difference(d: Difference | None) -> str:
     return "" if d is None else f"{d.observed:+.3f} {_interval(d)}"
 
 
+def _versus(d: Difference | None) -> list[str]:
+    """A difference's CSV cells: Δ, its interval's ends at full precision and whether the interval excludes 0."""
+    return [""] * 4 if d is None else [*map(_full, (d.observed, d.low, d.high)), ON if d.excludes_zero else OFF]
+
+
 def _mean_std(mean: float | None, std: float | None) -> str:
     """``0.482 ± 0.006``; ``0.482`` without a std; blank when unknown."""
     return "" if mean is None else f"{mean:.3f}" + ("" if std is None else f" ± {std:.3f}")
@@ -625,6 +584,59 @@ def _full(value: float | None) -> str:
 
 def _md_line(cells: list[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+def main(argv=None) -> int:
+    """The command line, all of it here and below: its options, then ``execute`` (an error is one line, exit 1)."""
+    parser = argparse.ArgumentParser(prog="python -m training.tools.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="+", type=Path, help="parent folder(s) of run folders")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write PREFIX.md, PREFIX.csv and PREFIX-forest.png (default: write nothing, print the "
+                             "table only)")
+    parser.add_argument("--full", action="store_true",
+                        help="print the whole Markdown table (every column) instead of the compact view")
+    parser.add_argument("--sort", choices=["average", "name"], default="average",
+                        help="order of the finished runs (default: average, highest first)")
+    parser.add_argument("--baseline", default=None, metavar="ROW",
+                        help="the row (its name in the run column, seeds pooled) every average is compared with "
+                             "(default: the FT row of the same pooling)")
+    parser.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+                        help="bootstrap resamples of the dev sets for the interval of Δ vs FT (default: 1000; 0: off)")
+    parser.add_argument("--bootstrap_seed", type=int, default=0, help="seed of the resamples (default: 0)")
+    parser.add_argument("--data_dir", type=Path, default=None,
+                        help="folder with the dev files' gold labels (default: each run's data_dir in metrics.json)")
+    args = parser.parse_args(argv)
+    return run_command(lambda: execute(args))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """The report's work; its errors (a missing folder, an unwritable --out) become one line in ``main``."""
+    if args.bootstrap < 0 or args.bootstrap_seed < 0:
+        raise ValueError(f"--bootstrap and --bootstrap_seed must be >= 0, got {args.bootstrap} and "
+                         f"{args.bootstrap_seed}")
+    if args.out is not None and (args.out.name in ("", ".", "..") or args.out.is_dir()):
+        raise ValueError(f"--out {args.out} is a folder; give a file prefix, e.g. {args.out / 'ablation'} (it writes "
+                         f"PREFIX.md, PREFIX.csv and PREFIX-forest.png)")
+    runs = [run for folder in args.folders for run in read_runs(folder)]
+    rows = sort_rows(pool_seeds(runs), args.sort)
+    if not rows:
+        print(f"note: no run folders in {', '.join(map(str, args.folders))}", file=sys.stderr)
+    footer, notes = compare_to_baselines(rows, args.bootstrap, args.bootstrap_seed, args.data_dir, args.baseline)
+    for note in notes:
+        print(note, file=sys.stderr)
+    markdown = render_markdown(rows, footer, args.baseline)
+    print(markdown if args.full else render_compact(rows, footer, args.baseline), end="")
+    prefix = args.out
+    if prefix is None:  # the table on stdout only: nothing is written into the given folders
+        print(f"({len(rows)} rows from {len(runs)} runs; nothing written: --out PREFIX writes PREFIX.md, "
+              "PREFIX.csv and PREFIX-forest.png)", file=sys.stderr)
+        return 0
+    write_text_atomic(prefix.with_name(prefix.name + ".md"), markdown)
+    write_csv(rows, prefix.with_name(prefix.name + ".csv"), args.baseline)
+    forest = write_forest(rows, prefix.with_name(prefix.name + "-forest.png"), args.baseline)
+    print(f"({len(rows)} rows from {len(runs)} runs; wrote {prefix}.md, {prefix}.csv"
+          f"{f' and {prefix}-forest.png' if forest else ''})", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
