@@ -129,6 +129,17 @@ def test_a_closed_stdin_unwinds_as_ctrl_c_and_a_wrong_answer_is_an_error(monkeyp
         trial_control.ask_scheduler({"evaluation": 1})
 
 
+def test_a_trial_resumed_by_hand_runs_on_its_own(tmp_path):
+    """A trial saves --wait_after_eval; resumed without it (a user's --resume of a trial folder) it must not
+    wait on stdin after each evaluation, and the search's own --resume gives it again."""
+    from run_multitask import parse_config
+    from training.run_folder import resumed_config
+    saved = parse_config(["--wait_after_eval", "--val_fraction", "0.1"]).to_dict()
+    for flags, waits in ((["--resume", str(tmp_path)], False), (["--resume", str(tmp_path), "--wait_after_eval"], True)):
+        config = resumed_config(parse_config(flags), saved, tmp_path / "metrics.json")
+        assert config.output.wait_after_eval is waits and config.data.val_fraction == 0.1
+
+
 # ---- a real search (slow) ------------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -150,6 +150,11 @@ REFERENCE_SPEED = {"attention": "manual", "adamw": "loop", "bucket": False, "dro
                    "sparse_embeddings": False}
 
 
+# settings that say where a run is and how it is driven, not what it trains: a configuration file never
+# sets them (training/config_file.py), a resumed run takes them from its command line (training/run_folder.py)
+WHERE_A_RUN_IS = ("run_name", "resume", "resume_fallback", "log_file", "wait_after_eval")
+
+
 @dataclass
 class OutputConfig:
     out_dir: str = flag("predictions", "parent folder of run folders")
@@ -158,7 +163,8 @@ class OutputConfig:
     keep_checkpoints: int = flag(2, "resumable checkpoints kept (the newest)")
     resume: str | None = flag(None, "continue the run in this folder from its newest checkpoint, with the "
                                     "configuration saved there (other flags that differ from it are refused; --quiet, "
-                                    "--log_file, --resume_fallback and --data_dir are taken)", type=str)
+                                    "--log_file, --resume_fallback, --wait_after_eval and --data_dir are taken)",
+                      type=str)
     resume_fallback: bool = flag(False, "with --resume: if the newest checkpoint is unreadable, continue from the "
                                         "newest intact one")
     keep_training_state: bool = flag(False, "keep the resumable checkpoints (checkpoints/) when the run finishes "

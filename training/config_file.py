@@ -15,12 +15,12 @@ from pathlib import Path
 
 from minbert.errors import first_line
 
-from .config import REMOVED, REMOVED_IN, RENAMED, RunConfig, saved_values
+from .config import REMOVED, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, RunConfig, saved_values
 from .flags import converter, is_switch
 from .settings_file import read_settings_file
 
 # where a run is and what it resumes come from the command line only: a file never sets them
-NOT_FROM_FILE = ("run_name", "resume", "resume_fallback", "log_file", "wait_after_eval")
+NOT_FROM_FILE = WHERE_A_RUN_IS
 # settings a run saves that are no flag: a run's own configuration file carries its declared tasks
 SAVED_ONLY = ("own_tasks",)
 

@@ -14,7 +14,7 @@ import torch
 
 from minbert.errors import first_line
 
-from .config import REMOVED_IN, RunConfig, removed_settings
+from .config import REMOVED_IN, WHERE_A_RUN_IS, RunConfig, removed_settings
 from .distributed import Distributed, shutdown
 from .fingerprint import check_unchanged, fingerprint, input_files
 from .model_card import write_model_card
@@ -178,7 +178,9 @@ def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[P
         raise
 
 
-RESUME_FLAGS = ("resume", "resume_fallback", "quiet", "log_file", "data_dir", "wait_after_eval")
+# what a resumed run takes from its command line: where it is and how it is driven (its own name aside: the
+# folder is the run's), how it logs, and where its data moved to
+RESUME_FLAGS = (*(name for name in WHERE_A_RUN_IS if name != "run_name"), "quiet", "data_dir")
 
 
 def restartable(run_dir: Path) -> dict | None:
@@ -210,8 +212,9 @@ def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunCon
         raise ValueError(f"--resume continues the run with its saved configuration, and these flags differ from it: "
                          f"{', '.join(ignored)}; drop them (to train otherwise, start a new run, e.g. with "
                          f"--model {flags.output.resume} to start from its weights)")
-    for name in ("resume", "resume_fallback", "quiet", "log_file"):
-        setattr(config.output, name, getattr(flags.output, name))
+    for name in RESUME_FLAGS:
+        if hasattr(config.output, name):   # a trial's --wait_after_eval too: resumed by hand, it runs on its own
+            setattr(config.output, name, getattr(flags.output, name))
     if flags.data.data_dir:
         config.data.data_dir = flags.data.data_dir
     config.validate()
