@@ -6,12 +6,23 @@ private layers) add up their tasks' gradients as usual.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
-if TYPE_CHECKING:
-    from .extensions.base import GradientSurgery
+
+class GradientSurgery:
+    """The per-task gradient hook an extension gives (``Extension.gradient_surgery``): each task's loss of a step is
+    backpropagated alone, and ``combine`` turns the tasks' gradients into the one the optimizer applies
+    (before clipping). ``params``: the parameters it acts on; the others (a task's head, its private
+    layers) keep the plain sum of gradients."""
+    params: list[torch.Tensor]
+
+    def combine(self, grads: dict[str, list[torch.Tensor | None]], step: int) -> list[torch.Tensor | None]:
+        """Task -> its gradient of each of ``params`` (None where the task does not reach it) -> the
+        gradient to apply to each; ``step`` is the run's optimizer step, from 1 (a seed for any randomness,
+        so a resumed run draws the same)."""
+        raise NotImplementedError
 
 
 class TaskGradients:

@@ -25,7 +25,8 @@ from .trial_control import ask_scheduler
 
 if TYPE_CHECKING:
     from .config import RunConfig
-    from .extensions.base import Extension, GradientSurgery
+    from .extensions.base import Extension
+    from .gradients import GradientSurgery
     from .runs import LoadedRun
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:   # annotations only: the run's parts import the configuration, which reads this package
-    import torch
+from ..gradients import GradientSurgery   # the hook's base class lives beside the loop's gradients
 
+if TYPE_CHECKING:   # annotations only: the run's parts import the configuration, which reads this package
     from ..config import RunConfig
     from ..stages import Run
 
@@ -125,20 +125,6 @@ class Extension(Idea):
         """A ``GradientSurgery`` that sees each task's gradient of a multi-task step and returns the
         gradient to apply, or None."""
         return None
-
-
-class GradientSurgery:
-    """The per-task gradient hook (``training/gradients.py`` calls it): each task's loss of a step is
-    backpropagated alone, and ``combine`` turns the tasks' gradients into the one the optimizer applies
-    (before clipping). ``params``: the parameters it acts on; the others (a task's head, its private
-    layers) keep the plain sum of gradients."""
-    params: list[torch.Tensor]
-
-    def combine(self, grads: dict[str, list[torch.Tensor | None]], step: int) -> list[torch.Tensor | None]:
-        """Task -> its gradient of each of ``params`` (None where the task does not reach it) -> the
-        gradient to apply to each; ``step`` is the run's optimizer step, from 1 (a seed for any randomness,
-        so a resumed run draws the same)."""
-        raise NotImplementedError
 
 
 def saved_flag(saved, name: str, default=None):

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from ..flags import flag
-from .base import Extension, GradientSurgery
+from ..gradients import GradientSurgery
+from .base import Extension
 
 
 @dataclass
