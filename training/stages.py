@@ -66,8 +66,7 @@ def multitask_stage(run: Run) -> dict:
     """Round-robin (or joint) training on every task of ``--tasks``, in the order ``--rr`` or an extension's
     ``batch_order`` gives, keeping the best epoch on dev."""
     t = run.config.train
-    objective = MultitaskObjective(run, task_loaders(run, t.seed), t.rr, t.max_steps_per_epoch, t.epochs,
-                                   joint=run.joint, order=run.batch_order, surgery=run.surgery)
+    objective = MultitaskObjective(run, task_loaders(run, t.seed), t.rr, t.max_steps_per_epoch, t.epochs)
     if run.batch_order is not None:
         run.log(f"multi-task batches in the order of --{run.batch_order.name}: {len(objective.scheduler)} an epoch, "
                 f"as many as --rr {t.rr} gives")
@@ -78,15 +77,15 @@ class TaskObjective(Objective):
     """Supervised training on task batches (``TaskLoss``) with the run's optimizer: one step per task
     batch in round-robin order, or with ``joint`` one step per group of as many batches as tasks (a
     round of every task's batch in ``--rr``'s order). ``order``: the extension whose ``batch_order``
-    replaces ``--rr``'s each epoch; ``surgery``: a ``GradientSurgery`` the loop hands each task's gradient."""
+    replaces ``--rr``'s each epoch; ``surgery``: a ``GradientSurgery`` the loop hands each task's gradient
+    (the multi-task stage's are the run's; none for a stage of one task)."""
+    order: Extension | None = None   # (``surgery``: ``Objective``'s, None)
 
     def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int, joint: bool,
-                 name: str = "multitask", log_prefix: str = "", order: Extension | None = None,
-                 surgery: GradientSurgery | None = None):
+                 name: str = "multitask", log_prefix: str = ""):
         self.run, self.epochs, self.joint, self.name, self.log_prefix = run, epochs, joint, name, log_prefix
         self.scheduler = RoundRobinScheduler(loaders, rr, max_steps)
         self.optimizer = run.optimizer
-        self.order, self.surgery = order, surgery
 
     def batches(self, epoch: int):
         order = self.epoch_order(epoch)
@@ -132,6 +131,10 @@ class MultitaskObjective(TaskObjective):
     far (its weights kept, and saved by ``run.on_epoch_end``) after each epoch, or every
     ``--eval_every`` optimizer steps of the stage (and after its last); with ``--early_stopping N`` the
     stage ends after N evaluations without a better overall dev score."""
+
+    def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int):
+        super().__init__(run, loaders, rr, max_steps, epochs, joint=run.joint)
+        self.order, self.surgery = run.batch_order, run.surgery
 
     def start(self, progress: dict) -> None:
         super().start(progress)
