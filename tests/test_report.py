@@ -237,6 +237,32 @@ def test_the_terminal_view_fits_120_columns_however_wide_the_table():
     assert rows[0].run + " " in roomy and "…" not in roomy
 
 
+def test_a_new_column_is_one_entry_of_table_columns(rows, tmp_path, monkeypatch):
+    """A toy column added to ``table_columns`` reaches the Markdown table, the terminal view and the CSV (with
+    CSV headers and cells of its own); taken away again, the table is as it was: no view lists columns itself."""
+    from training.tools import report
+
+    toy = report.Column("toy", lambda row: f"<{len(row.run)}>", lambda row: [row.run.upper(), str(len(row.run))],
+                        ("toy", "toy length"), terminal="TOY")
+    listed = report.table_columns
+    before = render_markdown(rows)
+    with monkeypatch.context() as patched:
+        patched.setattr(report, "table_columns", lambda *args: [*listed(*args)[:-1], toy, listed(*args)[-1]])
+        table = markdown_rows(render_markdown(rows))
+        assert table[0][-2:] == ["toy", "status"] and table[1][-2] == "--:"
+        assert [line[-2] for line in table[2:]] == [f"<{len(row.run)}>" for row in rows]
+        terminal = report.render_compact(rows).splitlines()
+        assert terminal[0].split()[-2:] == ["TOY", "status"]
+        assert all(f"<{len(row.run)}>" in line for row, line in zip(rows, terminal[1:]))
+        write_csv(rows, tmp_path / "toy.csv")
+        with open(tmp_path / "toy.csv", encoding="utf-8", newline="") as f:
+            lines = list(csv.reader(f))
+        assert lines[0][-3:] == ["toy", "toy length", "status"]
+        assert [line[-3:-1] for line in lines[1:]] == [[row.run.upper(), str(len(row.run))] for row in rows]
+        assert columns()[-2] == "toy" and csv_columns()[-3:-1] == ["toy", "toy length"]
+    assert render_markdown(rows) == before and "toy" not in columns() + csv_columns()
+
+
 @pytest.mark.slow
 def test_report_runs_as_a_module(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -148,7 +148,7 @@ class Column:
 
 def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[Column]:
     """The table's columns in order, for runs of ``tasks`` with a "vs alone" column for each of ``alone``: the one
-    list the three views draw from. (A lambda made in a loop takes its task as a default, to keep its own.)"""
+    list every view draws from. (A lambda made in a loop takes its task or idea as a default, to keep its own.)"""
     delta, seeds = delta_column(baseline), lambda row: str(len(row.seed_runs)) if row.seed_runs else ""
     return [
         Column("run", lambda row: f"{row.run} ({row.baseline})" if row.baseline else row.run, terminal="run",
@@ -156,39 +156,38 @@ def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) ->
         Column("pooling", lambda row: row.pooling or "", align=":-:"),
         *(Column(idea.column, lambda row, name=idea.name: "" if row.flags is None else (ON if row.flags[name] else OFF),
                  align=":-:") for idea in extensions.ideas() if idea.column),   # blank: no readable config
-        Column("seeds", seeds, terminal="seeds", terminal_cell=lambda row:   # there 1 for one seed, † when capped
+        Column("seeds", seeds, terminal="seeds", terminal_cell=lambda row:   # there: 1 for one seed, † capped
                (seeds(row) or ("1" if row.complete else "")) + (CAPPED if row.capped else "")),
-        *(Column(name, lambda row, t=task: _mean_std(row.dev.get(t), row.dev_std.get(t)),
-                 lambda row, t=task: [_full(row.dev.get(t)), _full(row.dev_std.get(t))], (name, f"{name} std"),
-                 task.upper()) for task, name in zip(tasks, map(metric_column, tasks))),
-        Column("average", lambda row: _mean_std(row.average, row.average_std),
-               lambda row: [_full(row.average), _full(row.average_std)], ("average", "average std"), "average",
-               # a single-task row's "average" is its one metric (a Pearson r as (r + 1) / 2): left out there
-               lambda row: "" if row.baseline == "ST" else _mean_std(row.average, row.average_std)),
-        Column(delta, lambda row: "" if row.vs_ft is None else f"{row.vs_ft.observed:+.3f}",
-               lambda row: _versus(row.vs_ft)[:1], terminal=delta),
-        Column(INTERVAL, lambda row: "" if row.vs_ft is None else _interval(row.vs_ft),   # its ends: CSV columns
-               lambda row: _versus(row.vs_ft)[1:], tuple(f"{INTERVAL} {end}" for end in ENDS), INTERVAL),
-        *(Column(name, lambda row, t=task: _difference(row.vs_alone.get(t)),
-                 lambda row, t=task: _versus(row.vs_alone.get(t)), (name, *(f"{name} {end}" for end in ENDS)), name,
-                 aside=True) for task, name in zip(alone, map(alone_column, alone))),
-        Column("wall (min)", lambda row: "" if row.wall_minutes is None else f"{row.wall_minutes:.1f}",
-               lambda row: [_full(row.wall_minutes)]),
+        *(Column(name, cell=lambda row, t=task: _mean_std(row.dev.get(t), row.dev_std.get(t)),
+                 full=lambda row, t=task: [_full(row.dev.get(t)), _full(row.dev_std.get(t))],
+                 csv=(name, f"{name} std"), terminal=task.upper())
+          for task, name in zip(tasks, map(metric_column, tasks))),
+        Column("average", cell=lambda row: _mean_std(row.average, row.average_std),
+               full=lambda row: [_full(row.average), _full(row.average_std)], csv=("average", "average std"),
+               terminal="average",   # blank there for a single-task row: its one task's metric, not an average
+               terminal_cell=lambda row: "" if row.baseline == "ST" else _mean_std(row.average, row.average_std)),
+        Column(delta, cell=lambda row: "" if row.vs_ft is None else f"{row.vs_ft.observed:+.3f}",
+               full=lambda row: _versus(row.vs_ft)[:1], terminal=delta),
+        Column(INTERVAL, cell=lambda row: "" if row.vs_ft is None else _interval(row.vs_ft),
+               full=lambda row: _versus(row.vs_ft)[1:], csv=tuple(f"{INTERVAL} {end}" for end in ENDS),
+               terminal=INTERVAL),
+        *(Column(name, cell=lambda row, t=task: _difference(row.vs_alone.get(t)),
+                 full=lambda row, t=task: _versus(row.vs_alone.get(t)), csv=(name, *(f"{name} {end}" for end in ENDS)),
+                 terminal=name, aside=True) for task, name in zip(alone, map(alone_column, alone))),
+        Column("wall (min)", cell=lambda row: "" if row.wall_minutes is None else f"{row.wall_minutes:.1f}",
+               full=lambda row: [_full(row.wall_minutes)]),
         Column("status", RunRow.status_cell, terminal="status", align="---",
-               terminal_cell=lambda row: row.capped if row.complete else _shortened(row.status, MAX_STATUS_WIDTH)),
-    ]
+               terminal_cell=lambda row: row.capped if row.complete else _shortened(row.status, MAX_STATUS_WIDTH))]
 
 
 def table_tasks(rows: list[RunRow]) -> list[str]:
     """The tasks any of the rows has dev metrics for, in task-table order (the benchmark's three if none)."""
-    seen = {task for row in rows for task in row.dev}
-    return [task for task in TASKS if task in seen] or list(DEFAULT_TASKS)
+    return [task for task in TASKS if any(task in row.dev for row in rows)] or list(DEFAULT_TASKS)
 
 
 def alone_tasks(rows: list[RunRow]) -> list[str]:
     """The tasks any row is compared with a single-task row on, in task-table order."""
-    seen = {task for row in rows for task in row.vs_alone}
-    return [task for task in TASKS if task in seen]
+    return [task for task in TASKS if any(task in row.vs_alone for row in rows)]
 
 
 def collect_runs(folder: str | Path, sort: str = "average") -> list[RunRow]:
@@ -225,9 +224,9 @@ def pooled(seeds: list[RunRow]) -> RunRow:
     per_task = {task: [s.dev[task] for s in seeds] for task in seeds[0].dev}
     averages = [s.average for s in seeds]
     return replace(seeds[0], run=names.pop() if len(names) == 1 else seeds[0].run, seed_runs=seeds,
-                   dev={task: _mean(values) for task, values in per_task.items()},
-                   dev_std={task: _std(values) for task, values in per_task.items()},
-                   average=_mean(averages), average_std=_std(averages), wall_minutes=_mean(walls) if walls else None)
+                   dev={task: float(np.mean(values)) for task, values in per_task.items()},
+                   dev_std={task: _std(values) for task, values in per_task.items()}, average=float(np.mean(averages)),
+                   average_std=_std(averages), wall_minutes=float(np.mean(walls)) if walls else None)
 
 
 def seed_group_key(config, inputs=None, tasks=None) -> str | None:
@@ -322,14 +321,11 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
             if run.folder in failed:
                 raise Unavailable(f"{role}{failed[run.folder]}")
         return [scores[run.folder] for run in sorted(row.seed_runs, key=lambda run: str(run.seed))]
-
-    def same_seeds(row: RunRow, base: RunRow) -> bool:
-        return sorted(str(run.seed) for run in row.seed_runs) == sorted(str(run.seed) for run in base.seed_runs)
-
     for row, base, task in pairs:
+        same_seeds = sorted(str(run.seed) for run in row.seed_runs) == sorted(str(run.seed) for run in base.seed_runs)
         try:
             difference = paired_difference(seed_scores(row), seed_scores(base, f"baseline {base.run}: "), task=task,
-                                           seed=seed, same_seeds=same_seeds(row, base))
+                                           seed=seed, same_seeds=same_seeds)
         except Unavailable as err:
             notes.append(f"note: {row.run}: no {delta if task is None else alone_column(task)}: {err}")
             continue
@@ -391,7 +387,8 @@ def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = 
     mean ± std, the average, Δ vs FT, its interval, status), then a block of the aside ones (each task's Δ vs alone)
     for the rows that have them, then the footer, wrapped. Run names longer than fit are cut (marked …, no shorter
     than ``MIN_RUN_WIDTH``), and so are statuses; ``--full`` prints the whole Markdown table."""
-    run, *shown = [column for column in table_columns(table_tasks(rows), alone_tasks(rows), baseline) if column.terminal]
+    table = table_columns(table_tasks(rows), alone_tasks(rows), baseline)
+    run, *shown = [column for column in table if column.terminal]
     blocks = []
     for aside in (False, True):   # the main block, every row; then the aside block, the rows with a cell in it
         block = [run, *(column for column in shown if column.aside == aside)]
@@ -550,10 +547,6 @@ def _number(value) -> float | None:
     return float(value)
 
 
-def _mean(values: list[float]) -> float:
-    return float(np.mean(values))
-
-
 def _std(values: list[float]) -> float | None:
     """The sample std (ddof 1); None for one value, which has no spread to show."""
     return float(np.std(values, ddof=1)) if len(values) >= 2 else None
@@ -587,12 +580,10 @@ def _md_line(cells: list[str]) -> str:
 
 
 def main(argv=None) -> int:
-    """The command line, all of it here and below: its options, then ``execute`` (an error is one line, exit 1)."""
     parser = argparse.ArgumentParser(prog="python -m training.tools.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="parent folder(s) of run folders")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="write PREFIX.md, PREFIX.csv and PREFIX-forest.png (default: write nothing, print the "
-                             "table only)")
+    parser.add_argument("--out", type=Path, help="write PREFIX.md, PREFIX.csv and PREFIX-forest.png (default: write "
+                                                 "nothing, print the table only)")
     parser.add_argument("--full", action="store_true",
                         help="print the whole Markdown table (every column) instead of the compact view")
     parser.add_argument("--sort", choices=["average", "name"], default="average",
