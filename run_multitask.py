@@ -13,7 +13,8 @@ import json
 import sys
 
 from training.cli import run_command, usage_errors_once
-from training.config import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS, RunConfig
+from training.config import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS
+from training.run_config import RunConfig
 from training.config_file import config_as_file, read_config_file
 from training import extensions as registry
 from training.flags import add_flags, add_refused, flag_fields, section_from_args

@@ -37,8 +37,8 @@ from scripts.probe import TASK_CHOICES, read_split
 from training.adamw import ParamSet, build_adamw
 from training.checkpoint import save_checkpoint
 from training.cli import run_command
-from training.config import (SPLIT_FLAGS, DataConfig, ModelConfig, RunConfig, TrainConfig, add_flags,
-                             section_from_args)
+from training.config import SPLIT_FLAGS, DataConfig, ModelConfig, TrainConfig, add_flags, section_from_args
+from training.run_config import RunConfig
 from training.device import pick_device, to_device
 from training.flags import add_refused
 from training.loop import CURVE_EVERY, Objective, TrainingLoop

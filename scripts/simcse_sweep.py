@@ -27,7 +27,8 @@ import run_multitask  # the command's own parser: a setting is exactly its comma
 from heads import POOLING_MODES
 from minbert.atomic import atomic_path, make_folder, write_text_atomic
 from training.cli import run_command
-from training.config import SPLIT_FLAGS, OutputConfig, RunConfig, add_flags
+from training.config import SPLIT_FLAGS, OutputConfig, add_flags
+from training.run_config import RunConfig
 from training.curves import MatplotlibMissing, pyplot
 from training.extensions.ucl import UclConfig
 from training.flags import add_refused

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import run_multitask
-from training.config import REFERENCE_SPEED, RunConfig
+from training.config import REFERENCE_SPEED
+from training.run_config import RunConfig
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 

@@ -15,7 +15,8 @@ from training.data.readers import DataError
 from training.data.senteval import file_layout, find_datasets, load_dataset, read_senteval_sts, read_sick, read_stsb
 from minbert import BertModel, BertTokenizer
 from training.checkpoint import save_checkpoint
-from training.config import ModelConfig, RunConfig
+from training.config import ModelConfig
+from training.run_config import RunConfig
 from training.runs import build_model, encode
 from training.similarity import average_over_datasets, correlations
 from scripts.evaluate_embeddings import main, render_table

@@ -172,6 +172,14 @@ def test_the_training_modules_import_each_other_without_a_cycle():
     assert not cycles, "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
+def test_the_configuration_sections_import_no_extension():
+    """Issue 60: config.py imported the registry; the sections are a leaf under it, and ``RunConfig`` is
+    assembled above it (training/run_config.py)."""
+    graph = module_graph(ROOT, "training")
+    assert not {m for m in graph["training.config"] if m.startswith(("training.extensions", "training.run_config"))}
+    assert "training.extensions" in graph["training.run_config"]
+
+
 def test_the_cycle_check_sees_a_deferred_import_and_a_registry(tmp_path):
     package = tmp_path / "pkg"
     (package / "plugins").mkdir(parents=True)

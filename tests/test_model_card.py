@@ -11,7 +11,7 @@ import pytest
 from safetensors import safe_open
 
 import run_multitask
-from training.config import RunConfig
+from training.run_config import RunConfig
 from training.model_card import command, model_card, write_model_card
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"

@@ -147,7 +147,7 @@ def test_predict_data_dir_mode_and_the_report_know_the_task(runs, capsys):
 @pytest.mark.slow
 def test_resume_reads_the_saved_declaration(runs):
     """``--resume`` builds its configuration from the saved one: the task is known again, no file needed."""
-    from training.config import RunConfig
+    from training.run_config import RunConfig
     from training.run_folder import resumed_config
     forget("nli")
     saved = json.loads((runs / "runs" / "alone" / "metrics.json").read_text(encoding="utf-8"))["config"]

@@ -15,7 +15,7 @@ import run_multitask
 from heads import MultitaskBert, PairHead, SentimentHead
 from minbert import BertConfig, BertModel
 from test_resume import FIXTURE_DATA, argv, assert_same_run, command, env, final_state, resume_after_cut
-from training.config import RunConfig
+from training.run_config import RunConfig
 from training.resume import list_checkpoints
 from training.runs import load_run
 from training.tasks import TASKS

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from training.checkpoint import save_checkpoint
-from training.config import ModelConfig, RunConfig, TrainConfig
+from training.config import ModelConfig, TrainConfig
+from training.run_config import RunConfig
 from training.runs import build_model
 from scripts.probe import TASK_CHOICES, build_parser, cluster_scores, main, probe_scores, subsample
 

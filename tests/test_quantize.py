@@ -13,7 +13,8 @@ from training.data.batching import make_loader
 from training.data.readers import read_examples
 from minbert import BertConfig, BertModel, default_model_dir
 from training.checkpoint import save_checkpoint
-from training.config import DataConfig, ModelConfig, RunConfig
+from training.config import DataConfig, ModelConfig
+from training.run_config import RunConfig
 from training.runs import build_model, load_run
 from training.tasks import TASKS
 

@@ -19,7 +19,8 @@ from safetensors.torch import load_file
 import run_multitask
 import training.extensions
 import training.tools.grid
-from training.config import CORE_SECTIONS, RunConfig
+from training.config import CORE_SECTIONS
+from training.run_config import RunConfig
 from training.extensions import EXTENSIONS
 from training.extensions.base import Extension
 from training.flags import flag

@@ -17,7 +17,7 @@ from training.data.readers import read_examples
 from heads import MultitaskBert
 from heads.pooling import pool
 from minbert import BertModel, BertTokenizer, WeightsError
-from training.config import RunConfig
+from training.run_config import RunConfig
 from training.evaluate import predict
 from training.checkpoint import load_checkpoint
 from training.runs import encode, load_run, pretrained_run

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import run_multitask
-from training.config import RunConfig
+from training.run_config import RunConfig
 from training.schedule import RoundRobinScheduler
 
 

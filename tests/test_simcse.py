@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 import run_multitask
 from training.checkpoint import load_checkpoint
-from training.config import RunConfig
+from training.run_config import RunConfig
 from training.resume import list_checkpoints
 from training.runs import build_model, load_run, model_directory
 from training.contrastive import ContrastiveObjective

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import run_multitask
-from training.config import RunConfig
+from training.run_config import RunConfig
 from training.extensions.joint_loss import loss_weights
 from training.extensions.lcl import lcl_task
 from training.tasks import TASKS, format_metrics, overall_score, parse_tasks, pearson

@@ -7,7 +7,7 @@ import pytest
 
 import run_multitask
 from minbert import BertModel
-from training.config import RunConfig
+from training.run_config import RunConfig
 from training.extensions import lcl, ucl
 from training.runs import with_heads
 

@@ -13,7 +13,7 @@ import torch
 from minbert import AdamW, decay_groups
 
 if TYPE_CHECKING:
-    from .config import RunConfig
+    from .run_config import RunConfig
 
 
 @dataclass

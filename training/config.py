@@ -1,23 +1,20 @@
 """Run configuration: one dataclass per concern, each field one command-line flag (``training/flags.py``).
-The core sections are here; each extension's lives in its own module (``training/extensions``), held
-in ``RunConfig.extensions`` by the extension's name (``config.smart``, ``config.ucl``, ...).
+The core sections are here, with what reads a configuration saved by any version (renamed, removed and
+absent settings); each extension's section lives in its own module (``training/extensions``). This module
+imports no extension: ``training/run_config.py`` assembles ``RunConfig`` from these sections and the
+registry's.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from heads import POOLING_MODES
 from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 
-from . import extensions as registry   # the registry's one list, read where it is (tests extend it)
-from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
+from .flags import add_flags, device_name, flag, optional_float, optional_int, section_from_args  # noqa: F401
 from .schedule import STRATEGIES
 from .sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
-from .task_file import read_task_file, register
-from .tasks import DEFAULT_TASKS, TASKS, parse_tasks
+from .tasks import DEFAULT_TASKS, TASKS
 
 
 @dataclass
@@ -176,159 +173,6 @@ class OutputConfig:
                                         "training/trial_control.py)")
     quiet: bool = flag(False, "no progress bars; only one line per epoch and the final summary")
     log_file: str | None = flag(None, "also append every log line to this file", type=str)
-
-
-@dataclass
-class RunConfig:
-    model: ModelConfig
-    data: DataConfig
-    train: TrainConfig
-    speed: SpeedConfig
-    output: OutputConfig
-    extensions: dict = field(default_factory=dict)   # extension name -> its settings (absent: the defaults)
-
-    def __post_init__(self):
-        self.extensions = {e.name: self.extensions.get(e.name) or e.settings() for e in registry.EXTENSIONS}
-
-    def __getattr__(self, name: str):
-        """``config.smart``, ``config.ucl``, ...: the settings of the extension of that name."""
-        extensions = self.__dict__.get("extensions", {})
-        if name in extensions:
-            return extensions[name]
-        raise AttributeError(f"{type(self).__name__} has no section {name!r}")
-
-    def sections(self) -> dict:
-        """Every settings section by name: the core ones, then the extensions' in registry order."""
-        return {name: getattr(self, name) for name in CORE_SECTIONS} | self.extensions
-
-    def to_dict(self) -> dict:
-        """Section -> field -> value, as saved in metrics.json and run_config.json."""
-        return {name: dataclasses.asdict(section) for name, section in self.sections().items()}
-
-    @classmethod
-    def defaults(cls, **sections) -> "RunConfig":
-        """Every section at its defaults, except the ``sections`` given (name -> settings dataclass)."""
-        core = {name: sections.pop(name, None) or section() for name, section in CORE_SECTIONS.items()}
-        return cls(**core, extensions=sections)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "RunConfig":
-        """Inverse of ``to_dict``, the one reader of a saved configuration. A field is found by name in
-        whichever section it was saved (flag names are unique), so other versions' layouts read too;
-        unknown names are ignored, an absent field takes ``ABSENT_MEANS`` (what the saving version
-        did), else its default, and an older name is read through ``RENAMED``."""
-        values = saved_values(data)
-        for old, (names, convert) in RENAMED.items():
-            if old in values:
-                value = convert(values.pop(old))
-                values |= {new: value for new in names if new not in values}
-        values = ABSENT_MEANS | values
-        for key in ("para_head", "sts_head"):
-            if values.get(key) == "projected":
-                raise ValueError(f"--{key} projected {REMOVED_IN}")
-
-        def build(section: type):
-            return section(**{f.name: values[f.name] for f in dataclasses.fields(section) if f.name in values})
-        config = cls(**{name: build(section) for name, section in CORE_SECTIONS.items()},
-                     extensions={e.name: build(e.settings) for e in registry.EXTENSIONS})
-        register(config.data.own_tasks)   # a saved run's own tasks are known tasks again
-        return config
-
-    def validate(self) -> None:
-        """Reject nonsense values with one line naming the flag."""
-        for section in self.sections().values():
-            for f in dataclasses.fields(section):
-                value = getattr(section, f.name)
-                if isinstance(value, float) and not math.isfinite(value):
-                    raise ValueError(f"--{f.name} must be a finite number, got {value}")
-        self.declare_own_tasks()
-        self.task_names()  # a bad --tasks first: the checks below read it
-        name = self.output.run_name
-        if name is not None and (name in ("", ".", "..") or Path(name).name != name or "\\" in name):
-            raise ValueError(f"--run_name {name!r} must be a plain folder name (no '/', not '..'): runs are "
-                             f"written inside --out_dir")
-        for ok, message in self._core_checks():
-            if not ok:
-                raise ValueError(message)
-        for extension in registry.EXTENSIONS:
-            extension.check(self)
-            if idle := extension.idle_flags(self):
-                one = len(idle) == 1
-                raise ValueError(f"{', '.join(idle)} {'has' if one else 'have'} no effect without --{extension.name}: "
-                                 f"add --{extension.name}, or drop {'it' if one else 'them'}")
-        self.batch_sizes()
-
-    def _core_checks(self) -> list[tuple[bool, str]]:
-        t, d, m = self.train, self.data, self.model
-        alone = [f"--{e.name}" for e in registry.EXTENSIONS if e.stages_alone]
-        return [
-            (t.epochs >= 0, "--epochs must not be negative"),
-            (0 <= t.seed < 2 ** 32, f"--seed must be between 0 and 2**32 - 1, got {t.seed}"),
-            (t.lr > 0, "--lr must be positive"),
-            (t.head_lr > 0, "--head_lr must be positive"),
-            (t.weight_decay >= 0, "--weight_decay must not be negative"),
-            (t.grad_accum >= 1, "--grad_accum must be at least 1"),
-            (t.eval_every >= 0 and t.early_stopping >= 0, "--eval_every and --early_stopping must not be negative"),
-            (t.max_grad_norm is None or t.max_grad_norm > 0, "--max_grad_norm must be positive"),
-            (t.warmup_ratio is None or 0 <= t.warmup_ratio < 1, "--warmup_ratio must be in [0, 1)"),
-            (t.max_steps_per_epoch is None or t.max_steps_per_epoch >= 1, "--max_steps_per_epoch must be at least 1"),
-            (d.batch_size >= 1, "--batch_size must be at least 1"),
-            (d.max_eval_examples is None or d.max_eval_examples >= 1, "--max_eval_examples must be at least 1"),
-            (d.max_length >= 3, "--max_length must be at least 3"),
-            (0 <= d.val_fraction < 1, "--val_fraction must be in [0, 1)"),
-            (not (d.val_fraction and d.max_eval_examples), "--val_fraction and --max_eval_examples do not go "
-             "together: the validation split is scored whole (make it smaller with --val_fraction)"),
-            (0 <= m.hidden_dropout_prob < 1, "--hidden_dropout_prob must be in [0, 1)"),
-            (m.attention_probs_dropout_prob is None or 0 <= m.attention_probs_dropout_prob < 1,
-             "--attention_probs_dropout_prob must be in [0, 1)"),
-            (m.head_temp > 0, "--head_temp must be positive"),
-            (t.cl_temp > 0, "--cl_temp must be positive"),
-            (m.private_layers >= 0, "--private_layers must not be negative"),
-            (self.output.save_every >= 0, "--save_every must not be negative"),
-            (self.output.keep_checkpoints >= 1, "--keep_checkpoints must be at least 1"),
-            (not (self.speed.sparse_embeddings is True and self.speed.compile),
-             "--sparse_embeddings and --compile do not go together (torch.compile cannot build the sparse "
-             "embedding backward); choose one"),
-            (not (self.speed.compile and self.builds_towers() and t.epochs),
-             "--compile compiles the shared encoder only, not the private towers: add --private_layers 0"),
-            (t.epochs > 0 or any(e.enabled(self) for e in registry.EXTENSIONS if e.stages_alone),
-             f"--epochs 0 runs the stages alone: give {', '.join(alone[:-1])} or {alone[-1]} (or train at least "
-             f"one epoch)"),
-        ]
-
-    def declare_own_tasks(self) -> None:
-        """Register the tasks of ``--task_file`` (read once: the declarations a run saved win over the file,
-        which may have changed or gone since), refusing a file none of whose tasks ``--tasks`` names."""
-        d = self.data
-        if d.task_file and not d.own_tasks:
-            d.own_tasks = read_task_file(d.task_file)
-            declared = [task["name"] for task in d.own_tasks]
-            if not set(declared) & {name.strip() for name in self.train.tasks.split(",")}:
-                raise ValueError(f"--task_file {d.task_file} declares {', '.join(declared)}, but --tasks "
-                                 f"{self.train.tasks} names none of them: add them to --tasks")
-        register(d.own_tasks, f"--task_file {d.task_file}" if d.task_file else "the run's configuration")
-
-    def task_names(self) -> list[str]:
-        """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs)."""
-        return parse_tasks(self.train.tasks)
-
-    def builds_towers(self) -> bool:
-        """Whether the model gets private towers (``--private_layers``): K > 0 and two or more tasks, since
-        one task's layers are all its own already."""
-        return self.model.private_layers > 0 and len(self.task_names()) > 1
-
-    def batch_sizes(self) -> dict[str, int]:
-        """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
-        or ``--batch_size`` each."""
-        return per_task("task_batch_sizes", self.data.task_batch_sizes, self.task_names(), self.data.batch_size,
-                        int, lambda v: v >= 1, "positive whole numbers")
-
-    def training_batch_sizes(self) -> list[tuple[str, int]]:
-        """Every training batch size in use as (the flag that sets it, size): the global batches that
-        data-parallel processes split. ``--batch_size`` is named only when it is what the tasks use."""
-        task_flag = "--task_batch_sizes ({})" if self.data.task_batch_sizes else "--batch_size"
-        sizes = [(task_flag.format(name), size) for name, size in self.batch_sizes().items()]
-        return sizes + [size for e in registry.EXTENSIONS if e.enabled(self) for size in e.batch_sizes(self)]
 
 
 def saved_values(data: dict) -> dict:

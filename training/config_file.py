@@ -15,7 +15,8 @@ from pathlib import Path
 
 from minbert.errors import first_line
 
-from .config import REMOVED, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, RunConfig, saved_values
+from .config import REMOVED, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, saved_values
+from .run_config import RunConfig
 from .flags import converter, is_switch
 from .settings_file import read_settings_file
 

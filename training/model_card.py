@@ -17,7 +17,7 @@ from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 from minbert.atomic import write_text_atomic
 
 from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
-from .config import RunConfig
+from .run_config import RunConfig
 from .sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
 from .tasks import BUILTIN_TASKS, TASKS
 

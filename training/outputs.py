@@ -24,7 +24,7 @@ from .run_log import RunLog
 from .tasks import TASKS, Task
 
 if TYPE_CHECKING:
-    from .config import RunConfig
+    from .run_config import RunConfig
 
 
 def claim_run_dir(config: RunConfig, claim: bool = True) -> Path:

@@ -14,7 +14,8 @@ import torch
 
 from minbert.errors import first_line
 
-from .config import REMOVED_IN, WHERE_A_RUN_IS, RunConfig, removed_settings
+from .config import REMOVED_IN, WHERE_A_RUN_IS, removed_settings
+from .run_config import RunConfig
 from .distributed import Distributed, shutdown
 from .fingerprint import check_unchanged, fingerprint, input_files
 from .model_card import write_model_card

@@ -24,7 +24,8 @@ from minbert.model import set_attention
 from minbert.weights import resolve_model_dir
 
 from .checkpoint import EXPORTED_TOWER, RUN_CONFIG, load_checkpoint, saved_run_config
-from .config import ModelConfig, RunConfig
+from .config import ModelConfig
+from .run_config import RunConfig
 from .device import pick_device
 from .encoding import encode, model_max_length
 from .evaluate import TaskPredictions, predict

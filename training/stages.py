@@ -24,7 +24,7 @@ from .tasks import TASKS, format_metrics, overall_score
 from .trial_control import ask_scheduler
 
 if TYPE_CHECKING:
-    from .config import RunConfig
+    from .run_config import RunConfig
     from .extensions.base import Extension
     from .gradients import GradientSurgery
     from .runs import LoadedRun

@@ -22,7 +22,7 @@ from minbert.model import set_attention, set_dropout
 
 from .adamw import ParamSet, build_adamw
 from .checkpoint import save_checkpoint
-from .config import RunConfig
+from .run_config import RunConfig
 from .flags import absolute_paths
 from .device import pick_device
 from .distributed import Distributed, check_batch_size, init_distributed, wrap_model

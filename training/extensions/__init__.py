@@ -13,7 +13,7 @@ from .base import Extension, Idea
 from .core import CORE_IDEAS
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
+    from ..run_config import RunConfig
 
 # in stage order: the stages run in this order before multi-task training
 EXTENSIONS: tuple[Extension, ...] = tuple(import_module(f"{__name__}.{name}").EXTENSION for name in (

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..gradients import GradientSurgery   # the hook's base class lives beside the loop's gradients
 
 if TYPE_CHECKING:   # annotations only: the run's parts import the configuration, which reads this package
-    from ..config import RunConfig
+    from ..run_config import RunConfig
     from ..stages import Run
 
 

@@ -29,7 +29,7 @@ from ..tasks import TASKS
 from .base import Extension, saved_flag
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
+    from ..run_config import RunConfig
     from ..runs import LoadedRun
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from minbert.atomic import write_text_atomic
 
 from ..cli import run_command
-from ..config import RunConfig
+from ..run_config import RunConfig
 from ..curves import MatplotlibMissing
 from .. import extensions
 from ..extensions.base import saved_flag
