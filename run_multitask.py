@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="take the settings from FILE, JSON (a run's checkpoint/run_config.json, its metrics.json, "
                              "or your own, in sections or flat) or YAML (with PyYAML installed); flags given on the "
-                             "command line override it; its run_name, resume and log_file are not taken (default: none, "
-                             "the flags alone)")
+                             "command line override it; resume and log_file are not taken, nor a saved run's own run_name "
+                             "(default: none, the flags alone)")
     parser.add_argument("--print_config", action="store_true",
                         help="print the full configuration these flags (over --config FILE) would run, as a JSON file "
                              "--config takes, and exit without training; where a run goes (run_name, resume, "

@@ -102,7 +102,12 @@ def test_values_in_any_spelling_a_flag_takes_are_typed(tmp_path, capsys):
     assert (t.lr, t.epochs, t.max_grad_norm, t.warmup_ratio, t.tasks) == (1e-4, 2, None, None, "sst,sts")
     assert type(t.epochs) is int and config.data.task_batch_sizes == "16,8"
     assert config.joint_loss.loss_weights == "1,2"   # a saved run's REMOVED settings at their off values: read
-    # where a run goes is the command line's: said, not silently dropped
+    # a recipe's own name for its run is honoured (issue 61: was dropped with a note); a run's saved name is not
+    assert config.output.run_name == "elsewhere" and "not taken" not in capsys.readouterr().err
+    run_dir = tmp_path / "elsewhere" / "checkpoint"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run_config.json").write_text(file.read_text())
+    config = run_multitask.parse_config(["--config", str(run_dir / "run_config.json")])
     assert config.output.run_name is None and "run_name not taken from the file" in capsys.readouterr().err
 
 

@@ -1,7 +1,8 @@
 """``--config FILE``: the settings of a file, read as their flags read them, and ``--print_config``'s file.
 
 A file is a recipe, not a run: a run's ``checkpoint/run_config.json`` or ``metrics.json`` (in sections), or a
-file of one's own, flat or in sections, JSON or YAML. Each value goes through its flag's own type and choices
+file of one's own, flat or in sections, JSON or YAML. Where a run is and what it resumes come from the command
+line (``NOT_FROM_FILE``, said in a note when a file holds them), but for a recipe's own ``run_name``: honoured. Each value goes through its flag's own type and choices
 (the field of its settings dataclass, ``training/flags.py``), so YAML 1.1's ``1e-4`` (text) is a number and
 ``none`` / null is None where the flag takes none; older names are read through ``RENAMED``, removed settings
 read when off and refused when on. Every problem is a ``ConfigFileError``: one line naming the file and the key.
@@ -48,13 +49,15 @@ def read_config_file(path: str | Path, fields: dict[str, dataclasses.Field]) -> 
     for name, off in REMOVED.items():   # a setting whose code is gone: read when off, refused when on
         if named.pop(name, off) != off:
             raise ConfigFileError(f"--config {file}: {name} {REMOVED_IN}")
-    where = [name for name in NOT_FROM_FILE if name in named and named[name] not in (None, False)]
+    not_taken = NOT_FROM_FILE if named.get("run_name") in (None, own_run_name(file)) else \
+        tuple(name for name in NOT_FROM_FILE if name != "run_name")   # a recipe's name for its run: honoured
+    where = [name for name in not_taken if name in named and named[name] not in (None, False)]
     if where:   # a run's own saved file has them: said, not taken (give them as flags)
         print(f"note: --config {file}: {', '.join(where)} not taken from the file (give them as flags)",
               file=sys.stderr)
     for name, value in list(named.items()):
         field = RENAMED[name][0][0] if name in RENAMED else name   # an older name: typed as the field it became
-        if field in fields and name not in NOT_FROM_FILE:
+        if field in fields and name not in not_taken:
             named[name] = typed(fields[field], value, f"--config {file}: {name}")
     try:
         config = RunConfig.from_dict({"file": named})
@@ -62,11 +65,17 @@ def read_config_file(path: str | Path, fields: dict[str, dataclasses.Field]) -> 
         raise ConfigFileError(f"--config {file}: {first_line(err)}") from None
     present = {new for old in named for new in (RENAMED[old][0] if old in RENAMED else (old,))}
     values = {f.name: getattr(section, f.name) for section in config.sections().values()
-              for f in dataclasses.fields(section) if f.name in present and f.name not in NOT_FROM_FILE}
+              for f in dataclasses.fields(section) if f.name in present and f.name not in not_taken}
     for name, value in values.items():
         if name in fields:
             check_choice(fields[name], value, f"--config {file}: {name}")
     return values
+
+
+def own_run_name(file: Path) -> str:
+    """The name of the run whose saved file this would be: ``RUN/metrics.json``, ``RUN/checkpoint/run_config.json``.
+    Its saved ``run_name`` is that run's, not a name for the run a recipe starts."""
+    return file.parent.parent.name if file.parent.name == "checkpoint" else file.parent.name
 
 
 def typed(field: dataclasses.Field, value, where: str):
