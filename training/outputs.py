@@ -10,7 +10,7 @@ import os
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -18,8 +18,7 @@ from minbert.atomic import check_folder, write_text_atomic
 from minbert.errors import describe
 
 from .curves import MatplotlibMissing, plot_curves
-from .evaluate import TaskPredictions, predict
-from .precision import Precision
+from .evaluate import TaskPredictions
 from .run_log import RunLog
 from .tasks import TASKS, Task
 
@@ -135,12 +134,12 @@ class RunFiles:
                 log.result(f"warning: curves.png not drawn, the run goes on without it ({describe(err)})")
                 self.warned = True
 
-    def predictions(self, model, dev: dict[str, TaskPredictions], splits, loader, batch_size: int, device, log,
-                    precision: Precision | None = None,
-                    test: bool = True) -> tuple[list[str], list[str], dict[str, float]]:
+    def predictions(self, dev: dict[str, TaskPredictions], splits, predict_split: Callable[..., TaskPredictions],
+                    log, test: bool = True) -> tuple[list[str], list[str], dict[str, float]]:
         """Dev (already predicted by the best epoch) and, unless ``test`` is off (``--no_test_predictions``),
-        test prediction CSVs; returns the files written and those skipped for want of a test file, and the
-        metric of each labelled test file (a user's own split)."""
+        test prediction CSVs (``predict_split(task, examples, label)`` predicts one with the best weights);
+        returns the files written and those skipped for want of a test file, and the metric of each labelled
+        test file (a user's own split)."""
         written, skipped, test_scores = [], [], {}
         if not test:
             log("no test predictions (--no_test_predictions)")
@@ -151,8 +150,7 @@ class RunFiles:
                 if split == "dev":
                     result = dev[name]
                 elif split in splits[name]:
-                    result = predict(model, task, loader(splits[name][split], batch_size, False), device,
-                                     f"{split} {name}", log.progress_bars, precision)
+                    result = predict_split(task, splits[name][split], f"{split} {name}")
                 else:
                     skipped.append(path.name)
                     log(f"note: no {task.files[split]} in the data directory; skipping {path.name}"

@@ -26,6 +26,7 @@ from .run_config import RunConfig
 from .flags import absolute_paths
 from .device import pick_device
 from .distributed import Distributed, check_batch_size, init_distributed, wrap_model
+from .evaluate import predict
 from .extensions import check_hooks, data_files_needed, enabled, enabled_stages, provider, splits_needed
 from .loop import TrainingLoop, per_second, warmup_then_linear_decay
 from .memory import keep_freed_memory
@@ -306,9 +307,11 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
                else f"no better overall dev score in {stopped['patience']} evaluations")
         run.log.result(f"early stopping at step {stopped['step']} (epoch {stopped['epoch']}): {why}")
     run.log(f"best {at} (dev overall {best['score']:.4f}); writing predictions")
-    written, skipped, test = folder.write.predictions(run.model, best["dev"], run.splits, run.loader,
-                                                      run.config.data.batch_size, run.device, run.log,
-                                                      run.loop.precision, run.config.output.test_predictions)
+    def predict_split(task, examples, label):
+        return predict(run.model, task, run.loader(examples, run.config.data.batch_size, False), run.device, label,
+                       run.log.progress_bars, run.loop.precision)
+    written, skipped, test = folder.write.predictions(best["dev"], run.splits, predict_split, run.log,
+                                                      run.config.output.test_predictions)
     final_dev = {name: best["dev"][name].score(TASKS[name]) for name in run.config.task_names()}
     dev_examples = {name: len(best["dev"][name].ids) for name in run.config.task_names()}
     train_seconds = sum(e["train_seconds"] for e in history)

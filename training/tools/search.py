@@ -558,28 +558,11 @@ def confirm(args, out_dir: Path) -> int:
 
 def run_tune(args, out_dir: Path, ended: list[TrialRecord], unfinished: list[TrialRecord], todo: int,
              stop: Stop) -> None:
-    import optuna
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search.optuna import OptunaSearch
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"   # a failed trial's last result has no score
-    space = {name: d.distribution() for name, d in args.space_spec.dimensions.items()}
-    storage, study_name = optuna.storages.InMemoryStorage(), "minbert-search"
-    study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize")
-    for record in ended:   # what earlier parts learned, as TPE's history
-        if all(name in record.params and d.contains(record.params[name])
-               for name, d in args.space_spec.dimensions.items()):
-            study.add_trial(optuna.trial.create_trial(
-                params={name: record.params[name] for name in space}, distributions=space,
-                value=record.score if record.score is not None else None,
-                state=optuna.trial.TrialState.COMPLETE if record.score is not None else optuna.trial.TrialState.FAIL))
-    first = [r.params for r in unfinished] + ([] if ended or unfinished else fill(args.space_spec))
-    searcher = OptunaSearch(space=space, metric="score", mode="max", points_to_evaluate=first or None,
-                            # a new seed for each part: the same seed would draw the first part's trials again
-                            sampler=optuna.samplers.TPESampler(seed=args.seed + len(ended) + len(unfinished)),
-                            study_name=study_name, storage=storage)
+    searcher = tpe_searcher(args, ended, unfinished)
     scheduler = ASHAScheduler(time_attr="evaluation", metric="score", mode="max", max_t=MAX_EVALUATIONS,
                               grace_period=args.grace_period, reduction_factor=args.reduction_factor)
     progress = SearchProgress(args.trials, len(ended))
@@ -619,6 +602,30 @@ def run_tune(args, out_dir: Path, ended: list[TrialRecord], unfinished: list[Tri
                                   storage_path=str(out_dir / "logs" / "tune"), verbose=0, callbacks=[Events()],
                                   stop=WhenStopped(), failure_config=tune.FailureConfig(max_failures=0)))
     tuner.fit()
+
+
+def tpe_searcher(args, ended: list[TrialRecord], unfinished: list[TrialRecord]):
+    """Optuna's TPE in Ray Tune, its study filled with the trials earlier parts ended (as they scored, or
+    failed), the unfinished ones first again (or, on a first part, the space's ``start_with`` points)."""
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = {name: d.distribution() for name, d in args.space_spec.dimensions.items()}
+    storage, study_name = optuna.storages.InMemoryStorage(), "minbert-search"
+    study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize")
+    for record in ended:   # what earlier parts learned, as TPE's history
+        if all(name in record.params and d.contains(record.params[name])
+               for name, d in args.space_spec.dimensions.items()):
+            study.add_trial(optuna.trial.create_trial(
+                params={name: record.params[name] for name in space}, distributions=space,
+                value=record.score if record.score is not None else None,
+                state=optuna.trial.TrialState.COMPLETE if record.score is not None else optuna.trial.TrialState.FAIL))
+    first = [r.params for r in unfinished] + ([] if ended or unfinished else fill(args.space_spec))
+    return OptunaSearch(space=space, metric="score", mode="max", points_to_evaluate=first or None,
+                        # a new seed for each part: the same seed would draw the first part's trials again
+                        sampler=optuna.samplers.TPESampler(seed=args.seed + len(ended) + len(unfinished)),
+                        study_name=study_name, storage=storage)
 
 
 def fill(space: Space) -> list[dict]:
