@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 PROJECT = ["minbert", "heads", "training", "run_multitask.py", "setup.cfg", "pyproject.toml", "README.md"]
-SCRIPTS = ["minbert-train", "minbert-predict", "minbert-embed", "minbert-report", "minbert-grid"]
+SCRIPTS = ["minbert-train", "minbert-predict", "minbert-embed", "minbert-report", "minbert-grid", "minbert-search",
+           "minbert-launch"]
 
 
 @pytest.fixture(scope="module")
