@@ -96,6 +96,7 @@ def test_a_command_prints_a_warning_as_one_line():
     assert warnings.formatwarning("x", UserWarning, "f.py", 1) != "warning: x\n"   # restored after the command
 
 
+@pytest.mark.slow   # two Python starts (7 s)
 def test_a_data_py_in_the_working_folder_shadows_nothing(tmp_path):
     """Issue 61: from a folder holding a data.py, ``python -m training.tools.report`` and ``from training.runs
     import load_run`` failed ('data' is not a package): the readers were a top-level package named data."""
