@@ -128,6 +128,9 @@ def test_the_launcher_says_one_line_and_exits_with_the_code_of_the_process_that_
     # nobody said why: the first to fail, by its signal
     killed = {1: failure(tmp_path / "c", 1, -9)}
     assert report_failure(killed) == 128 + 9 and "error (process 1): Signal 9 (SIGKILL)" in capsys.readouterr().err
+    # process 0 killed before it said anything: its signal is named too
+    assert report_failure({0: failure(tmp_path / "d", 0, -9)}) == 128 + 9
+    assert "error (process 0): Signal 9 (SIGKILL)" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ def report_failure(failures: dict[int, ProcessFailure]) -> int:
     rank = 0 if recorded(failures.get(0)) else \
         min(failures, key=lambda r: (not recorded(failures[r]), failures[r].timestamp, r))
     failure = failures[rank]
-    if rank != 0:
+    if rank != 0 or not recorded(failure):   # process 0 printed its own line only if it recorded one
         print(f"error (process {rank}): {failure.message.removeprefix('error: ')}", file=sys.stderr)
     if recorded(failure):   # its own exit code (torchrun may have ended it with SIGTERM just after it said why)
         return int(failure.error_file_data["exit_code"])
