@@ -26,7 +26,7 @@ from scipy.stats import spearmanr
 
 from training.data.readers import resolve_data_dir
 from training import load_run
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 
 
 def main(argv=None) -> int:
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
 
 
 def sts_dev(data_dir) -> tuple[list[str], list[str], np.ndarray]:
-    task = TASKS["sts"]
+    task = BUILTIN_TASKS["sts"]
     folder = resolve_data_dir(data_dir, [task.files["dev"]])
     examples, _ = task.read(folder / task.files["dev"])
     return [e.texts[0] for e in examples], [e.texts[1] for e in examples], np.array([e.label for e in examples])
@@ -100,10 +100,10 @@ def _quantize(model, per_channel: bool):
 
 
 def corpus(data_dir, n: int) -> list[str]:
-    folder = resolve_data_dir(data_dir, [TASKS["sst"].files["train"], TASKS["sts"].files["train"]])
+    folder = resolve_data_dir(data_dir, [BUILTIN_TASKS["sst"].files["train"], BUILTIN_TASKS["sts"].files["train"]])
     seen: dict[str, None] = {}
     for name in ("sst", "sts"):
-        task = TASKS[name]
+        task = BUILTIN_TASKS[name]
         examples, _ = task.read(folder / task.files["train"])
         for example in examples:
             for text in example.texts:

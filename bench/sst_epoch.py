@@ -71,11 +71,11 @@ from training.precision import Precision
 from training.run_log import RunLog
 from training.runs import build_model, tokenizer_for
 from training.task_loss import TaskLoss
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 from training.trainer import seed_everything
 
 VARIANTS = ("fixed", "dynamic", "bucket")
-TASK = TASKS["sst"]
+TASK = BUILTIN_TASKS["sst"]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -219,7 +219,7 @@ class SstEpoch:
         t = self.config.train
         optimizer = build_adamw(self.config, [ParamSet(model.bert.named_parameters()),
                                               ParamSet(model.heads.named_parameters(), lr=t.head_lr)], t.lr)
-        return SstStep(TaskLoss(model, self.device), optimizer,
+        return SstStep(TaskLoss(model, {"sst": TASK}, self.device), optimizer,
                        TrainingLoop(Precision("off", self.device), RunLog(quiet=True)))
 
     def warm_up(self, train) -> None:

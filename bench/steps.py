@@ -34,7 +34,8 @@ from training.precision import Precision
 from training.run_log import RunLog
 from training.runs import build_model, tokenizer_for
 from training.task_loss import TaskLoss
-from training.tasks import DEFAULT_TASKS, TASKS
+from training.task_schema import BUILTIN_TASKS
+from training.tasks import DEFAULT_TASKS
 from training.trainer import loader_for, run_adamw, run_regularizers, seed_everything, set_speed
 
 
@@ -49,7 +50,7 @@ class Side(Objective):
         self.model = build_model(self.config, model_dir).to(device)
         self.optimizer = run_adamw(self.config, self.model)
         forward_model = set_speed(self.model, self.config, Distributed(), device)
-        self.task_loss = TaskLoss(self.model, device, run_regularizers(self.config, self.model),
+        self.task_loss = TaskLoss(self.model, self.config.tasks(), device, run_regularizers(self.config, self.model),
                                   forward_model=forward_model)
         self.loop = TrainingLoop(Precision("off", device), RunLog(quiet=True), max_grad_norm=t.max_grad_norm)
         self.model.train()
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     loader = loader_for(probe, tokenizer_for(model_dir), Distributed())
     batches = {}
     for name in DEFAULT_TASKS:
-        examples, _ = TASKS[name].read(data_dir / TASKS[name].files["train"])
+        examples, _ = BUILTIN_TASKS[name].read(data_dir / BUILTIN_TASKS[name].files["train"])
         batches[name] = endless(loader(examples, probe.data.batch_size, shuffle=True, seed=probe.train.seed))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}; "
           f"{args.warmup} + {args.rounds} rounds of {', '.join(DEFAULT_TASKS)}, batch {probe.data.batch_size}")

@@ -33,12 +33,13 @@ from scripts.evaluate_embeddings import add_encoder_flags, open_encoder
 from training.cli import run_command
 from training.config import DataConfig, TrainConfig, add_flags
 from training.outputs import write_json
-from training.tasks import TASKS, Task
+from training.task_schema import BUILTIN_TASKS
+from training.tasks import Task
 
 DEFAULT_SEED = TrainConfig.seed
 SPLITS = ("train", "dev")
-# The tasks a probe applies to: every labelled single-sentence classification row of TASKS.
-TASK_CHOICES = [name for name, task in TASKS.items() if not task.is_pair and task.label_type == "class"]
+# The tasks a probe applies to: every labelled single-sentence classification row of BUILTIN_TASKS.
+TASK_CHOICES = [name for name, task in BUILTIN_TASKS.items() if not task.is_pair and task.label_type == "class"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def execute(args: argparse.Namespace) -> int:
     started = time.time()
-    task = TASKS[args.task]
+    task = BUILTIN_TASKS[args.task]
     if args.max_train is not None and args.max_train < 1:
         raise ValueError(f"--max_train must be at least 1, got {args.max_train}")
     data_dir = resolve_data_dir(args.data_dir, [task.files[split] for split in SPLITS])
@@ -92,8 +93,8 @@ def execute(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m scripts.probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True, choices=TASK_CHOICES,
-                        help="; ".join(f"{name}: {TASKS[name].description}, {TASKS[name].files['train']} / "
-                                       f"{TASKS[name].files['dev']}" for name in TASK_CHOICES))
+                        help="; ".join(f"{name}: {BUILTIN_TASKS[name].description}, {BUILTIN_TASKS[name].files['train']} / "
+                                       f"{BUILTIN_TASKS[name].files['dev']}" for name in TASK_CHOICES))
     add_encoder_flags(parser)
     add_flags(parser, DataConfig, only=("data_dir",), title="data")
     add_flags(parser, TrainConfig, only=("seed",), title="seed")

@@ -63,7 +63,7 @@ from training.cli import check_overwrite, run_command  # noqa: E402
 from training.config import DataConfig, add_flags  # noqa: E402
 from training.evaluate import predict  # noqa: E402
 from training.runs import load_run  # noqa: E402
-from training.tasks import TASKS, overall_score  # noqa: E402
+from training.tasks import Task, overall_score  # noqa: E402
 
 INT8_WEIGHTS = "model-int8.pt"
 REPORT = "quantize-report.json"
@@ -134,13 +134,13 @@ def quantize_checkpoint(checkpoint: Path, data_dir: str | None, out: Path, max_d
     check_overwrite([out / INT8_WEIGHTS, out / REPORT], overwrite)  # creates nothing
     run = load_run(checkpoint)
     directory, fp32, tokenizer, run_config = run.source, run.model.to(CPU), run.tokenizer, run.config
-    tasks = run_config.task_names()
+    tasks = run_config.tasks()
     missing = [name for name in tasks if name not in fp32.heads]
     if missing:
         raise ValueError(f"{directory}: no {', '.join(map(repr, missing))} head (its run trained "
                          f"{', '.join(fp32.heads) or 'no task heads'}: an --epochs 0 run is an encoder only); "
                          "quantize compares the dev metrics of a run's task heads")
-    data_path = resolve_data_dir(data_dir, [TASKS[name].files["dev"] for name in tasks])
+    data_path = resolve_data_dir(data_dir, [task.files["dev"] for task in tasks.values()])
     dev = read_dev(data_path, tasks, max_dev, log)
     int8 = quantize(fp32, per_channel)
     log(f"checkpoint: {directory}   data: {data_path}   threads: {torch.get_num_threads()}   "
@@ -165,6 +165,7 @@ def measure(directory: Path, fp32: nn.Module, int8: nn.Module, tokenizer, run_co
             per_channel: bool, log) -> dict:
     """The report of ``quantize_checkpoint``: size, speed and dev metrics of both models."""
     fp32_bytes = (directory / "model.safetensors").stat().st_size
+    tasks = run_config.tasks()
 
     def loader(examples):  # as the trainer's evaluation loaders: the run's max_length and bucketing
         return make_loader(examples, tokenizer, run_config.data.max_length, batch_size, shuffle=False,
@@ -180,11 +181,11 @@ def measure(directory: Path, fp32: nn.Module, int8: nn.Module, tokenizer, run_co
     metrics, results, dev_seconds = {}, {}, {}
     for label, model in (("fp32", fp32), ("int8", int8)):
         started = time.perf_counter()
-        results[label] = {name: predict(model, TASKS[name], loader(examples), CPU, f"{label} dev {name}")
+        results[label] = {name: predict(model, tasks[name], loader(examples), CPU, f"{label} dev {name}")
                           for name, examples in dev.items()}
         dev_seconds[label] = round(time.perf_counter() - started, 2)
-        scores = {name: result.score(TASKS[name]) for name, result in results[label].items()}
-        metrics[label] = {**scores, "overall": overall_score(scores)}
+        scores = {name: result.score(tasks[name]) for name, result in results[label].items()}
+        metrics[label] = {**scores, "overall": overall_score(scores, tasks)}
 
     speed = {label: n_sequences / statistics.median(times) for label, times in seconds.items()}
     cpu_speed = {label: n_sequences / statistics.median(times) for label, times in cpu_seconds.items()}
@@ -208,9 +209,10 @@ def measure(directory: Path, fp32: nn.Module, int8: nn.Module, tokenizer, run_co
                   "cpu_ratio": cpu_speed["int8"] / cpu_speed["fp32"],
                   "attention": next((m.impl for m in fp32.modules() if hasattr(m, "impl")), None)},
         "dev": {"examples": {name: len(examples) for name, examples in dev.items()}, "max_dev": max_dev,
+                "metric": {name: tasks[name].metric_name for name in dev},
                 "fp32": metrics["fp32"], "int8": metrics["int8"],
                 "delta": {k: metrics["int8"][k] - metrics["fp32"][k] for k in metrics["fp32"]},
-                "agreement": prediction_agreement(results["fp32"], results["int8"]), "seconds": dev_seconds},
+                "agreement": prediction_agreement(results["fp32"], results["int8"], tasks), "seconds": dev_seconds},
         "torch": torch.__version__,
     }
     return report
@@ -249,11 +251,10 @@ def linear_fraction(model: nn.Module) -> float:
 # data, timing, agreement
 
 
-def read_dev(data_dir: Path, tasks: list[str], max_dev: int | None, log) -> dict:
+def read_dev(data_dir: Path, tasks: dict[str, Task], max_dev: int | None, log) -> dict:
     """Each of ``tasks``' labelled dev examples, the first ``max_dev`` of them when given."""
     dev = {}
-    for name in tasks:
-        task = TASKS[name]
+    for name, task in tasks.items():
         path = data_dir / task.files["dev"]
         examples, read_report = read_examples(path, task.text_columns, task.label_column, task.label_type,
                                               task.num_classes, task.score_range)
@@ -291,13 +292,13 @@ def run_batches(model: nn.Module, batches: list) -> None:
         model(task_name, inputs)
 
 
-def prediction_agreement(fp32: dict, int8: dict) -> dict:
+def prediction_agreement(fp32: dict, int8: dict, tasks: dict[str, Task]) -> dict:
     """SST/QQP: share of identical predictions; STS: largest absolute score difference."""
     agreement = {}
     for name, a in fp32.items():
         b = int8[name]
         assert a.ids == b.ids, "both models were evaluated on the same batches"
-        if TASKS[name].label_type == "class":
+        if tasks[name].label_type == "class":
             agreement[f"{name}_same_prediction"] = float(np.mean(a.predictions == b.predictions))
         else:
             agreement[f"{name}_max_abs_diff"] = float(np.max(np.abs(a.predictions - b.predictions)))
@@ -316,7 +317,7 @@ def format_table(report: dict) -> str:
         ("inference (seq/CPU-s)", speed["fp32_seq_per_cpu_s"], speed["int8_seq_per_cpu_s"],
          f"{speed['cpu_ratio']:.3f}x", "{:.1f}"),
     ]
-    labels = {name: f"{name.upper()} {'Pearson' if TASKS[name].metric_name == 'pearson' else 'accuracy'}"
+    labels = {name: f"{name.upper()} {'Pearson' if dev['metric'][name] == 'pearson' else 'accuracy'}"
               for name in dev["examples"]}
     for key, label in (*labels.items(), ("overall", "overall")):
         rows.append((f"dev {label}", dev["fp32"][key], dev["int8"][key], f"{dev['delta'][key]:+.4f}", "{:.4f}"))

@@ -47,7 +47,7 @@ from training.outputs import write_json
 from training.precision import Precision
 from training.run_log import RunLog
 from training.runs import pretrained_run, with_heads
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 
 OBJECTIVES = ("ce", "lcl")
 
@@ -63,7 +63,7 @@ def execute(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out} already holds files; give a new folder")
-    task = TASKS[args.task]
+    task = BUILTIN_TASKS[args.task]
     train_file = resolve_data_dir(args.data_dir, [task.files["train"]]) / task.files["train"]
     examples, read_report = read_split(train_file, task)
     device = pick_device(config.train.device)
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineErrorParser(prog="python -m scripts.sentence_finetune",
                                  description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True,
-                        help="; ".join(f"{name}: {TASKS[name].description}" for name in TASK_CHOICES))
+                        help="; ".join(f"{name}: {BUILTIN_TASKS[name].description}" for name in TASK_CHOICES))
     parser.add_argument("--loss", default="lcl", help="ce: the task's head + cross-entropy; lcl: label-contrastive "
                                                       "loss on the pooled vectors, no head (default: lcl)")
     parser.add_argument("--out", required=True, help="a new folder for checkpoint/ and metrics.json")

@@ -12,7 +12,7 @@ import torch
 
 from test_predict_embed import train
 from training import load_run
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 
 SENTENCES = ["a fine film .", "dull and long .", "a mess ."]
 PAIRS = [("A man plays.", "A man is playing."), ("A cat.", "A stock market.")]
@@ -93,7 +93,7 @@ def test_probabilities_and_logits(run):
         run.predict("sts", PAIRS, output="probabilities")
     with pytest.raises(ValueError, match="output must be one of label, probabilities, logits"):
         run.predict("sst", SENTENCES, output="scores")
-    assert TASKS["sst"].predict is not None    # the task table itself is left as it was
+    assert BUILTIN_TASKS["sst"].predict is not None    # the task table itself is left as it was
 
 
 @pytest.mark.slow

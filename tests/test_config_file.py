@@ -142,7 +142,7 @@ def test_metrics_json_records_what_decides_a_cpu_runs_bits(saved_run):
 def test_print_config_writes_a_file_that_runs_the_same_configuration(tmp_path, capsys):
     """--print_config (issue 61): the full configuration of flags over a file, as a file --config takes, with
     the declared tasks written in; read back it is the same configuration, where-a-run-goes aside."""
-    from test_own_tasks import DECLARATION, forget, write_declaration
+    from test_own_tasks import DECLARATION, write_declaration
     recipe = tmp_path / "recipe.json"
     recipe.write_text(json.dumps({"epochs": 2, "pooling": "cls", "smart": True}))
     declared = write_declaration(tmp_path / "tasks.json")
@@ -152,16 +152,15 @@ def test_print_config_writes_a_file_that_runs_the_same_configuration(tmp_path, c
     printed = capsys.readouterr().out
     (tmp_path / "printed.json").write_text(printed)
     declared.unlink()   # the printed file carries the declarations: it runs without the task file
-    forget("nli")
     again = run_multitask.parse_config(["--config", str(tmp_path / "printed.json")])
     again.validate()
-    assert again.data.own_tasks == [{**DECLARATION, "score_range": None, "metric": "accuracy"}]
+    assert again.data.own_tasks == [{**DECLARATION, "score_range": None, "metric": "accuracy",
+                                        "output_prefix": "nli", "prediction_column": "Predicted_gold"}]
     expected = run_multitask.parse_config(argv)
     expected.data.own_tasks, expected.output.run_name = again.data.own_tasks, None
     assert again == expected
     assert (again.train.epochs, again.model.pooling, again.train.lr, again.train.max_grad_norm) == (2, "mean", 3e-5, None)
     assert "run_name" not in printed and json.loads(printed)["smart"]["smart"] is True
-    forget("nli")
 
 
 def test_print_config_checks_as_a_run_does_and_refuses_resume(tmp_path, capsys):

@@ -17,7 +17,7 @@ from minbert import BertModel
 from training import stages
 from training.calibration import CALIBRATION_PAIRS, calibrate_heads
 from training.runs import encode, tokenizer_for, with_heads
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
@@ -53,7 +53,7 @@ def fixture_run(tiny_model_dir, para_head: str):
     bert = BertModel.from_pretrained(tiny_model_dir)
     tokenizer = tokenizer_for(tiny_model_dir, bert)
     model = with_heads(bert, config, ["sst", "qqp", "sts"])
-    examples, _ = TASKS["qqp"].read(FIXTURE_DATA / "quora-train.csv")
+    examples, _ = BUILTIN_TASKS["qqp"].read(FIXTURE_DATA / "quora-train.csv")
     messages = []
     run = SimpleNamespace(model=model, config=config, device=torch.device("cpu"), log=messages.append,
                           splits={"qqp": {"train": examples}},

@@ -15,7 +15,7 @@ import run_multitask
 from test_resume import argv, assert_same_run, command, env, final_state, resume_after_cut
 from training.extensions.distill import TeacherTargets, mix
 from training.resume import list_checkpoints
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 FLAGS = ["--epochs", "2", "--distill"]
@@ -29,7 +29,7 @@ def test_the_mixed_target_is_lambda_gold_plus_one_minus_lambda_teacher():
     logits = torch.tensor([[0.3, -1.0, 2.0, 0.0, 0.5], [1.0, 0.0, 0.0, -2.0, 0.25]])
     by_hand = -sum(t * math.log(math.exp(z) / sum(math.exp(w) for w in row))
                    for row, targets in zip(logits.tolist(), target.tolist()) for z, t in zip(row, targets)) / 2
-    assert TASKS["sst"].loss(logits, target).item() == pytest.approx(by_hand, rel=1e-6)
+    assert BUILTIN_TASKS["sst"].loss(logits, target).item() == pytest.approx(by_hand, rel=1e-6)
     # a binary teacher's probability and a regression teacher's score mix with the label as numbers
     assert mix(torch.tensor([1.0, 0.0]), torch.tensor([0.8, 0.4]), 0.5, None).tolist() == pytest.approx([0.9, 0.2])
     assert mix(torch.tensor([4.0]), torch.tensor([2.0]), 0.75, None).tolist() == [3.5]
@@ -38,7 +38,8 @@ def test_the_mixed_target_is_lambda_gold_plus_one_minus_lambda_teacher():
 def fake_run(stage: str, step: int, steps_per_epoch: int = 6, epochs: int = 2, grad_accum: int = 1):
     objective = SimpleNamespace(name=stage, steps=lambda: steps_per_epoch, epochs=epochs)
     clock = SimpleNamespace(step=step, finished_stages={"pre_qqp": {"end_step": 10, "log": {}}})
-    return SimpleNamespace(loop=SimpleNamespace(objective=objective, clock=clock, grad_accum=grad_accum))
+    return SimpleNamespace(loop=SimpleNamespace(objective=objective, clock=clock, grad_accum=grad_accum),
+                           config=run_multitask.RunConfig.defaults())
 
 
 def test_lambda_rises_linearly_over_multitask_training_and_is_one_elsewhere():

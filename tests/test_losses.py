@@ -15,6 +15,7 @@ import torch
 
 from training.losses import (AdaptiveWeighting, FixedWeighting, LearnedWeighting, LossWeighting,
                              info_nce, make_loss_weighting)
+from training.task_schema import BUILTIN_TASKS
 
 A = torch.tensor([[2.0, 0.0], [0.0, 0.5]])      # directions (1, 0), (0, 1)
 P = torch.tensor([[3.0, 0.0], [3.0, 4.0]])      # directions (1, 0), (0.6, 0.8)
@@ -154,7 +155,7 @@ def test_weighting_accepts_a_subset_of_tasks_but_not_strangers():
 
 
 def test_adaptive_weighting_before_and_after_update():
-    weighting = make_loss_weighting("adaptive", TASKS3, {"sst": 1.0, "qqp": 1.0, "sts": 1.0})
+    weighting = make_loss_weighting("adaptive", TASKS3, {"sst": 1.0, "qqp": 1.0, "sts": 1.0}, BUILTIN_TASKS)
     assert isinstance(weighting, AdaptiveWeighting)
     assert weighting.current_weights() == pytest.approx({"sst": 1.0, "qqp": 1.0, "sts": 1.0})
     # Scores: sst 0.5, qqp 0.8, sts (0.6 + 1) / 2 = 0.8 -> shortfalls 0.5, 0.2, 0.2 (sum 0.9);
@@ -165,7 +166,7 @@ def test_adaptive_weighting_before_and_after_update():
 
 
 def test_adaptive_weighting_keeps_base_weights_as_multipliers_and_their_total():
-    weighting = make_loss_weighting("adaptive", TASKS3, {"sst": 2.0, "qqp": 1.0, "sts": 1.0})
+    weighting = make_loss_weighting("adaptive", TASKS3, {"sst": 2.0, "qqp": 1.0, "sts": 1.0}, BUILTIN_TASKS)
     assert weighting.current_weights() == pytest.approx({"sst": 2.0, "qqp": 1.0, "sts": 1.0})
     # b * shortfall = 1.0, 0.2, 0.2 (sum 1.4); Σ b = 4 -> w = 4/1.4 * (1.0, 0.2, 0.2) = 20/7, 4/7, 4/7.
     weighting.update({"sst": 0.5, "qqp": 0.8, "sts": 0.6, "overall": 0.7})   # extra keys are ignored
@@ -173,7 +174,7 @@ def test_adaptive_weighting_keeps_base_weights_as_multipliers_and_their_total():
 
 
 def test_adaptive_weighting_degenerate_scores():
-    weighting = make_loss_weighting("adaptive", TASKS3, {"sst": 1.0, "qqp": 2.0, "sts": 3.0})
+    weighting = make_loss_weighting("adaptive", TASKS3, {"sst": 1.0, "qqp": 2.0, "sts": 3.0}, BUILTIN_TASKS)
     weighting.update({"sst": 1.0, "qqp": 1.0, "sts": 1.0})        # no shortfall anywhere: base weights
     assert weighting.current_weights() == pytest.approx({"sst": 1.0, "qqp": 2.0, "sts": 3.0})
     weighting.update({"sst": 0.25, "qqp": 0.25, "sts": -0.5})     # equal scores (r=-0.5 -> 0.25): base
@@ -185,9 +186,9 @@ def test_adaptive_weighting_degenerate_scores():
 
 
 def test_adaptive_weighting_state_is_saved():
-    weighting = make_loss_weighting("adaptive", TASKS3, {"sst": 1.0, "qqp": 1.0, "sts": 1.0})
+    weighting = make_loss_weighting("adaptive", TASKS3, {"sst": 1.0, "qqp": 1.0, "sts": 1.0}, BUILTIN_TASKS)
     weighting.update({"sst": 0.5, "qqp": 0.8, "sts": 0.6})
-    restored = make_loss_weighting("adaptive", TASKS3, {"sst": 1.0, "qqp": 1.0, "sts": 1.0})
+    restored = make_loss_weighting("adaptive", TASKS3, {"sst": 1.0, "qqp": 1.0, "sts": 1.0}, BUILTIN_TASKS)
     restored.load_state_dict(weighting.state_dict())
     assert restored.current_weights() == pytest.approx({"sst": 5 / 3, "qqp": 2 / 3, "sts": 2 / 3})
 
@@ -234,12 +235,12 @@ def test_learned_weighting_leaves_out_zero_weight_tasks():
 ])
 def test_factory_errors(kind, names, weights, message):
     with pytest.raises(ValueError, match=message):
-        make_loss_weighting(kind, names, weights)
+        make_loss_weighting(kind, names, weights, BUILTIN_TASKS)
 
 
 def test_factory_kinds_share_the_interface():
     for kind in ("fixed", "adaptive", "learned"):
-        weighting = make_loss_weighting(kind, TASKS3, {"sst": 1.0, "qqp": 1.0, "sts": 1.0})
+        weighting = make_loss_weighting(kind, TASKS3, {"sst": 1.0, "qqp": 1.0, "sts": 1.0}, BUILTIN_TASKS)
         assert isinstance(weighting, LossWeighting)
         assert set(weighting.current_weights()) == set(TASKS3)
 

@@ -16,7 +16,7 @@ from training.data.readers import read_examples
 from heads import PairClassifierHead
 from training import task_file
 from training.runs import load_run
-from training.tasks import TASKS
+from training import sts_losses, task_schema
 from training.tools import predict as predict_tool
 from training.tools import report
 
@@ -74,11 +74,6 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def forget(name: str) -> None:
-    """A fresh process's table: the declared task unknown until a saved run registers it again."""
-    TASKS.pop(name, None)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_dir):
     """The toy task trained alone and beside SST; then its declaration file is deleted and the task
@@ -89,7 +84,6 @@ def runs(tmp_path_factory, tiny_model_dir):
     assert train(root, tiny_model_dir, data, "nli", declared, "alone") == 0
     assert train(root, tiny_model_dir, data, "sst,nli", declared, "both") == 0
     declared.unlink()
-    forget("nli")
     return root
 
 
@@ -112,10 +106,9 @@ def test_the_declared_task_trains_alone_and_beside_sst_and_writes_its_prediction
 @pytest.mark.slow
 def test_load_run_without_the_file_reproduces_the_dev_predictions(runs):
     for name in ("alone", "both"):
-        forget("nli")
         run = load_run(runs / "runs" / name)
         assert isinstance(run.model.heads["nli"], PairClassifierHead)
-        examples, _ = TASKS["nli"].read(runs / "data" / "nli-dev.tsv")
+        examples, _ = run.config.known_tasks()["nli"].read(runs / "data" / "nli-dev.tsv")
         got = run.predict_examples("nli", examples).predictions.astype(int).tolist()
         written = [int(row["Predicted_gold"]) for row in read_csv(runs / "runs" / name / "nli-dev-output.csv")]
         assert got == written
@@ -126,17 +119,14 @@ def test_load_run_without_the_file_reproduces_the_dev_predictions(runs):
 
 @pytest.mark.slow
 def test_predict_data_dir_mode_and_the_report_know_the_task(runs, capsys):
-    forget("nli")
     out = runs / "predicted"
     assert predict_tool.main([str(runs / "runs" / "both"), "--data_dir", str(runs / "data"), "--out", str(out)]) == 0
     assert read_csv(out / "nli-dev-output.csv") == read_csv(runs / "runs" / "both" / "nli-dev-output.csv")
     assert "nli-dev.tsv" in json.loads((out / "metrics.json").read_text(encoding="utf-8"))["scores"]
     capsys.readouterr()
-    forget("nli")
     assert report.main([str(runs / "runs"), "--bootstrap", "0"]) == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert header.split()[2:5] == ["SST", "NLI", "average"]
-    forget("nli")
     assert "| NLI acc |" in report.render_markdown(report.collect_runs(runs / "runs"))
     rows = {row.run: row for row in report.read_runs(runs / "runs")}
     dev = json.loads((runs / "runs" / "alone" / "metrics.json").read_text(encoding="utf-8"))["dev"]["nli"]
@@ -149,17 +139,15 @@ def test_resume_reads_the_saved_declaration(runs):
     """``--resume`` builds its configuration from the saved one: the task is known again, no file needed."""
     from training.run_config import RunConfig
     from training.run_folder import resumed_config
-    forget("nli")
     saved = json.loads((runs / "runs" / "alone" / "metrics.json").read_text(encoding="utf-8"))["config"]
     flags = RunConfig.defaults()
     flags.output.resume = str(runs / "runs" / "alone")
     config = resumed_config(flags, saved, runs / "runs" / "alone" / "metrics.json")
-    assert config.task_names() == ["nli"] and TASKS["nli"].num_classes == 3
+    assert config.task_names() == ["nli"] and config.known_tasks()["nli"].num_classes == 3
 
 
 @pytest.mark.slow
 def test_predict_input_scores_a_comma_csv_with_its_own_column_names(runs, capsys):
-    forget("nli")
     rows = toy_rows(5, 9)
     path = runs / "mine.csv"
     with open(path, "w", encoding="utf-8", newline="") as f:
@@ -189,7 +177,6 @@ def test_predict_input_scores_a_comma_csv_with_its_own_column_names(runs, capsys
 
 @pytest.mark.slow
 def test_predict_input_without_ids_or_labels_and_for_a_builtin_task(runs, capsys):
-    forget("nli")
     path = runs / "plain.tsv"
     path.write_text("a\tb\n" + "\n".join(f"{p}\t{h}" for _, p, h, _ in toy_rows(3, 4)) + "\n", encoding="utf-8")
     out = runs / "plain-out"
@@ -210,7 +197,6 @@ def test_predict_input_without_ids_or_labels_and_for_a_builtin_task(runs, capsys
 def test_predict_input_with_blank_labels_predicts_with_no_score(runs, capsys):
     """Issue 61: a file whose label column is blank refused every row ("no usable rows"); the error now says
     --no_score, which predicts every row without reading the column."""
-    forget("nli")
     path = runs / "blank.csv"
     path.write_text("a,b,answer\n" + "\n".join(f"{p},{h}," for _, p, h, _ in toy_rows(3, 4)) + "\n", encoding="utf-8")
     argv = [str(runs / "runs" / "alone"), "--input", str(path), "--columns", "a,b", "--label_column", "answer",
@@ -255,6 +241,9 @@ def bad(**changes):
     (bad(kind="pair_regression", num_classes=None, score_range=[1, 1]), "score_range", "low < high"),
     (bad(labels=3), "labels", "unknown field"),
     (bad(name="My Task"), "name", "lower-case"),
+    (bad(output_prefix="para"), "output_prefix", "built-in"),         # would write over QQP's prediction files
+    (bad(output_prefix="Out/put"), "output_prefix", "lower-case"),
+    (bad(prediction_column=""), "prediction_column", "column name"),
 ])
 def test_a_bad_declaration_is_one_line_naming_file_and_field_and_leaves_no_run_folder(
         tmp_path, capsys, declaration, field, words):
@@ -272,6 +261,7 @@ def test_a_bad_declaration_is_one_line_naming_file_and_field_and_leaves_no_run_f
     ("{not json", "not valid JSON"),
     ("[]", "expected a 'tasks' list"),
     (json.dumps({"tasks": [DECLARATION, DECLARATION]}), "declared twice"),
+    (json.dumps({"tasks": [DECLARATION, {**DECLARATION, "name": "nli2", "output_prefix": "nli"}]}), "declared twice"),
 ])
 def test_an_unreadable_task_file_is_one_line(tmp_path, capsys, text, words):
     (tmp_path / "t.json").write_text(text, encoding="utf-8")
@@ -285,7 +275,6 @@ def test_a_task_file_whose_tasks_tasks_does_not_name_is_refused(tmp_path, capsys
     declared = write_declaration(tmp_path / "t.json")
     assert run_multitask.main(["--task_file", str(declared), "--out_dir", str(tmp_path / "runs")]) == 1
     assert "names none of them" in capsys.readouterr().err
-    forget("nli")
     assert run_multitask.main(["--tasks", "sst,nli", "--out_dir", str(tmp_path / "runs")]) == 1
     assert "declare nli in a --task_file" in capsys.readouterr().err
 
@@ -298,16 +287,16 @@ def test_yaml_declarations_read_as_json_ones(tmp_path):
 
 
 def test_each_kind_gets_its_head_loss_and_prediction():
-    single = task_file.task_from_declaration(task_file.check_declaration(
+    single = task_schema.task_from_declaration(task_schema.check_declaration(
         bad(kind="classification", text_columns="premise", num_classes=4), "test"))
     model = run_multitask.RunConfig.defaults().model
     assert not single.is_pair and single.head(8, model)(torch.zeros(2, 8)).shape == (2, 4)
-    binary = task_file.task_from_declaration(task_file.check_declaration(bad(num_classes=2), "test"))
+    binary = task_schema.task_from_declaration(task_schema.check_declaration(bad(num_classes=2), "test"))
     assert binary.divergence == "binary" and binary.head(8, model)(torch.zeros(2, 8), torch.ones(2, 8)).shape == (2,)
-    multi = task_file.task_from_declaration(task_file.check_declaration(DECLARATION, "test"))
+    multi = task_schema.task_from_declaration(task_schema.check_declaration(DECLARATION, "test"))
     assert multi.divergence == "multiclass"
     assert multi.head(8, model)(torch.zeros(2, 8), torch.ones(2, 8)).shape == (2, 3)
-    regression = task_file.task_from_declaration(task_file.check_declaration(
+    regression = task_schema.task_from_declaration(task_schema.check_declaration(
         bad(kind="pair_regression", num_classes=None, score_range=[-1, 1]), "test"))
     assert regression.metric_name == "pearson" and regression.score_range == (-1.0, 1.0)
     # the head's 0..5 scale maps onto the declared range, both ways
@@ -353,7 +342,6 @@ def test_a_cut_run_of_a_declared_task_resumes_to_the_same_run(tmp_path, tiny_mod
     clean = tmp_path / "runs" / "clean"
     assert len(list_checkpoints(clean)) > 2
     declared.unlink()
-    forget("nli")
     resumed = tmp_path / "resumed"
     shutil.copytree(clean, resumed)
     for later in list_checkpoints(resumed)[2:]:   # stopped after its second checkpoint, before its outputs
@@ -377,7 +365,7 @@ def test_a_cut_run_of_a_declared_task_resumes_to_the_same_run(tmp_path, tiny_mod
 def saved_run_config(path: Path, *declarations) -> Path:
     """A run's saved configuration (as checkpoint/run_config.json holds it): its declarations and tasks."""
     saved = run_multitask.parse_config(["--tasks", "nli"]).to_dict()
-    saved["data"]["own_tasks"] = [task_file.check_declaration(d, "test") for d in declarations or [DECLARATION]]
+    saved["data"]["own_tasks"] = [task_schema.check_declaration(d, "test") for d in declarations or [DECLARATION]]
     path.write_text(json.dumps(saved), encoding="utf-8")
     return path
 
@@ -400,7 +388,6 @@ def test_config_declarations_and_a_task_file_agree_or_the_run_is_refused(tmp_pat
     with pytest.raises(SystemExit):
         run_multitask.parse_config(["--config", str(config), "--task_file", str(other)])
     assert "it declares topic, --config" in capsys.readouterr().err
-    forget("nli")
 
 
 @pytest.mark.slow
@@ -415,12 +402,38 @@ def test_resume_with_the_run_s_task_file_continues_and_an_edited_one_is_named(tm
     metrics = json.loads((folder / "metrics.json").read_text())
     (folder / "metrics.json").write_text(json.dumps({**metrics, "status": "interrupted"}))
     edited = write_declaration(tmp_path / "edited.json", {**DECLARATION, "num_classes": 4})
-    forget("nli")
     assert run_multitask.main(["--resume", str(folder), "--task_file", str(edited), "--quiet"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"--task_file {edited} and the run's saved declarations" in err, err
     assert "field 'num_classes': 4 against 3" in err and "own_tasks" not in err
-    forget("nli")
     assert run_multitask.main(["--resume", str(folder), "--task_file", str(declared), "--quiet"]) == 0, \
         capsys.readouterr().err
     assert json.loads((folder / "metrics.json").read_text())["status"] == "finished"
+
+
+def test_a_run_s_tasks_are_its_own_not_a_shared_table(tmp_path):
+    """Two configurations in one process that declare the same name differently each keep their own row: tasks
+    are built from the configuration, never registered into a module-global table (issue 60, item 1)."""
+    three = run_multitask.parse_config(["--task_file", str(write_declaration(tmp_path / "3.json")), "--tasks", "nli"])
+    four = run_multitask.parse_config(["--task_file", str(write_declaration(tmp_path / "4.json", bad(num_classes=4))),
+                                       "--tasks", "nli"])
+    three.validate()
+    four.validate()
+    assert three.known_tasks()["nli"].num_classes == 3 and four.known_tasks()["nli"].num_classes == 4
+    assert "nli" not in run_multitask.parse_config([]).known_tasks()
+
+
+def test_a_declared_regression_trains_with_sts_loss_on_its_mapped_scale():
+    """A declared pair regression is STS's kind of head: --sts_loss reaches it (it was MSE whatever the flag),
+    on the gold scores mapped onto the head's 0..5 scale; on 0..5 itself it is STS's row."""
+    declared = task_schema.task_from_declaration(task_schema.check_declaration(
+        bad(kind="pair_regression", num_classes=None, score_range=[1, 3]), "test"))
+    model = run_multitask.RunConfig.defaults().model
+    model.sts_loss = "cosent"
+    head = declared.head(8, model)
+    scores, gold = torch.tensor([1.0, 4.0, 2.0]), torch.tensor([1.5, 2.5, 3.0])
+    assert head.loss is not None
+    assert head.loss(scores, gold).item() == pytest.approx(sts_losses.cosent_loss(scores, (gold - 1) * 2.5).item())
+    model.sts_loss = "mse"
+    assert declared.head(8, model).loss is None   # the task's own: MSE on the mapped scale
+    assert declared.loss(torch.tensor([2.5]), torch.tensor([2.0])).item() == 0.0

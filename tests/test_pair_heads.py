@@ -14,7 +14,7 @@ from heads import PairHead
 from heads.pair_parts import SCORERS, Scorer
 from training.runs import load_run
 from training.sts_losses import STS_LOSSES, StsLoss, cosent_loss, mse_loss, probability_loss
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
@@ -132,7 +132,7 @@ def test_each_design_trains_and_reloads_to_its_own_predictions(name, tmp_path, t
     assert run_multitask.main(argv) == 0
     run = load_run(tmp_path / name)
     for task, column in (("qqp", "Predicted_Is_Paraphrase"), ("sts", "Predicted_Similiarity")):
-        row = TASKS[task]
+        row = BUILTIN_TASKS[task]
         with open(tmp_path / name / f"{row.output_prefix}-dev-output.csv", encoding="utf-8", newline="") as f:
             written = {r["id"]: float(r[column]) for r in csv.DictReader(f)}
         examples, _ = row.read(FIXTURE_DATA / row.files["dev"])
@@ -196,7 +196,7 @@ def test_a_new_head_kind_and_sts_loss_reach_help_a_run_load_run_and_the_model_ca
     heads = run.model.heads
     assert heads["qqp"].scorer.name == heads["sts"].scorer.name == "dot"
     assert heads["sts"].loss(torch.tensor([0.0]), torch.tensor([3.0])).item() == 2.5   # Huber, δ = 1
-    examples, _ = TASKS["sts"].read(FIXTURE_DATA / TASKS["sts"].files["dev"])
+    examples, _ = BUILTIN_TASKS["sts"].read(FIXTURE_DATA / BUILTIN_TASKS["sts"].files["dev"])
     with open(tmp_path / "toy" / "sts-dev-output.csv", encoding="utf-8", newline="") as f:
         written = {r["id"]: float(r["Predicted_Similiarity"]) for r in csv.DictReader(f)}
     predicted = run.predict_examples("sts", examples)

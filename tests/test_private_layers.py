@@ -18,7 +18,7 @@ from test_resume import FIXTURE_DATA, argv, assert_same_run, command, env, final
 from training.run_config import RunConfig
 from training.resume import list_checkpoints
 from training.runs import load_run
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 
 H = 8
 
@@ -89,9 +89,9 @@ def test_a_run_saves_the_sts_tower_as_its_encoder_and_reloads_to_its_predictions
     assert not torch.equal(encoder[top], heads["towers.sst.0.attention.query.weight"])   # trained apart
     dev = json.loads((run_dir / "metrics.json").read_text())["dev"]
     for task in ("sst", "qqp", "sts"):           # each head through its own tower gives the run's dev score
-        examples, _ = TASKS[task].read(FIXTURE_DATA / TASKS[task].files["dev"])
+        examples, _ = BUILTIN_TASKS[task].read(FIXTURE_DATA / BUILTIN_TASKS[task].files["dev"])
         predicted = loaded.predict_examples(task, examples)
-        assert TASKS[task].metric(predicted.predictions, predicted.labels) == pytest.approx(dev[task], abs=1e-6)
+        assert BUILTIN_TASKS[task].metric(predicted.predictions, predicted.labels) == pytest.approx(dev[task], abs=1e-6)
     card = (checkpoint / "README.md").read_text(encoding="utf-8")
     assert "each task has its own top encoder layer. `model.safetensors` is the sts tower" in card
 

@@ -16,7 +16,7 @@ from training.checkpoint import save_checkpoint
 from training.config import DataConfig, ModelConfig
 from training.run_config import RunConfig
 from training.runs import build_model, load_run
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = ROOT / "tests" / "fixtures" / "data"
@@ -53,7 +53,7 @@ def _batches(tokenizer, n=8):
     """The first ``n`` fixture dev examples of each task of the run, as (task, inputs) batches."""
     batches = []
     for name in ("sst", "qqp", "sts"):
-        task = TASKS[name]
+        task = BUILTIN_TASKS[name]
         examples, _ = read_examples(FIXTURE_DATA / task.files["dev"], task.text_columns, task.label_column,
                                     task.label_type, task.num_classes, task.score_range)
         batches += [(name, batch["inputs"]) for batch in make_loader(examples[:n], tokenizer, 32, n, shuffle=False)]

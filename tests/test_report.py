@@ -24,7 +24,7 @@ import run_multitask
 from training.config import TrainConfig
 from training.extensions import EXTENSIONS, ideas
 from training.extensions.base import saved_flag
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 from training.tools.bootstrap import resample_counts, weighted_metric
 from training.tools.grid import compatible, grid_rows, together
 from training.tools.report import (collect_runs, columns, compare_to_baselines, csv_columns, main,
@@ -291,7 +291,7 @@ def write_dev_files(folder: Path) -> dict:
     folder.mkdir()
     gold = {}
     for name, values in labels.items():
-        task = TASKS[name]
+        task = BUILTIN_TASKS[name]
         ids = [f"{name}{i:03d}" for i in range(N_DEV)]
         lines = ["\t".join(["", "id", *task.text_columns, task.label_column])]
         for i, (example_id, value) in enumerate(zip(ids, values)):
@@ -327,7 +327,7 @@ def write_run(out: Path, name: str, seed: int, pred: dict, gold: dict, data_dir:
     folder = out / name
     folder.mkdir()
     for task_name, values in pred.items():
-        task = TASKS[task_name]
+        task = BUILTIN_TASKS[task_name]
         ids = gold[task_name][0]
         rows = [f"{i},{v:.4f}" if task.label_type == "score" else f"{i},{int(v)}" for i, v in zip(ids, values)]
         (folder / f"{task.output_prefix}-dev-output.csv").write_text(
@@ -487,7 +487,7 @@ def test_weighted_metric_is_the_task_metric_on_the_drawn_examples():
     for b, row in enumerate(counts.astype(int)):
         picked = np.repeat(np.arange(30), row)
         for r in range(3):
-            assert pearson[r, b] == pytest.approx(TASKS["sts"].metric(runs[r][picked], gold[picked]), abs=1e-9)
+            assert pearson[r, b] == pytest.approx(BUILTIN_TASKS["sts"].metric(runs[r][picked], gold[picked]), abs=1e-9)
             assert accuracy[r, b] == pytest.approx(np.mean(guesses[r][picked] == labels[picked]), abs=1e-12)
         assert pearson[0, b] == pytest.approx(pearsonr(runs[0][picked], gold[picked])[0], abs=1e-9)
     assert (pearson[2] == 0).all()   # a constant side has no r: 0, as training.tasks.pearson

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from test_report import N_DEV, SEEDS, dev_scores, markdown_rows, predictions, write_dev_files
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 from training.tools.bootstrap import resample_counts
 from training.tools.report import collect_runs, columns, compare_to_baselines, forest_panels, main, render_markdown
 
@@ -22,7 +22,7 @@ def write_run(out: Path, name: str, seed: int, pred: dict, gold: dict, data_dir:
     folder = out / name
     folder.mkdir()
     for task_name, values in pred.items():
-        task = TASKS[task_name]
+        task = BUILTIN_TASKS[task_name]
         rows = [f"{i},{v:.4f}" if task.label_type == "score" else f"{i},{int(v)}"
                 for i, v in zip(gold[task_name][0], values)]
         (folder / f"{task.output_prefix}-dev-output.csv").write_text(
@@ -186,7 +186,7 @@ def test_other_dev_ids_leave_the_cell_blank_with_a_note(study, tmp_path, capsys)
     out, data = tmp_path / "runs", tmp_path / "other-data"
     out.mkdir()
     shutil.copytree(study["out"].parent / "data", data)
-    sst_dev = data / TASKS["sst"].files["dev"]
+    sst_dev = data / BUILTIN_TASKS["sst"].files["dev"]
     sst_dev.write_text(sst_dev.read_text(encoding="utf-8").replace("\tsst", "\tx-sst"), encoding="utf-8")
     gold = {**study["gold"], "sst": (["x-" + i for i in study["gold"]["sst"][0]], study["gold"]["sst"][1])}
     write_run(out, "ft", SEEDS[0], study["pred"]["ft", SEEDS[0]], study["gold"], study["out"].parent / "data")

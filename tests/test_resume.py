@@ -210,8 +210,8 @@ def test_resumable_state_finds_every_stateful_part_without_registration():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     precision = Precision("off", torch.device("cpu"))
     precision.scaler = torch.amp.GradScaler("cpu")  # as --amp fp16 holds one
-    smart = SmartRegularizer(model, SmartConfig(smart=True, smart_bregman=True, smart_beta=0.9))
-    task_loss = TaskLoss(model, torch.device("cpu"), [smart], weighting)
+    smart = SmartRegularizer(model, SmartConfig(smart=True, smart_bregman=True, smart_beta=0.9), {})
+    task_loss = TaskLoss(model, {}, torch.device("cpu"), [smart], weighting)
     run = Run(config=None, model=model, forward_model=torch.nn.Sequential(model), splits={}, loader=None,
               device=None, log=None, optimizer=optimizer, task_loss=task_loss,
               loop=TrainingLoop(precision, RunLog(quiet=True)))

@@ -21,7 +21,7 @@ from training.run_config import RunConfig
 from training.evaluate import predict
 from training.checkpoint import load_checkpoint
 from training.runs import encode, load_run, pretrained_run
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 SENTENCES = ["a short one", "a much longer sentence than the others in this list, with a clause", "mid length text",
@@ -61,7 +61,7 @@ def test_loaded_model_is_the_run_model(run, run_dir):
     assert list(run.model.heads) == run.config.task_names() == ["sst", "qqp", "sts"]
     assert run.model.bert.config.to_dict() == json.loads((run_dir / "checkpoint" / "config.json").read_text())
     assert training.load_run is load_run  # the package's export
-    task = TASKS["sst"]
+    task = BUILTIN_TASKS["sst"]
     examples, _ = read_examples(FIXTURE_DATA / task.files["dev"], task.text_columns, task.label_column,
                                 task.label_type, task.num_classes)
     loader = make_loader(examples, run.tokenizer, run.config.data.max_length, 4, shuffle=False)

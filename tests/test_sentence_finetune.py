@@ -123,12 +123,12 @@ def test_the_loop_trains_as_a_written_out_loop(tiny_model_dir, data_dir, tmp_pat
     from minbert import AdamW, BertTokenizer, decay_groups
     from training.losses import label_contrastive_loss
     from scripts.probe import read_split
-    from training.tasks import TASKS
+    from training.task_schema import BUILTIN_TASKS
 
     assert _run(tiny_model_dir, data_dir, tmp_path / "run", "--task", "sst", "--loss", "lcl", "--epochs", "2") == 0
     model = MultitaskBert(BertModel.from_pretrained(tiny_model_dir), {}, "mean").train()
     torch.manual_seed(11711)  # after building the model, as the tool seeds the dropout masks
-    examples, _ = read_split(data_dir / "ids-sst-train.csv", TASKS["sst"])
+    examples, _ = read_split(data_dir / "ids-sst-train.csv", BUILTIN_TASKS["sst"])
     loader = make_loader(examples, BertTokenizer(tiny_model_dir / "vocab.txt"), 24, 6, shuffle=True, seed=11711,
                          bucket=True)
     # BERT's groups: no weight decay on biases and LayerNorm weights

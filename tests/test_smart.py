@@ -12,7 +12,7 @@ import torch
 from heads import MultitaskBert, PairHead, SentimentHead
 from minbert import BertConfig, BertModel
 from training.smart import Ascent, BregmanProximal, EmbeddingNoise, divergence, smart_loss
-from training.tasks import TASKS
+from training.task_schema import BUILTIN_TASKS
 
 
 def _model() -> MultitaskBert:
@@ -45,7 +45,7 @@ def _regulariser(model, task, seed=0, **ascent):
     inputs = INPUTS[task]
     clean = model(task, inputs)
     torch.manual_seed(seed)
-    return smart_loss(model, task, inputs, clean, TASKS[task].divergence, ascent=Ascent(**ascent))
+    return smart_loss(model, task, inputs, clean, BUILTIN_TASKS[task].divergence, ascent=Ascent(**ascent))
 
 
 # ----------------------------------------------------------------------------- divergence
@@ -158,7 +158,7 @@ def test_gradient_reaches_the_model_through_the_clean_output_too(task):
     model = _model()
     clean = model(task, INPUTS[task]).detach().requires_grad_()
     torch.manual_seed(0)
-    loss = smart_loss(model, task, INPUTS[task], clean, TASKS[task].divergence, ascent=Ascent(eps=1e-2))
+    loss = smart_loss(model, task, INPUTS[task], clean, BUILTIN_TASKS[task].divergence, ascent=Ascent(eps=1e-2))
     (grad,) = torch.autograd.grad(loss, clean)
     assert grad.abs().sum() > 0
 
@@ -169,9 +169,9 @@ def test_regulariser_value_is_weight_times_the_divergence_at_the_noise(task):
     clean = model(task, INPUTS[task])
     torch.manual_seed(7)
     adversarial = EmbeddingNoise(eps=1e-2).run(model, task, INPUTS[task], track=False)
-    expected = 0.25 * divergence(adversarial, clean, TASKS[task].divergence).item()
+    expected = 0.25 * divergence(adversarial, clean, BUILTIN_TASKS[task].divergence).item()
     torch.manual_seed(7)   # smart_loss draws the same noise
-    got = smart_loss(model, task, INPUTS[task], clean, TASKS[task].divergence, 0.25, Ascent(eps=1e-2, steps=0))
+    got = smart_loss(model, task, INPUTS[task], clean, BUILTIN_TASKS[task].divergence, 0.25, Ascent(eps=1e-2, steps=0))
     assert got.item() == pytest.approx(expected, rel=1e-9)
 
 
@@ -200,17 +200,17 @@ def test_bregman_penalty_is_zero_at_start_and_grows_when_the_model_moves():
     bregman = BregmanProximal(model, mu=2.0, beta=0.9)
     assert all(not p.requires_grad for p in bregman.ema.parameters())
     for task in ("sst", "qqp", "sts"):
-        assert bregman.penalty(model(task, INPUTS[task]), task, INPUTS[task], TASKS[task].divergence).item() == 0
+        assert bregman.penalty(model(task, INPUTS[task]), task, INPUTS[task], BUILTIN_TASKS[task].divergence).item() == 0
     with torch.no_grad():
         for param in model.parameters():
             param.add_(0.05 * torch.randn_like(param))
     for task in ("sst", "qqp", "sts"):
         output = model(task, INPUTS[task])
-        penalty = bregman.penalty(output, task, INPUTS[task], TASKS[task].divergence)
+        penalty = bregman.penalty(output, task, INPUTS[task], BUILTIN_TASKS[task].divergence)
         assert penalty.item() > 0
         with torch.no_grad():
             target = bregman.ema(task, INPUTS[task])
-        assert penalty.item() == pytest.approx(2.0 * divergence(output, target, TASKS[task].divergence).item())
+        assert penalty.item() == pytest.approx(2.0 * divergence(output, target, BUILTIN_TASKS[task].divergence).item())
         (grad,) = torch.autograd.grad(penalty, model.bert.embeddings.word_embeddings.weight)
         assert grad.abs().sum() > 0
 

@@ -9,9 +9,14 @@ import run_multitask
 from training.run_config import RunConfig
 from training.extensions.joint_loss import loss_weights
 from training.extensions.lcl import lcl_task
-from training.tasks import TASKS, format_metrics, overall_score, parse_tasks, pearson
+from training.task_schema import (BUILTIN_DECLARATIONS, BUILTIN_TASKS, OPTIONAL, REQUIRED, check_declaration,
+                                  task_from_declaration)
+from training.tasks import format_metrics, overall_score, parse_tasks, pearson
 
 CFIMDB_DATA = Path(__file__).parent / "fixtures" / "cfimdb"
+# a row's fields that are data (the others are functions, made anew by each build)
+ROW_DATA = ("name", "description", "files", "text_columns", "label_column", "label_type", "num_classes",
+            "score_range", "metric_name", "divergence", "output_prefix", "prediction_column", "id_column")
 
 
 def test_pearson_gives_scipys_bits():
@@ -53,16 +58,16 @@ def test_scoring_sts_does_not_import_scipy_stats():
 
 def test_overall_score_is_the_cs224n_formula_for_the_benchmark_tasks():
     metrics = {"sst": 0.48, "qqp": 0.81, "sts": 0.87}
-    assert overall_score(metrics) == pytest.approx((0.48 + 0.81 + (0.87 + 1) / 2) / 3, abs=1e-15)
+    assert overall_score(metrics, BUILTIN_TASKS) == pytest.approx((0.48 + 0.81 + (0.87 + 1) / 2) / 3, abs=1e-15)
 
 
 def test_overall_score_of_one_task_is_its_unit_score():
-    assert overall_score({"cfimdb": 0.75}) == 0.75
-    assert overall_score({"sts": -1.0}) == 0.0
+    assert overall_score({"cfimdb": 0.75}, BUILTIN_TASKS) == 0.75
+    assert overall_score({"sts": -1.0}, BUILTIN_TASKS) == 0.0
 
 
 def test_every_row_is_complete():
-    for name, task in TASKS.items():
+    for name, task in BUILTIN_TASKS.items():
         assert task.name == name
         assert set(task.files) == {"train", "dev", "test"}
         assert task.divergence in ("multiclass", "binary", "regression")
@@ -70,14 +75,32 @@ def test_every_row_is_complete():
         assert (task.label_type == "score") == (task.score_range is not None)
 
 
+def test_the_built_in_tasks_are_declarations_in_the_task_file_schema():
+    """SST, QQP, STS and CFIMDB are declared in the schema a --task_file uses and built by the same function;
+    their rows keep the CS224N release's files, prefixes and prediction columns."""
+    for declaration in BUILTIN_DECLARATIONS:
+        assert set(declaration) <= set(REQUIRED + OPTIONAL)
+        checked = check_declaration(declaration, "test", reserved=())
+        task = BUILTIN_TASKS[declaration["name"]]
+        again = task_from_declaration(checked)
+        assert {f: getattr(task, f) for f in ROW_DATA} == {f: getattr(again, f) for f in ROW_DATA}
+    rows = {name: (t.output_prefix, t.prediction_column, t.divergence, t.metric_name)
+            for name, t in BUILTIN_TASKS.items()}
+    assert rows == {"sst": ("sst", "Predicted_Sentiment", "multiclass", "accuracy"),
+                    "qqp": ("para", "Predicted_Is_Paraphrase", "binary", "accuracy"),
+                    "sts": ("sts", "Predicted_Similiarity", "regression", "pearson"),
+                    "cfimdb": ("cfimdb", "Predicted_Sentiment", "multiclass", "accuracy")}
+    assert BUILTIN_TASKS["sts"].score_range == (0.0, 5.0) and BUILTIN_TASKS["sst"].num_classes == 5
+
+
 def test_format_metrics_names_each_task_and_its_metric():
-    assert format_metrics({"sst": 0.5, "sts": 0.25}) == "SST acc 0.500 STS pearson 0.250"
+    assert format_metrics({"sst": 0.5, "sts": 0.25}, BUILTIN_TASKS) == "SST acc 0.500 STS pearson 0.250"
 
 
 @pytest.mark.parametrize("value", ["", "sst,sst", "sst,imdb", ","])
 def test_bad_task_lists_are_refused(value):
     with pytest.raises(ValueError, match="--tasks"):
-        parse_tasks(value)
+        parse_tasks(value, BUILTIN_TASKS)
 
 
 def config(**settings) -> RunConfig:

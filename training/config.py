@@ -14,7 +14,8 @@ from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 from .flags import add_flags, device_name, flag, optional_float, optional_int, section_from_args  # noqa: F401
 from .schedule import STRATEGIES
 from .sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
-from .tasks import DEFAULT_TASKS, TASKS
+from .task_schema import BUILTIN_TASKS
+from .tasks import DEFAULT_TASKS
 
 
 @dataclass
@@ -76,8 +77,8 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    tasks: str = flag(",".join(DEFAULT_TASKS), f"comma-separated tasks to train and predict, from {', '.join(TASKS)} "
-                                               "and those --task_file declares")
+    tasks: str = flag(",".join(DEFAULT_TASKS), "comma-separated tasks to train and predict, from "
+                                               f"{', '.join(BUILTIN_TASKS)} and those --task_file declares")
     epochs: int = flag(3, "multi-task epochs; 0: the stages alone (e.g. --ucl), the run keeps the encoder they "
                           "leave (no heads, no predictions)")
     lr: float = flag(1e-4, "learning rate of the encoder")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from minbert.atomic import atomic_path
 
-from .tasks import TASKS
+from .task_file import saved_tasks
 
 
 class MatplotlibMissing(RuntimeError):
@@ -41,9 +41,10 @@ def plot_curves(metrics: dict, path: Path) -> Path:
     stages = {name: log for name, log in (metrics.get("stages") or {}).items() if isinstance(log, dict)}
     stage_losses = {name: log["loss_curve"] for name, log in stages.items() if log.get("loss_curve")}
     by_kind: dict[str, dict] = {}
+    tasks = saved_tasks(metrics.get("config"))
     for name, points in (metrics.get("loss_curves") or {}).items():
-        if points and name in TASKS:
-            by_kind.setdefault(LOSS_KINDS[TASKS[name].divergence], {})[name] = points
+        if points and name in tasks:
+            by_kind.setdefault(LOSS_KINDS[tasks[name].divergence], {})[name] = points
     panels = {**({"stages before multi-task training": stage_losses} if stage_losses else {}),
               **{f"training loss: {kind}": curves for kind, curves in by_kind.items()}} or {"training loss": {}}
     columns = max(len(panels), 3)
@@ -57,7 +58,7 @@ def plot_curves(metrics: dict, path: Path) -> Path:
         _draw_losses(ax, title, curves, stage=title.startswith("stages"))
     _draw_learning_rates(bottom[0], [*((n, log.get("lr_curve")) for n, log in stages.items()),
                                      ("multitask", metrics.get("lr_curve"))])
-    _draw_evaluations(bottom[1], bottom[2], metrics)
+    _draw_evaluations(bottom[1], bottom[2], metrics, tasks)
     fig.suptitle(metrics.get("run_name", ""))
     try:
         with atomic_path(path) as tmp:
@@ -88,7 +89,7 @@ def _draw_learning_rates(ax, curves: list) -> None:
         ax.legend()
 
 
-def _draw_evaluations(dev_ax, loss_ax, metrics: dict) -> None:
+def _draw_evaluations(dev_ax, loss_ax, metrics: dict, tasks: dict) -> None:
     """Each task's dev metric, the overall score and each task's dev loss at every evaluation (each epoch's
     end, or every --eval_every steps); a record from before ``run_step`` was recorded is left out."""
     evaluations = metrics.get("evaluations") or [e for e in metrics.get("epochs") or [] if "dev" in e]
@@ -96,7 +97,7 @@ def _draw_evaluations(dev_ax, loss_ax, metrics: dict) -> None:
     x = [e["run_step"] for e in evaluations]
     for name in (evaluations[0]["dev"] if evaluations else {}):
         dev_ax.plot(x, [e["dev"][name] for e in evaluations], marker="o",
-                    label=f"{name.upper()} {TASKS[name].metric_name}")
+                    label=f"{name.upper()} {tasks[name].metric_name}")
         if all(e.get("dev_loss", {}).get(name) is not None for e in evaluations):
             loss_ax.plot(x, [e["dev_loss"][name] for e in evaluations], marker="o", label=name.upper())
     dev_ax.plot(x, [e["dev_overall"] for e in evaluations], marker="s", color="black", label="overall")

@@ -5,12 +5,15 @@ label-contrastive loss, and the joint loss's task weightings, each behind one in
 from __future__ import annotations
 
 import math
+from functools import partial
+from types import MappingProxyType
+from typing import Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.tasks import TASKS
+from training.tasks import Task
 
 
 def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float = 0.05,
@@ -92,10 +95,13 @@ def label_contrastive_loss(embeddings: torch.Tensor, labels: torch.Tensor, tempe
     return kl[rows].mean()
 
 
-def make_loss_weighting(kind: str, task_names: list[str], weights: dict[str, float]) -> "LossWeighting":
+def make_loss_weighting(kind: str, task_names: list[str], weights: dict[str, float],
+                        tasks: Mapping[str, Task] = MappingProxyType({})) -> "LossWeighting":
     """The weighting named ``kind`` ("fixed", "adaptive" or "learned") over ``task_names``, starting
-    from the base ``weights`` (one finite, non-negative number per task, no more, no fewer)."""
-    weightings = {"fixed": FixedWeighting, "adaptive": AdaptiveWeighting, "learned": LearnedWeighting}
+    from the base ``weights`` (one finite, non-negative number per task, no more, no fewer); ``tasks``: the
+    rows by name, whose metrics the adaptive weighting reads."""
+    weightings = {"fixed": FixedWeighting, "adaptive": partial(AdaptiveWeighting, tasks=tasks),
+                  "learned": LearnedWeighting}
     if kind not in weightings:
         raise ValueError(f"unknown loss weighting {kind!r}; choose one of {', '.join(weightings)}")
     if not task_names or len(set(task_names)) != len(task_names):
@@ -158,17 +164,18 @@ class AdaptiveWeighting(LossWeighting):
     0, e.g. every s_t = 1), the weights are the base weights.
     """
 
-    def __init__(self, base_weights: dict[str, float]):
-        unknown = [name for name in base_weights if name not in TASKS]
+    def __init__(self, base_weights: dict[str, float], tasks: Mapping[str, Task]):
+        unknown = [name for name in base_weights if name not in tasks]
         if unknown:
             raise ValueError(f"adaptive weighting needs each task's metric; unknown tasks {unknown}")
         super().__init__(base_weights)
+        self.tasks = {name: tasks[name] for name in base_weights}
 
     def update(self, dev_metrics: dict[str, float]) -> None:
         missing = [name for name in self.task_names if name not in dev_metrics]
         if missing:
             raise ValueError(f"adaptive weighting needs the dev metric of every task; missing {missing}")
-        shortfall = torch.tensor([1.0 - _unit_score(name, dev_metrics[name]) for name in self.task_names],
+        shortfall = torch.tensor([1.0 - _unit_score(self.tasks[name], dev_metrics[name]) for name in self.task_names],
                                  dtype=self.base_weights.dtype, device=self.base_weights.device)
         raw = self.base_weights * shortfall
         self.weights.copy_(raw * self.base_weights.sum() / raw.sum() if raw.sum() > 0 else self.base_weights)
@@ -214,8 +221,8 @@ def _total(terms: list[torch.Tensor], losses: dict[str, torch.Tensor]) -> torch.
     return sum(terms[1:], terms[0])
 
 
-def _unit_score(name: str, value: float) -> float:
+def _unit_score(task: Task, value: float) -> float:
     """A task's dev metric on a 0..1 scale: Pearson r as (r + 1) / 2, accuracy as it is."""
     if not math.isfinite(value):
-        raise ValueError(f"dev metric of {name} is not finite: {value}")
-    return min(max(TASKS[name].unit_score(value), 0.0), 1.0)
+        raise ValueError(f"dev metric of {task.name} is not finite: {value}")
+    return min(max(task.unit_score(value), 0.0), 1.0)

@@ -7,6 +7,7 @@ its dev (and test) scores, how each of the three readers loads it, and what the 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from pathlib import Path
@@ -19,7 +20,9 @@ from minbert.atomic import write_text_atomic
 from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
 from .run_config import RunConfig
 from .sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
-from .tasks import BUILTIN_TASKS, TASKS
+from .task_file import saved_tasks
+from .task_schema import STS_SCALE
+from .tasks import Task
 
 EMBEDDED = "the embedded all-MiniLM-L6-v2"
 README = "README.md"
@@ -35,7 +38,7 @@ def model_card(metrics: dict, checkpoint_dir: Path) -> str:
     checkpoint_dir = Path(checkpoint_dir)
     config = metrics.get("config") or {}
     model = config.get("model") or {}
-    tasks = _tasks(config, metrics)
+    tasks, known = _tasks(config, metrics), saved_tasks(config)
     heads = head_tensors(checkpoint_dir)
     what = ("A BERT sentence encoder without task heads, left by minbert-mtl's training stages"
             if _stages_only(metrics) else
@@ -43,11 +46,11 @@ def model_card(metrics: dict, checkpoint_dir: Path) -> str:
     parts = [
         front_matter(metrics, config, tasks) +
         f"# {metrics.get('run_name') or checkpoint_dir.parent.name}\n\n{what} (`run_multitask.py`).",
-        "## Model\n\n" + "\n".join(_about(metrics, config, tasks, checkpoint_dir)),
+        "## Model\n\n" + "\n".join(_about(metrics, config, tasks, checkpoint_dir, known)),
         "## Reproduce\n\n```bash\n" + command(config) + "\n```",
-        "## Scores\n\n" + _scores(metrics, tasks),
-        "## Load\n\n" + _loading(checkpoint_dir, model.get("pooling"), tasks if heads else []),
-        "## Heads\n\n" + _heads(heads, model, tasks),
+        "## Scores\n\n" + _scores(metrics, tasks, known),
+        "## Load\n\n" + _loading(checkpoint_dir, model.get("pooling"), tasks if heads else [], known),
+        "## Heads\n\n" + _heads(heads, model, tasks, known),
     ]
     return "\n\n".join(parts) + "\n"
 
@@ -70,13 +73,14 @@ def front_matter(metrics: dict, config: dict, tasks: list[str]) -> str:
     datasets = [HUB_DATASETS[t] for t in tasks if t in HUB_DATASETS]
     if datasets:
         lines.append(f"datasets: [{', '.join(datasets)}]")
+    known = saved_tasks(config)
     dev = {name: value for name, value in (metrics.get("dev") or {}).items()
-           if name in TASKS and isinstance(value, (int, float))}
+           if name in known and isinstance(value, (int, float))}
     if dev:
-        lines += ["metrics: [" + ", ".join(sorted({TASKS[t].metric_name for t in dev})) + "]", "model-index:",
+        lines += ["metrics: [" + ", ".join(sorted({known[t].metric_name for t in dev})) + "]", "model-index:",
                   f"- name: {json.dumps(metrics.get('run_name') or 'minbert-mtl')}", "  results:"]
         for name, value in dev.items():
-            task = TASKS[name]
+            task = known[name]
             lines += [f"  - task: {{type: {TASK_TYPES[task.metric_name]}, name: {json.dumps(task.description)}}}",
                       f"    dataset: {{type: {HUB_DATASETS.get(name, name)}, name: {json.dumps(name.upper())}, "
                       "split: dev}",
@@ -150,7 +154,7 @@ def _stages_only(metrics: dict) -> bool:
     return ((metrics.get("config") or {}).get("train") or {}).get("epochs") == 0
 
 
-def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path) -> list[str]:
+def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path, known: dict[str, Task]) -> list[str]:
     model, train = config.get("model") or {}, config.get("train") or {}
     encoder = ""
     try:
@@ -159,7 +163,7 @@ def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path) 
     except (OSError, ValueError, KeyError, TypeError):
         pass
     base = f"`{model['model']}`" if model.get("model") else EMBEDDED
-    described = "; ".join(f"{name}: {TASKS[name].description}" if name in TASKS else name for name in tasks)
+    described = "; ".join(f"{name}: {known[name].description}" if name in known else name for name in tasks)
     if _stages_only(metrics):
         trained = f"none: the stages alone (`--epochs 0`), which read the training sets of {', '.join(tasks)}"
     else:
@@ -190,7 +194,7 @@ def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path) 
     return lines
 
 
-def _scores(metrics: dict, tasks: list[str]) -> str:
+def _scores(metrics: dict, tasks: list[str], known: dict[str, Task]) -> str:
     if _stages_only(metrics):
         return ("A run of the stages alone (`--epochs 0`): no task heads were trained, so it has no heads and "
                 "no dev scores. The encoder is the one the stages left.")
@@ -203,7 +207,7 @@ def _scores(metrics: dict, tasks: list[str]) -> str:
         return "| " + " | ".join(str(c) for c in (cells if with_test else cells[:3])) + " |"
     rows = [row("task", "metric", "dev", "test"), row("---", "---", "---", "---").replace(" ", "")]
     for name in [t for t in tasks if t in dev] + [t for t in dev if t not in tasks]:
-        metric = TASKS[name].metric_name if name in TASKS else ""
+        metric = known[name].metric_name if name in known else ""
         rows.append(row(name, metric, _number(dev[name]), _number(test.get(name))))
     overall = [_number(metrics.get(key)) for key in ("dev_overall", "test_overall")]
     rows.append(row("overall", "mean on 0..1", *overall))
@@ -218,14 +222,14 @@ def _number(value) -> str:
     return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
 
 
-def _loading(checkpoint_dir: Path, pooling: str | None, tasks: list[str]) -> str:
+def _loading(checkpoint_dir: Path, pooling: str | None, tasks: list[str], known: dict[str, Task]) -> str:
     path = json.dumps(str(checkpoint_dir.resolve()))   # the snippets work from any folder
     ours = ["from training.runs import load_run", f"run = load_run({path})",
             'vectors = run.encode(["A sentence.", "Another one."])']
     if tasks:
         name = "sst" if "sst" in tasks else tasks[0]
         example = ('[("How do I learn Python?", "What is the best way to learn Python?")]'
-                   if name in TASKS and TASKS[name].is_pair else '["A gripping, funny film."]')
+                   if name in known and known[name].is_pair else '["A gripping, funny film."]')
         ours.append(f'predictions = run.predict("{name}", {example})')
     if pooling in SENTENCE_TRANSFORMERS_POOLING:
         st = f"loads the encoder with the run's {pooling} pooling (modules.json, 1_Pooling/)."
@@ -240,7 +244,7 @@ def _loading(checkpoint_dir: Path, pooling: str | None, tasks: list[str]) -> str
             f"3. sentence-transformers: `SentenceTransformer({path})` {st}")
 
 
-def _heads(heads: dict[str, list[int]], model: dict, tasks: list[str]) -> str:
+def _heads(heads: dict[str, list[int]], model: dict, tasks: list[str], known: dict[str, Task]) -> str:
     if not heads:
         return "This checkpoint has no heads (`heads.safetensors` holds no tensor): it is an encoder only."
     pooling, temp = model.get("pooling"), model.get("head_temp", model.get("temp"))  # "temp": saved before the split
@@ -249,7 +253,7 @@ def _heads(heads: dict[str, list[int]], model: dict, tasks: list[str]) -> str:
              f"acts in training only.", ""]
     present = {key.split(".")[1] for key in heads if key.count(".") >= 2}
     for name in [t for t in tasks if t in present] + sorted(present - set(tasks)):
-        lines.append(f"- {name}: {_head_formula(name, model, temp)}")
+        lines.append(f"- {name}: {_head_formula(known.get(name), model, temp)}")
     if model.get("pair_projection", PAIR_DEFAULTS["pair_projection"]) != "none":
         lines += ["", "The pair heads' projections (`project_u`, and `project_v` when separate) are head tensors: `encode`, transformers "
                       "and sentence-transformers give the exported tower's pooled vectors, before any projection."]
@@ -258,8 +262,7 @@ def _heads(heads: dict[str, list[int]], model: dict, tasks: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _head_formula(name: str, model: dict, temp) -> str:
-    task = TASKS.get(name)
+def _head_formula(task: Task | None, model: dict, temp) -> str:
     if task is None:
         return "a head this version does not know"
     if not task.is_pair:
@@ -267,11 +270,12 @@ def _head_formula(name: str, model: dict, temp) -> str:
     if task.divergence == "multiclass":   # a declared pair task of more than two classes (PairClassifierHead)
         return (f"`classifier` on [u; v; |u−v|]: logits = W·[u; v; |u−v|] + b ({task.num_classes} classes); the "
                 "prediction is the argmax")
-    if task.label_type == "score" and name not in BUILTIN_TASKS:   # a declared regression: 0..5 mapped, MSE
+    if task.label_type == "score" and task.score_range != STS_SCALE:   # a declared range, mapped onto 0..5
         low, high = task.score_range
         mapped = f"mapped onto {low:g}..{high:g}"
-        return _head_formula("sts", {**model, "sts_loss": "mse"}, temp).replace(", 0..5;", f", 0..5 {mapped};") \
-            .replace("clamped to 0..5", f"clamped to 0..5 and {mapped}")
+        on_scale = _head_formula(dataclasses.replace(task, score_range=STS_SCALE), model, temp)
+        return on_scale.replace(", 0..5;", f", 0..5 {mapped};").replace("clamped to 0..5",
+                                                                        f"clamped to 0..5 and {mapped}")
     projection = model.get("pair_projection", PAIR_DEFAULTS["pair_projection"])
     prefix = PROJECTIONS[projection].formula if projection in PROJECTIONS else f"projection {projection}; then "
     if task.label_type == "class":  # the paraphrase head (--para_head)

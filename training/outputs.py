@@ -20,7 +20,7 @@ from minbert.errors import describe
 from .curves import MatplotlibMissing, plot_curves
 from .evaluate import TaskPredictions
 from .run_log import RunLog
-from .tasks import TASKS, Task
+from .tasks import Task
 
 if TYPE_CHECKING:
     from .run_config import RunConfig
@@ -134,17 +134,19 @@ class RunFiles:
                 log.result(f"warning: curves.png not drawn, the run goes on without it ({describe(err)})")
                 self.warned = True
 
-    def predictions(self, dev: dict[str, TaskPredictions], splits, predict_split: Callable[..., TaskPredictions],
-                    log, test: bool = True) -> tuple[list[str], list[str], dict[str, float]]:
-        """Dev (already predicted by the best epoch) and, unless ``test`` is off (``--no_test_predictions``),
-        test prediction CSVs (``predict_split(task, examples, label)`` predicts one with the best weights);
+    def predictions(self, dev: dict[str, TaskPredictions], tasks: dict[str, Task], splits,
+                    predict_split: Callable[..., TaskPredictions], log,
+                    test: bool = True) -> tuple[list[str], list[str], dict[str, float]]:
+        """Dev of each of ``tasks`` (already predicted by the best epoch) and, unless ``test`` is off
+        (``--no_test_predictions``), test prediction CSVs (``predict_split(task, examples, label)`` predicts
+        one with the best weights);
         returns the files written and those skipped for want of a test file, and the metric of each labelled
         test file (a user's own split)."""
         written, skipped, test_scores = [], [], {}
         if not test:
             log("no test predictions (--no_test_predictions)")
         for name in dev:
-            task = TASKS[name]
+            task = tasks[name]
             for split in ("dev", "test") if test else ("dev",):
                 path = prediction_path(self.run_dir, task, split)
                 if split == "dev":

@@ -14,8 +14,9 @@ from . import extensions as registry   # the registry's one list, read where it 
 from .config import ABSENT_MEANS, CORE_SECTIONS, REMOVED_IN, RENAMED, DataConfig, ModelConfig, OutputConfig, \
     SpeedConfig, TrainConfig, saved_values
 from .flags import per_task
-from .task_file import read_task_file, register
-from .tasks import parse_tasks
+from .task_file import read_task_file
+from .task_schema import task_table
+from .tasks import Task, parse_tasks
 
 
 @dataclass
@@ -71,7 +72,7 @@ class RunConfig:
             return section(**{f.name: values[f.name] for f in dataclasses.fields(section) if f.name in values})
         config = cls(**{name: build(section) for name, section in CORE_SECTIONS.items()},
                      extensions={e.name: build(e.settings) for e in registry.EXTENSIONS})
-        register(config.data.own_tasks)   # a saved run's own tasks are known tasks again
+        config.known_tasks()   # a saved run's own tasks, checked again (a saved file may be hand-edited)
         return config
 
     def validate(self) -> None:
@@ -137,8 +138,8 @@ class RunConfig:
         ]
 
     def declare_own_tasks(self) -> None:
-        """Register the tasks of ``--task_file`` (read once: the declarations a run saved win over the file,
-        which may have changed or gone since), refusing a file none of whose tasks ``--tasks`` names."""
+        """Read the tasks of ``--task_file`` into the configuration (once: the declarations a run saved win over
+        the file, which may have changed or gone since), refusing a file none of whose tasks ``--tasks`` names."""
         d = self.data
         if d.task_file and not d.own_tasks:
             d.own_tasks = read_task_file(d.task_file)
@@ -146,11 +147,22 @@ class RunConfig:
             if not set(declared) & {name.strip() for name in self.train.tasks.split(",")}:
                 raise ValueError(f"--task_file {d.task_file} declares {', '.join(declared)}, but --tasks "
                                  f"{self.train.tasks} names none of them: add them to --tasks")
-        register(d.own_tasks, f"--task_file {d.task_file}" if d.task_file else "the run's configuration")
+        self.known_tasks()
+
+    def known_tasks(self) -> dict[str, Task]:
+        """Every task this run can name, by name: the built-in ones and its own (``own_tasks``, the checked
+        declarations of ``--task_file``, saved with the run). Built here, never registered anywhere."""
+        d = self.data
+        return task_table(d.own_tasks, f"--task_file {d.task_file}" if d.task_file else "the run's configuration")
 
     def task_names(self) -> list[str]:
         """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs)."""
-        return parse_tasks(self.train.tasks)
+        return parse_tasks(self.train.tasks, self.known_tasks())
+
+    def tasks(self) -> dict[str, Task]:
+        """The ``Task`` rows of ``--tasks``, in their order."""
+        known = self.known_tasks()
+        return {name: known[name] for name in parse_tasks(self.train.tasks, known)}
 
     def builds_towers(self) -> bool:
         """Whether the model gets private towers (``--private_layers``): K > 0 and two or more tasks, since

@@ -30,7 +30,7 @@ from .device import pick_device
 from .encoding import encode, model_max_length
 from .evaluate import TaskPredictions, predict
 from .outputs import scored_evaluations
-from .tasks import TASKS, Task
+from .tasks import Task
 from .trial_control import STOPPED_EARLY
 
 # Embedding rows a model may have beyond its vocabulary (some round vocab_size up to a multiple of 64 or 128)
@@ -117,7 +117,7 @@ class LoadedRun:
         sequence an array. ``output``: ``label`` (class id or 0..5 score), ``probabilities`` (softmax
         for SST, P(paraphrase) for QQP) or ``logits`` (docs/outputs.md, 'Using a run after training')."""
         self.check_head(task)
-        row = TASKS[task]
+        row = self.config.known_tasks()[task]
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         if output == "probabilities" and row.divergence == "regression":
@@ -141,7 +141,8 @@ class LoadedRun:
         self.check_head(task)
         loader = make_loader(examples, self.tokenizer, model_max_length(self.config.data.max_length, self.model.bert),
                              batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
-        return predict(self.model, task_row or TASKS[task], loader, next(self.model.parameters()).device,
+        row = task_row or self.config.known_tasks()[task]
+        return predict(self.model, row, loader, next(self.model.parameters()).device,
                        f"predict {task}", progress)
 
     def check_head(self, task: str) -> None:
@@ -321,7 +322,8 @@ def with_heads(bert: BertModel, config: RunConfig, tasks: Sequence[str]) -> Mult
         raise ValueError("--pooling pooler: a DistilBERT model has no pooler (no next-sentence head); "
                            "choose another --pooling, e.g. mean or cls")
     width = pooled_size(bert.config.hidden_size, config.model.pooling)
-    return MultitaskBert(bert, {name: TASKS[name].head(width, config.model) for name in tasks},
+    known = config.known_tasks()
+    return MultitaskBert(bert, {name: known[name].head(width, config.model) for name in tasks},
                          config.model.pooling, config.model.private_layers if len(tasks) > 1 else 0,
                          home=EXPORTED_TOWER if EXPORTED_TOWER in tasks else None)
 

@@ -20,7 +20,7 @@ from .loop import Objective, TrainingLoop
 from .run_log import RunLog
 from .schedule import RoundRobinScheduler
 from .task_loss import TaskLoss
-from .tasks import TASKS, format_metrics, overall_score
+from .tasks import format_metrics, overall_score
 from .trial_control import ask_scheduler
 
 if TYPE_CHECKING:
@@ -171,12 +171,12 @@ class MultitaskObjective(TaskObjective):
         """Score dev into ``record``; keep and save the weights when the overall score is the best so
         far. ``step`` is the run's step count (TensorBoard's and curves.png's x axis, ``record["run_step"]``);
         ``record["step"]`` the stage's."""
-        run, started = self.run, time.time()
-        dev = {name: predict(run.model, TASKS[name], run.loader(split["dev"], run.config.data.batch_size, False, 0),
+        run, started, tasks = self.run, time.time(), self.run.config.tasks()
+        dev = {name: predict(run.model, tasks[name], run.loader(split["dev"], run.config.data.batch_size, False, 0),
                              run.device, f"dev {name}", run.log.nested_progress_bars, run.loop.precision)
                for name, split in run.splits.items()}
-        metrics = {name: dev[name].score(TASKS[name]) for name in dev}
-        score = overall_score(metrics)
+        metrics = {name: dev[name].score(tasks[name]) for name in dev}
+        score = overall_score(metrics, tasks)
         record.update(dev=metrics, dev_overall=score, dev_loss={name: dev[name].loss for name in dev},
                       eval_seconds=round(time.time() - started, 1))
         for name in dev:
@@ -205,7 +205,7 @@ class MultitaskObjective(TaskObjective):
                  "best": self.best["score"]}):
             progress["stopped"] = {"step": step - self.first_step, "epoch": record["epoch"], "by": "scheduler",
                                    "best_epoch": self.best["epoch"], "best_step": self.best["step"]}
-        tail = f"dev {format_metrics(metrics)} overall {score:.3f}" + ("  (best so far)" if improved else "")
+        tail = f"dev {format_metrics(metrics, tasks)} overall {score:.3f}" + ("  (best so far)" if improved else "")
         if (progress.get("stopped") or {}).get("by") == "scheduler":
             tail += "  -- stopped by the search's scheduler"
         elif progress.get("stopped"):

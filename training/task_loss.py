@@ -10,13 +10,14 @@ import torch
 from .device import to_device
 from .distributed import Distributed, average_gradients
 from .losses import LossWeighting
-from .tasks import TASKS, loss_of
+from .tasks import Task, loss_of
 
 
 class TaskLoss:
-    def __init__(self, model, device: torch.device, regularizers: tuple = (), weighting: LossWeighting | None = None,
-                 forward_model=None, place: Distributed = Distributed()):
+    def __init__(self, model, tasks: dict[str, Task], device: torch.device, regularizers: tuple = (),
+                 weighting: LossWeighting | None = None, forward_model=None, place: Distributed = Distributed()):
         self.model, self.device, self.weighting, self.place = model, device, weighting, place
+        self.tasks = tasks                        # the run's Task rows by name
         self.regularizers = tuple(regularizers)   # each adds its term to every task loss, in this order
         self.targets: tuple = ()                  # each replaces the labels by its targets, in this order
         # the clean forward goes through the DistributedDataParallel wrapper when there is one;
@@ -51,7 +52,7 @@ class TaskLoss:
         labels = batch["labels"].to(self.device)
         for make_targets in self.targets:
             labels = make_targets(name, batch, labels)
-        loss = loss_of(self.model, TASKS[name])(output, labels)
+        loss = loss_of(self.model, self.tasks[name])(output, labels)
         for regularizer in self.regularizers:
             loss = regularizer.add(loss, name, inputs, output)
         return loss

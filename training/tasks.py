@@ -1,23 +1,19 @@
-"""The benchmark tasks described as data: one ``Task`` row says everything the code needs to know
-about a task (files, columns, head, loss, metric, prediction column, SMART divergence), so one
-training loop, one evaluation loop and one prediction writer serve them all. Adding a task is one
-more row; ``--tasks`` picks the rows a run trains.
+"""A task as one ``Task`` row: everything the code needs to know about a task (files, columns, head, loss,
+metric, prediction column, SMART divergence), so one training loop, one evaluation loop and one prediction
+writer serve them all. Rows are built from declarations (``training/task_schema.py``: the built-in SST,
+QQP, STS and CFIMDB, and a ``--task_file``'s); ``--tasks`` picks the rows a run trains.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from training.data.readers import Example, ReadReport, read_examples
-from heads import PairHead, SentimentHead
-
-from .sts_losses import STS_LOSSES, mse_loss
 
 
 @dataclass(frozen=True)
@@ -81,73 +77,21 @@ def pearson(pred: np.ndarray, gold: np.ndarray) -> float:
     return float(np.round(r) if len(x) == 2 else r)   # two points: exactly 1 or -1, as scipy promises
 
 
-def overall_score(metrics: dict[str, float]) -> float:
-    """Mean of the tasks' ``unit_score``s. For SST, QQP and STS this is the CS224N leaderboard
-    score, (SST acc + QQP acc + (STS Pearson + 1) / 2) / 3."""
-    return sum(TASKS[name].unit_score(value) for name, value in metrics.items()) / len(metrics)
+def overall_score(metrics: dict[str, float], tasks: Mapping[str, Task]) -> float:
+    """Mean of the tasks' ``unit_score``s (``tasks``: the rows by name). For SST, QQP and STS this is the
+    CS224N leaderboard score, (SST acc + QQP acc + (STS Pearson + 1) / 2) / 3."""
+    return sum(tasks[name].unit_score(value) for name, value in metrics.items()) / len(metrics)
 
 
-def format_metrics(metrics: dict[str, float], digits: int = 3, sep: str = " ") -> str:
+def format_metrics(metrics: dict[str, float], tasks: Mapping[str, Task], digits: int = 3, sep: str = " ") -> str:
     """``SST acc 0.484 QQP acc 0.815 STS pearson 0.876``: the log lines' form of dev metrics."""
     short = {"accuracy": "acc", "pearson": "pearson"}
-    return sep.join(f"{name.upper()} {short[TASKS[name].metric_name]} {value:.{digits}f}"
+    return sep.join(f"{name.upper()} {short[tasks[name].metric_name]} {value:.{digits}f}"
                     for name, value in metrics.items())
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
-
-
-SST = Task(
-    name="sst", description="Stanford Sentiment Treebank, 5 classes (0 negative .. 4 positive)",
-    files={"train": "ids-sst-train.csv", "dev": "ids-sst-dev.csv", "test": "ids-sst-test-student.csv"},
-    text_columns=("sentence",), label_column="sentiment", label_type="class", num_classes=5, score_range=None,
-    head=lambda width, m: SentimentHead(width, 5, m.hidden_dropout_prob),
-    loss=F.cross_entropy, predict=argmax, metric_name="accuracy", divergence="multiclass",
-    output_prefix="sst", prediction_column="Predicted_Sentiment",
-)
-
-QQP = Task(
-    name="qqp", description="Quora question pairs: paraphrase or not",
-    files={"train": "quora-train.csv", "dev": "quora-dev.csv", "test": "quora-test-student.csv"},
-    text_columns=("sentence1", "sentence2"), label_column="is_duplicate", label_type="class", num_classes=2,
-    score_range=None,
-    head=lambda width, m: PairHead(width, m.para_head, "logit", m.head_temp, m.hidden_dropout_prob, m.pair_projection),
-    loss=lambda logits, labels: F.binary_cross_entropy_with_logits(logits, labels.float()),
-    predict=lambda logits: (logits > 0).long(),
-    metric_name="accuracy", divergence="binary",
-    output_prefix="para", prediction_column="Predicted_Is_Paraphrase",
-)
-
-def sts_head(width: int, m) -> PairHead:
-    """The STS head of ``--sts_head`` with the loss of ``--sts_loss`` (``training/sts_losses.py``); under
-    ``ce`` the cosine head reads its score as a probability, 5·sigmoid((cos − b)/τ)."""
-    loss = STS_LOSSES[m.sts_loss]
-    return PairHead(width, m.sts_head, "score", m.head_temp, m.hidden_dropout_prob, m.pair_projection,
-                    sigmoid_score=loss.probability, loss=loss.loss(m.head_temp))
-
-
-STS = Task(
-    name="sts", description="STS-B sentence pairs: similarity 0.0 .. 5.0",
-    files={"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test-student.csv"},
-    text_columns=("sentence1", "sentence2"), label_column="similarity", label_type="score", num_classes=None,
-    score_range=(0.0, 5.0),
-    head=sts_head,
-    loss=mse_loss,
-    predict=lambda scores: scores.clamp(0.0, 5.0),
-    metric_name="pearson", divergence="regression",
-    # "Similiarity" is spelled as in the CS224N release's output files.
-    output_prefix="sts", prediction_column="Predicted_Similiarity",
-)
-
-CFIMDB = Task(
-    name="cfimdb", description="CFIMDB movie reviews, 2 classes (0 negative, 1 positive)",
-    files={"train": "ids-cfimdb-train.csv", "dev": "ids-cfimdb-dev.csv", "test": "ids-cfimdb-test-student.csv"},
-    text_columns=("sentence",), label_column="sentiment", label_type="class", num_classes=2, score_range=None,
-    head=lambda width, m: SentimentHead(width, 2, m.hidden_dropout_prob),
-    loss=F.cross_entropy, predict=argmax, metric_name="accuracy", divergence="multiclass",
-    output_prefix="cfimdb", prediction_column="Predicted_Sentiment",
-)
 
 
 def loss_of(model, task: Task):
@@ -157,18 +101,15 @@ def loss_of(model, task: Task):
     return getattr(head, "loss", None) or task.loss
 
 
-BUILTIN_TASKS: dict[str, Task] = {task.name: task for task in (SST, QQP, STS, CFIMDB)}
-# the table every part reads: the built-in rows, and those a --task_file declares (training/task_file.py)
-TASKS: dict[str, Task] = dict(BUILTIN_TASKS)
 DEFAULT_TASKS = ("sst", "qqp", "sts")
 
 
-def parse_tasks(value: str) -> list[str]:
-    """``--tasks sst,qqp`` as ``["sst", "qqp"]``: known names, no repeats, at least one."""
+def parse_tasks(value: str, known: Mapping[str, Task]) -> list[str]:
+    """``--tasks sst,qqp`` as ``["sst", "qqp"]``: names ``known`` has, no repeats, at least one."""
     names = [name.strip() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TASKS]
+    unknown = [name for name in names if name not in known]
     if unknown or not names or len(set(names)) != len(names):
         hint = f" (your own tasks: declare {', '.join(unknown)} in a --task_file)" if unknown else ""
-        raise ValueError(f"--tasks must be distinct names from {', '.join(TASKS)}, comma-separated; got {value!r}"
+        raise ValueError(f"--tasks must be distinct names from {', '.join(known)}, comma-separated; got {value!r}"
                          f"{hint}")
     return names

@@ -38,7 +38,7 @@ from .schedule import RoundRobinScheduler
 from .runs import build_model, load_run, model_directory, tokenizer_for
 from .stages import Run, multitask_stage
 from .task_loss import TaskLoss
-from .tasks import TASKS, format_metrics, overall_score
+from .tasks import Task, format_metrics, overall_score
 from .trial_control import STOPPED_EARLY
 
 
@@ -114,8 +114,9 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     model = build_model(config, model_dir)
     check_against_model(config, model.bert.config, model_dir)
     tokenizer = tokenizer_for(model_dir, model.bert)
-    splits, data_report = read_all_splits(data_dir, splits_to_read(config), config.data.strict, log)
-    hold_out_validation(splits, config.data.val_fraction, data_report, log)
+    tasks = config.known_tasks()
+    splits, data_report = read_all_splits(data_dir, splits_to_read(config), tasks, config.data.strict, log)
+    hold_out_validation(splits, tasks, config.data.val_fraction, data_report, log)
     cap_dev(splits, config.data.max_eval_examples, log)
     check_evaluations(config, splits)
     return RunInputs(data_dir, model_dir, model, tokenizer, splits, data_report)
@@ -130,7 +131,8 @@ def splits_to_read(config: RunConfig) -> dict[str, tuple[str, ...]]:
     return {name: tuple(split for split in splits if split != "test") for name, splits in needed.items()}
 
 
-def hold_out_validation(splits: dict[str, dict[str, list[Example]]], fraction: float, report: dict, log) -> None:
+def hold_out_validation(splits: dict[str, dict[str, list[Example]]], tasks: dict[str, Task], fraction: float,
+                        report: dict, log) -> None:
     """``--val_fraction F``: each task's training examples split, in place, into training and the "dev" that
     every evaluation scores (``data.holdout``); the dev files were not read (``extensions.splits_needed``)."""
     if not fraction:
@@ -138,7 +140,7 @@ def hold_out_validation(splits: dict[str, dict[str, list[Example]]], fraction: f
     for name, task_splits in splits.items():
         if "train" in task_splits:
             task_splits["train"], task_splits["dev"] = hold_out(task_splits["train"], fraction)
-            report[TASKS[name].files["train"]]["held_out"] = len(task_splits["dev"])   # the validation examples
+            report[tasks[name].files["train"]]["held_out"] = len(task_splits["dev"])   # the validation examples
     log.result(f"note: --val_fraction {fraction}: evaluating on {fraction:.0%} of each task's training file, held "
                f"out of training; the dev files are not read")
 
@@ -221,7 +223,8 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
     forward_model = set_speed(model, config, place, device)
     clock = TrainingClock(model, folder.dir, config.to_dict(), config.output.save_every,
                           config.output.keep_checkpoints, resume=resume, enabled=folder.write.enabled, log=log)
-    task_loss = TaskLoss(model, device, run_regularizers(config, model), weighting, forward_model, place)
+    task_loss = TaskLoss(model, config.tasks(), device, run_regularizers(config, model), weighting, forward_model,
+                         place)
     loop = TrainingLoop(precision, log, clock, t.max_grad_norm, grad_accum=t.grad_accum,
                         schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio),
                         scalars=folder.scalars(resume))
@@ -310,26 +313,27 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
     def predict_split(task, examples, label):
         return predict(run.model, task, run.loader(examples, run.config.data.batch_size, False), run.device, label,
                        run.log.progress_bars, run.loop.precision)
-    written, skipped, test = folder.write.predictions(best["dev"], run.splits, predict_split, run.log,
+    tasks = run.config.tasks()
+    written, skipped, test = folder.write.predictions(best["dev"], tasks, run.splits, predict_split, run.log,
                                                       run.config.output.test_predictions)
-    final_dev = {name: best["dev"][name].score(TASKS[name]) for name in run.config.task_names()}
+    final_dev = {name: best["dev"][name].score(task) for name, task in tasks.items()}
     dev_examples = {name: len(best["dev"][name].ids) for name in run.config.task_names()}
     train_seconds = sum(e["train_seconds"] for e in history)
     train_examples = sum(e["train_examples"] for e in history)
     status = STOPPED_EARLY if stopped and stopped.get("by") == "scheduler" else "finished"
     folder.finish(status, epochs=history, best_epoch=best["epoch"], **({"best_step": best["step"]} if best["step"] else {}),
-                  dev=final_dev, dev_overall=overall_score(final_dev), dev_examples=dev_examples,
-                  **({"test": test, "test_overall": overall_score(test)} if test else {}),
+                  dev=final_dev, dev_overall=overall_score(final_dev, tasks), dev_examples=dev_examples,
+                  **({"test": test, "test_overall": overall_score(test, tasks)} if test else {}),
                   prediction_files=written, skipped_prediction_files=skipped, train_seconds=round(train_seconds, 1),
                   train_examples=train_examples, train_examples_per_second=per_second(train_examples, train_seconds))
     speed = metrics["train_examples_per_second"]
     cap = run.config.data.max_eval_examples
-    run.log.result(f"dev{f' (first {cap} examples a task)' if cap else ''}: {format_metrics(final_dev, 4, '  ')}  "
+    run.log.result(f"dev{f' (first {cap} examples a task)' if cap else ''}: {format_metrics(final_dev, tasks, 4, '  ')}  "
                    f"overall {metrics['dev_overall']:.4f}  "
                    f"({metrics['wall_seconds']:.0f} s, {'-' if speed is None else f'{speed:.1f}'} train examples/s) "
                    f"-> {folder.dir}")
     if test:
-        run.log.result(f"test (labelled test files): {format_metrics(test, 4, '  ')}  "
+        run.log.result(f"test (labelled test files): {format_metrics(test, tasks, 4, '  ')}  "
                        f"overall {metrics['test_overall']:.4f}")
 
 
@@ -345,13 +349,14 @@ def finish_stages_only(run: Run, folder: RunFolder) -> None:
                    f"saved in {folder.dir / 'checkpoint'} ({folder.metrics['wall_seconds']:.0f} s) -> {folder.dir}")
 
 
-def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], strict: bool,
+def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], tasks: dict[str, Task], strict: bool,
                     log) -> tuple[dict[str, dict[str, list[Example]]], dict]:
-    """The ``needed`` splits of each task (``extensions.splits_needed``); a test split only if present."""
+    """The ``needed`` splits of each task (``extensions.splits_needed``; ``tasks``: the rows by name); a test
+    split only if present."""
     splits: dict[str, dict[str, list[Example]]] = {}
     report = {}
     for name, wanted in needed.items():
-        task = TASKS[name]
+        task = tasks[name]
         splits[name] = {}
         for split, file_name in task.files.items():
             if split not in wanted:

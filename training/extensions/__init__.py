@@ -8,7 +8,6 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Callable
 
-from ..tasks import TASKS
 from .base import Extension, Idea
 from .core import CORE_IDEAS
 
@@ -71,7 +70,8 @@ def splits_needed(config: RunConfig) -> dict[str, tuple[str, ...]]:
 
 def data_files_needed(config: RunConfig) -> list[str]:
     """The files the run needs in the data directory (a task's test file is optional)."""
-    files = [TASKS[name].files[split] for name, splits in splits_needed(config).items()
+    known = config.known_tasks()
+    files = [known[name].files[split] for name, splits in splits_needed(config).items()
              for split in splits if split != "test"]
     for extension in enabled(config):
         files += [name for name in extension.extra_files(config) if name not in files]

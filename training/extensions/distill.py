@@ -25,7 +25,6 @@ from ..outputs import write_json
 from ..resume import list_checkpoints, rng_state, set_rng_state
 from ..checkpoint import saved_run_config
 from ..encoding import model_max_length
-from ..tasks import TASKS
 from .base import Extension, saved_flag
 
 if TYPE_CHECKING:
@@ -136,7 +135,8 @@ class TeacherTargets:
             return labels
         rows, outputs = self.teacher[task]
         teacher = outputs[[rows[example_id] for example_id in batch["ids"]]].to(labels.device)
-        return mix(labels, teacher, weight, TASKS[task].num_classes if TASKS[task].divergence == "multiclass" else None)
+        row = self.run.config.known_tasks()[task]
+        return mix(labels, teacher, weight, row.num_classes if row.divergence == "multiclass" else None)
 
     def state_dict(self) -> dict:
         return {task: {"ids": list(rows), "outputs": outputs} for task, (rows, outputs) in self.teacher.items()}
@@ -160,7 +160,8 @@ SOFT_OUTPUT = {"multiclass": lambda logits: logits.softmax(dim=-1), "binary": to
 def teacher_outputs(teacher: LoadedRun, task: str, examples: list, run) -> tuple[list[str], torch.Tensor]:
     """The teacher's soft outputs on ``examples`` (ids in their order), batched as it evaluated dev."""
     teacher.check_head(task)
-    soft = dataclasses.replace(TASKS[task], predict=SOFT_OUTPUT[TASKS[task].divergence])
+    row = teacher.config.known_tasks()[task]
+    soft = dataclasses.replace(row, predict=SOFT_OUTPUT[row.divergence])
     loader = make_loader(examples, teacher.tokenizer, model_max_length(teacher.config.data.max_length,
                                                                        teacher.model.bert),
                          teacher.config.data.batch_size, shuffle=False, bucket=teacher.config.speed.bucket)

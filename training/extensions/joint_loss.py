@@ -39,7 +39,8 @@ class JointLoss(Extension):
                              "rounds: choose --rr min or exhaust")
 
     def loss_weighting(self, config):
-        return make_loss_weighting(config.joint_loss.loss_weighting, config.task_names(), loss_weights(config))
+        return make_loss_weighting(config.joint_loss.loss_weighting, config.task_names(), loss_weights(config),
+                                   config.tasks())
 
 
 EXTENSION = JointLoss()

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from ..contrastive import ContrastiveStage, budget_checks, train_contrastive
 from ..flags import flag, optional_int
 from ..losses import label_contrastive_loss
-from ..tasks import TASKS
 from .base import Extension
 
 
@@ -25,8 +24,8 @@ class LclConfig:
 
 def lcl_task(config) -> str | None:
     """The stage's task: the first single-sentence classification task of ``--tasks``."""
-    return next((name for name in config.task_names()
-                 if not TASKS[name].is_pair and TASKS[name].label_type == "class"), None)
+    return next((name for name, task in config.tasks().items()
+                 if not task.is_pair and task.label_type == "class"), None)
 
 
 class LabelContrastive(Extension):
@@ -54,7 +53,7 @@ class LabelContrastive(Extension):
             embeddings = run.forward_model(None, inputs)[0]
             return label_contrastive_loss(embeddings, batch["labels"].to(run.device), run.config.train.cl_temp)
 
-        source = f"the {task} training set ({TASKS[task].files['train']})"
+        source = f"the {task} training set ({run.config.tasks()[task].files['train']})"
         return train_contrastive(run, ContrastiveStage("lcl", examples, source, "sentence", loss_fn, c.lcl_epochs,
                                                        c.lcl_steps, c.lcl_batch_size, c.lcl_lr))
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from ..flags import flag
 from ..smart import Ascent, BregmanProximal, smart_loss
-from ..tasks import TASKS
 from .base import Extension
 
 
@@ -37,21 +36,22 @@ class Smart(Extension):
                 (0 <= c.smart_beta < 1, "--smart_beta must be in [0, 1)")]
 
     def regularizer(self, config, model) -> "SmartRegularizer":
-        return SmartRegularizer(model, config.smart)
+        return SmartRegularizer(model, config.smart, config.tasks())
 
 
 class SmartRegularizer:
     """Adds λ_s·R_s (and μ·D_Breg with ``--smart_bregman``) to a task's loss on one batch. The extra
     forward passes use the model itself: their gradients join the clean pass's backward."""
 
-    def __init__(self, model, settings: SmartConfig):
+    def __init__(self, model, settings: SmartConfig, tasks: dict):
         self.model, self.settings = model, settings
+        self.divergence = {name: task.divergence for name, task in tasks.items()}   # ℓ_s of each task's output
         self.ascent = Ascent(settings.smart_eps, settings.smart_step, settings.smart_steps, settings.smart_eps_norm)
         self.bregman = (BregmanProximal(model, mu=settings.smart_mu, beta=settings.smart_beta)
                         if settings.smart_bregman else None)
 
     def add(self, loss, task: str, inputs: list[dict], output):
-        s, kind = self.settings, TASKS[task].divergence
+        s, kind = self.settings, self.divergence[task]
         loss = loss + smart_loss(self.model, task, inputs, output, kind, s.smart_weight, self.ascent)
         if self.bregman is not None:
             loss = loss + self.bregman.penalty(output, task, inputs, kind)

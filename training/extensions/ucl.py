@@ -20,10 +20,10 @@ from ..losses import info_nce
 from ..resume import rng_state, set_rng_state
 from ..encoding import encode
 from ..similarity import DEFAULT_BATCH_SIZE, correlations, score_dataset
-from ..tasks import TASKS
+from ..task_schema import BUILTIN_TASKS
 from .base import Extension
 
-STS_DEV_FILE = TASKS["sts"].files["dev"]   # --ucl_eval_every scores this file of the data directory by default
+STS_DEV_FILE = BUILTIN_TASKS["sts"].files["dev"]   # --ucl_eval_every scores this file of the data directory by default
 
 
 @dataclass

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -32,7 +32,8 @@ from minbert.errors import describe
 
 from ..curves import pyplot
 from ..outputs import prediction_path
-from ..tasks import TASKS, Task, overall_score
+from ..task_schema import BUILTIN_TASKS
+from ..tasks import Task, overall_score
 
 CHUNK = 100   # resamples drawn at once: memory is CHUNK × (dev examples of a task) counts
 
@@ -47,6 +48,7 @@ class DevSource:
     folder: Path
     data_dir: str | None
     tasks: tuple[str, ...]
+    known: Mapping[str, Task] = field(default_factory=lambda: BUILTIN_TASKS, compare=False, hash=False)   # its rows
 
 
 class TaskDev(NamedTuple):
@@ -92,12 +94,13 @@ def score_runs(runs: Iterable[DevSource], resamples: int, seed: int) -> tuple[di
         batches.setdefault((run.tasks, _folder_key(run.data_dir)), []).append(run)
     scores = {}
     for (tasks, _), batch in batches.items():
-        observed = [{t: TASKS[t].metric(loaded[run][t].predictions, loaded[run][t].labels) for t in tasks}
+        known = batch[0].known
+        observed = [{t: known[t].metric(loaded[run][t].predictions, loaded[run][t].labels) for t in tasks}
                     for run in batch]
-        per_task = {t: _resampled_metric(TASKS[t], [loaded[run][t] for run in batch], resamples, seed) for t in tasks}
-        resampled = overall_score(per_task)   # unit scores averaged element-wise: shape (runs, resamples)
+        per_task = {t: _resampled_metric(known[t], [loaded[run][t] for run in batch], resamples, seed) for t in tasks}
+        resampled = overall_score(per_task, known)   # unit scores averaged element-wise: shape (runs, resamples)
         for i, run in enumerate(batch):
-            scores[run.folder] = Scores(overall_score(observed[i]), resampled[i],
+            scores[run.folder] = Scores(overall_score(observed[i], known), resampled[i],
                                         tuple((t, loaded[run][t].ids) for t in tasks),
                                         {t: (observed[i][t], per_task[t][i]) for t in tasks})
     return scores, failed
@@ -210,10 +213,10 @@ def _read_run(run: DevSource, gold: dict) -> dict[str, TaskDev]:
     for name in run.tasks:
         key = (_folder_key(run.data_dir), name)
         if key not in gold:
-            gold[key] = _read_gold(Path(run.data_dir), TASKS[name])
+            gold[key] = _read_gold(Path(run.data_dir), run.known[name])
         ids, labels = gold[key]
-        read[name] = TaskDev(_read_predictions(prediction_path(run.folder, TASKS[name], "dev"), TASKS[name], ids),
-                             labels, ids)
+        task = run.known[name]
+        read[name] = TaskDev(_read_predictions(prediction_path(run.folder, task, "dev"), task, ids), labels, ids)
     return read
 
 

@@ -31,7 +31,7 @@ from ..cli import check_overwrite, run_command
 from ..config import DataConfig, TrainConfig, add_flags
 from ..outputs import prediction_path, write_json, write_predictions
 from ..runs import load_run
-from ..tasks import TASKS, format_metrics, parse_tasks
+from ..tasks import Task, format_metrics, parse_tasks
 
 METRICS = "metrics.json"
 
@@ -51,7 +51,7 @@ def execute(args: argparse.Namespace) -> int:
     check_not_another_run(out, args.overwrite)
     if args.input is not None:
         return predict_input(run, args, out)
-    tasks = parse_tasks(args.tasks) if args.tasks else run.config.task_names()
+    tasks = parse_tasks(args.tasks, run.config.known_tasks()) if args.tasks else run.config.task_names()
     data_dir = resolve_data_dir(args.data_dir)
     scores = predict_files(run, tasks, data_dir, out, args.batch_size, overwrite=args.overwrite)
     write_json(out / METRICS, {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
@@ -78,7 +78,8 @@ def check_mode(args: argparse.Namespace) -> None:
 def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     """``--input FILE``: the task's predictions of every row of the file, scored where it has labels."""
     name = input_task(run, args.task)
-    task, path = TASKS[name], Path(args.input)
+    known = run.config.known_tasks()
+    task, path = known[name], Path(args.input)
     columns = tuple(c.strip() for c in args.columns.split(",")) if args.columns else task.text_columns
     if len(columns) != len(task.text_columns) or not all(columns) or len(set(columns)) != len(columns):
         raise ValueError(f"--columns: {name} reads {len(task.text_columns)} distinct text column"
@@ -112,7 +113,7 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     scores = {}
     if label is not None:
         scores[path.name] = result.score(task)
-        line += f"   {format_metrics({name: scores[path.name]}, 4)}"
+        line += f"   {format_metrics({name: scores[path.name]}, known, 4)}"
     print(line)
     write_json(out / METRICS, {"run": str(run.source), "input": str(path.resolve()), "task": name,
                                "columns": list(columns), "label_column": label, "scores": scores})
@@ -192,15 +193,16 @@ def check_not_another_run(out: Path, overwrite: bool) -> None:
                              "--overwrite replaces only predict's own outputs; choose another --out")
 
 
-def planned_files(tasks: list[str], data_dir: Path) -> tuple[list[tuple[str, str, Path]], list[Path]]:
-    """``(task, split, data file)`` for every dev/test file of ``tasks`` that ``data_dir`` holds, and
-    the files it lacks; a folder with none of them is an error."""
-    files = [(name, split, data_dir / TASKS[name].files[split]) for name in tasks for split in ("dev", "test")
-             if split in TASKS[name].files]   # a declared task's test file is optional
+def planned_files(tasks: list[str], known: dict[str, Task],
+                  data_dir: Path) -> tuple[list[tuple[str, str, Path]], list[Path]]:
+    """``(task, split, data file)`` for every dev/test file of ``tasks`` (rows in ``known``) that ``data_dir``
+    holds, and the files it lacks; a folder with none of them is an error."""
+    files = [(name, split, data_dir / known[name].files[split]) for name in tasks for split in ("dev", "test")
+             if split in known[name].files]   # a declared task's test file is optional
     planned = [file for file in files if file[2].is_file()]
     if not planned:
         raise DataError(f"{data_dir}: none of the files of {', '.join(tasks)} "
-                        f"({', '.join(TASKS[name].files[split] for name, split, _ in files)})")
+                        f"({', '.join(known[name].files[split] for name, split, _ in files)})")
     return planned, [file[2] for file in files if file not in planned]
 
 
@@ -210,14 +212,15 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
     metric}`` for the labelled ones. Unless ``overwrite``, an output file that exists already is an error."""
     for name in tasks:  # every task checked before any file is written
         run.check_head(name)
-    planned, missing = planned_files(tasks, data_dir)
+    known = run.config.known_tasks()
+    planned, missing = planned_files(tasks, known, data_dir)
     check_folder(out)  # an --out that can never be a folder fails before any prediction
-    check_overwrite([*(prediction_path(out, TASKS[n], split) for n, split, _ in planned), out / METRICS], overwrite)
+    check_overwrite([*(prediction_path(out, known[n], split) for n, split, _ in planned), out / METRICS], overwrite)
     for path in missing:
         print(f"note: no {path.name} in {data_dir}; skipping it", file=sys.stderr)
     scores = {}
     for name, split, path in planned:
-        task = TASKS[name]
+        task = known[name]
         labelled = task.label_column in read_header(path)
         examples, report = read_examples(path, task.text_columns, task.label_column if labelled else None,
                                          task.label_type, task.num_classes, task.score_range,
@@ -231,7 +234,7 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
         line = f"{path.name}: {len(examples)} predictions -> {target}"
         if labelled:
             scores[path.name] = result.score(task)
-            line += f"   {format_metrics({name: scores[path.name]}, 4)}"
+            line += f"   {format_metrics({name: scores[path.name]}, known, 4)}"
         print(line)
     return scores
 

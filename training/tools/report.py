@@ -27,7 +27,7 @@ import json
 import math
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -40,8 +40,9 @@ from ..run_config import RunConfig
 from ..curves import MatplotlibMissing
 from .. import extensions
 from ..extensions.base import saved_flag
-from ..task_file import own_declarations, register
-from ..tasks import DEFAULT_TASKS, TASKS, overall_score
+from ..task_file import saved_tasks
+from ..task_schema import BUILTIN_TASKS
+from ..tasks import DEFAULT_TASKS, Task, overall_score
 from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
 
 ON, OFF = "✓", "×"
@@ -65,8 +66,8 @@ SEED_FREE_SECTIONS = ("output",)
 SEED_FREE_FIELDS = {"train": ("seed", "device")}
 
 
-def metric_column(task: str) -> str:
-    return f"{task.upper()} {'Pearson' if TASKS[task].metric_name == 'pearson' else 'acc'}"
+def metric_column(task: str, known: Mapping[str, Task] = BUILTIN_TASKS) -> str:
+    return f"{task.upper()} {'Pearson' if known[task].metric_name == 'pearson' else 'acc'}"
 
 
 def alone_column(task: str) -> str:
@@ -78,14 +79,15 @@ def delta_column(baseline: str | None = None) -> str:
     return DELTA if baseline is None else f"Δ vs {baseline}"
 
 
-def columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[str]:
-    """The Markdown table's header for runs of ``tasks``, with a "vs alone" column for each of ``alone``."""
-    return [column.header for column in table_columns(tasks, alone, baseline)]
+def columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None, known=BUILTIN_TASKS) -> list[str]:
+    """The Markdown table's header for runs of ``tasks`` (rows in ``known``), with a "vs alone" column for each
+    of ``alone``."""
+    return [column.header for column in table_columns(tasks, alone, baseline, known)]
 
 
-def csv_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[str]:
+def csv_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None, known=BUILTIN_TASKS) -> list[str]:
     """The CSV's header: as ``columns``, with each metric's std and each interval's ends in columns of their own."""
-    return [name for column in table_columns(tasks, alone, baseline) for name in column.csv or (column.header,)]
+    return [name for column in table_columns(tasks, alone, baseline, known) for name in column.csv or (column.header,)]
 
 
 @dataclass
@@ -113,6 +115,7 @@ class RunRow:
     average_std: float | None = None
     vs_ft: Difference | None = None
     vs_alone: dict[str, Difference] = field(default_factory=dict)   # task -> Δ against its ST row
+    known_tasks: dict[str, Task] = field(default_factory=dict)        # the task rows its configuration declares
 
     @property
     def complete(self) -> bool:
@@ -146,9 +149,11 @@ class Column:
         return [self.cell(row)] if self.full is None else self.full(row)
 
 
-def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[Column]:
-    """The table's columns in order, for runs of ``tasks`` with a "vs alone" column for each of ``alone``: the one
-    list every view draws from. (A lambda made in a loop takes its task or idea as a default, to keep its own.)"""
+def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
+                  known: Mapping[str, Task] = BUILTIN_TASKS) -> list[Column]:
+    """The table's columns in order, for runs of ``tasks`` (rows in ``known``) with a "vs alone" column for each
+    of ``alone``: the one list every view draws from. (A lambda made in a loop takes its task or idea as a
+    default, to keep its own.)"""
     delta, seeds = delta_column(baseline), lambda row: str(len(row.seed_runs)) if row.seed_runs else ""
     return [
         Column("run", lambda row: f"{row.run} ({row.baseline})" if row.baseline else row.run, terminal="run",
@@ -161,7 +166,7 @@ def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) ->
         *(Column(name, cell=lambda row, t=task: _mean_std(row.dev.get(t), row.dev_std.get(t)),
                  full=lambda row, t=task: [_full(row.dev.get(t)), _full(row.dev_std.get(t))],
                  csv=(name, f"{name} std"), terminal=task.upper())
-          for task, name in zip(tasks, map(metric_column, tasks))),
+          for task, name in zip(tasks, (metric_column(task, known) for task in tasks))),
         Column("average", cell=lambda row: _mean_std(row.average, row.average_std),
                full=lambda row: [_full(row.average), _full(row.average_std)], csv=("average", "average std"),
                terminal="average",   # blank there for a single-task row: its one task's metric, not an average
@@ -180,14 +185,27 @@ def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) ->
                terminal_cell=lambda row: row.capped if row.complete else _shortened(row.status, MAX_STATUS_WIDTH))]
 
 
+def report_tasks(rows: list[RunRow]) -> dict[str, Task]:
+    """The task rows the runs know: the built-in ones, then those the runs declare (``--task_file``)."""
+    known = dict(BUILTIN_TASKS)
+    for row in rows:
+        known |= {name: task for name, task in row.known_tasks.items() if name not in known}
+    return known
+
+
 def table_tasks(rows: list[RunRow]) -> list[str]:
     """The tasks any of the rows has dev metrics for, in task-table order (the benchmark's three if none)."""
-    return [task for task in TASKS if any(task in row.dev for row in rows)] or list(DEFAULT_TASKS)
+    return [task for task in report_tasks(rows) if any(task in row.dev for row in rows)] or list(DEFAULT_TASKS)
 
 
 def alone_tasks(rows: list[RunRow]) -> list[str]:
     """The tasks any row is compared with a single-task row on, in task-table order."""
-    return [task for task in TASKS if any(task in row.vs_alone for row in rows)]
+    return [task for task in report_tasks(rows) if any(task in row.vs_alone for row in rows)]
+
+
+def columns_of(rows: list[RunRow], baseline: str | None = None) -> list[Column]:
+    """The columns of a table of ``rows``: one for each of their tasks, and a "vs alone" one where they have it."""
+    return table_columns(table_tasks(rows), alone_tasks(rows), baseline, report_tasks(rows))
 
 
 def collect_runs(folder: str | Path, sort: str = "average") -> list[RunRow]:
@@ -305,14 +323,16 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
             raise ValueError(f"--baseline {baseline}: no finished row of that name{capped}; the rows are "
                              f"{', '.join(row.run for row in done) or 'none'}")
         fts = {None: named[0]}
-    alone = {task: _baselines(done, lambda row: row.baseline == "ST" and task in row.dev) for task in TASKS}
+    alone = {task: _baselines(done, lambda row: row.baseline == "ST" and task in row.dev)
+             for task in report_tasks(done)}
     alone = {task: by_pooling for task, by_pooling in alone.items() if by_pooling}
     multitask = [row for row in done if row.baseline != "ST" and len(row.dev) >= 2]
     if not fts and not alone:
         return f"{delta} and {INTERVAL}: no finished FT row to compare with.", notes
     pairs = [(row, _pick(fts, row), None) for row in multitask if fts and _pick(fts, row) is not row]
     pairs += [(row, _pick(alone[task], row), task) for row in multitask for task in row.dev if task in alone]
-    runs = {run.folder: DevSource(run.folder, str(data_dir) if data_dir else run.data_dir, tuple(run.dev))
+    runs = {run.folder: DevSource(run.folder, str(data_dir) if data_dir else run.data_dir, tuple(run.dev),
+                                    run.known_tasks or BUILTIN_TASKS)
             for row, base, _ in pairs for run in (*row.seed_runs, *base.seed_runs)}
     scores, failed = score_runs(runs.values(), resamples, seed)
 
@@ -375,7 +395,7 @@ def _named(baselines: dict, kind: str) -> str:
 
 def render_markdown(rows: list[RunRow], footer: str = "", baseline: str | None = None) -> str:
     """A Markdown table (metrics to 3 decimals, wall time to 0.1 minute) followed by the legend and ``footer``."""
-    table = table_columns(table_tasks(rows), alone_tasks(rows), baseline)
+    table = columns_of(rows, baseline)
     lines = [_md_line([column.header for column in table]), _md_line([column.align for column in table])]
     lines += [_md_line([column.cell(row) for column in table]) for row in rows]
     footer = _with_cap_note(rows, footer)
@@ -387,7 +407,7 @@ def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = 
     mean ± std, the average, Δ vs FT, its interval, status), then a block of the aside ones (each task's Δ vs alone)
     for the rows that have them, then the footer, wrapped. Run names longer than fit are cut (marked …, no shorter
     than ``MIN_RUN_WIDTH``), and so are statuses; ``--full`` prints the whole Markdown table."""
-    table = table_columns(table_tasks(rows), alone_tasks(rows), baseline)
+    table = columns_of(rows, baseline)
     run, *shown = [column for column in table if column.terminal]
     blocks = []
     for aside in (False, True):   # the main block, every row; then the aside block, the rows with a cell in it
@@ -436,7 +456,7 @@ def write_csv(rows: list[RunRow], path: str | Path, baseline: str | None = None)
     """The Markdown table's rows, numbers at full precision (UTF-8, ✓/×)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    table = table_columns(table_tasks(rows), alone_tasks(rows), baseline)
+    table = columns_of(rows, baseline)
     writer.writerow([name for column in table for name in column.csv or (column.header,)])
     writer.writerows([cell for column in table for cell in column.csv_cells(row)] for row in rows)
     write_text_atomic(path, buffer.getvalue())
@@ -447,8 +467,9 @@ def forest_panels(rows: list[RunRow], baseline: str | None = None) -> list[tuple
     task's Δ vs its single-task row, each with the rows that have it; empty panels left out."""
     panels = [(f"Δ overall dev score vs {baseline or 'FT'}", [(seeds_label(row), row.vs_ft) for row in rows
                                                               if row.vs_ft is not None])]
-    panels += [(f"Δ {metric_column(task)} vs alone", [(seeds_label(row), row.vs_alone[task]) for row in rows
-                                                      if task in row.vs_alone]) for task in alone_tasks(rows)]
+    known = report_tasks(rows)
+    panels += [(f"Δ {metric_column(task, known)} vs alone", [(seeds_label(row), row.vs_alone[task]) for row in rows
+                                                             if task in row.vs_alone]) for task in alone_tasks(rows)]
     return [(label, lines) for label, lines in panels if lines]
 
 
@@ -490,26 +511,26 @@ def read_run(folder: Path) -> RunRow:
         return RunRow(folder.name, "corrupt metrics.json", folder=folder)
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
     try:
-        register(own_declarations(config))   # the run's own tasks (--task_file) get their columns too
+        known = saved_tasks(config)   # the run's own tasks (--task_file) get their columns too
     except ValueError:
-        pass   # a hand-edited declaration: its task's scores are left out, as an unknown task's are
+        known = dict(BUILTIN_TASKS)   # a hand-edited declaration: its task's scores are left out, as an unknown task's are
     flags = {idea.name: idea.on(config) for idea in extensions.ideas() if idea.column}
     pooling, data_dir = saved_flag(config, "pooling"), data.get("data_dir") or saved_flag(config, "data_dir")
     wall, status = _number(data.get("wall_seconds")), _status(data)
     dev = data.get("dev") if status == FINISHED and isinstance(data.get("dev"), dict) else {}
-    dev = {task: _number(value) for task, value in dev.items() if task in TASKS}
-    saved_tasks = saved_flag(config, "tasks")   # without it (an older or hand-made run) its dev metrics tell
-    tasks = [t for t in saved_tasks.split(",") if t.strip()] if isinstance(saved_tasks, str) else list(dev)
+    dev = {task: _number(value) for task, value in dev.items() if task in known}
+    named = saved_flag(config, "tasks")   # without it (an older or hand-made run) its dev metrics tell
+    tasks = [t for t in named.split(",") if t.strip()] if isinstance(named, str) else list(dev)
     row = RunRow(folder.name, status, flags, None if pooling is None else str(pooling).upper(),
                  _baseline(saved_flag(config, "option", "finetune"), config, len(tasks)),
                  dev=dev, wall_minutes=None if wall is None else wall / 60.0, folder=folder,
                  data_dir=str(data_dir) if data_dir else None, seed=saved_flag(config, "seed"),
                  group_key=seed_group_key(config, data.get("inputs"), tasks),
                  dev_cap=_whole_number(saved_flag(config, "max_eval_examples")),
-                 val_fraction=_number(saved_flag(config, "val_fraction", 0.0)) or None)
+                 val_fraction=_number(saved_flag(config, "val_fraction", 0.0)) or None, known_tasks=known)
     if status == FINISHED:
         if dev and None not in dev.values():
-            row.average = overall_score(dev)
+            row.average = overall_score(dev, known)
         else:
             row.status = "finished, dev metrics missing"
     return row
