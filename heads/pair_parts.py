@@ -2,7 +2,8 @@
 scorer of the pair. Each part is a small class in its registry (``PROJECTIONS``, ``SCORERS``) that carries
 its formula (the model card reads it) and adds its parameters to the head under their own names
 (``project_u``, ``classifier``, ``threshold``), so saved heads load whichever class holds the code. A new
-head kind is one class and one registry line; ``DEFAULTS`` are the heads' defaults, said once.
+head kind is one class and one registry line; ``DEFAULTS`` are the heads' defaults, said once. A scorer made
+with a setting of its own (``ClassesScorer(k)``) is given to the head as it is.
 """
 from __future__ import annotations
 
@@ -142,6 +143,27 @@ class CosineScorer(Scorer):
         if probability:
             return f"cosine: score = 5·sigmoid((cos(u, v) − threshold) / {temp}), 0..5"
         return "cosine: score = 5·cos(u, v), clamped to 0..5 (its `threshold` is unused)"
+
+
+class ClassesScorer(ConcatScorer):
+    """k logits = W·[u; v; |u − v|] + b after dropout (Sentence-BERT's classification objective, Reimers &
+    Gurevych 2019, §3): a declared pair task of more than two classes, where one logit cannot say which class.
+    Made with its class count (``PairHead(width, ClassesScorer(k))``), so it is no choice of --para_head."""
+    name = "classes"
+
+    def __init__(self, num_classes: int):
+        self.num_classes = num_classes
+
+    def build(self, head, in_dim, dropout):
+        head.dropout = nn.Dropout(dropout)
+        head.classifier = nn.Linear(3 * in_dim, self.num_classes)
+
+    def logit(self, head, u, v):
+        return head.classifier(head.dropout(torch.cat([u, v, (u - v).abs()], dim=-1)))
+
+    def formula(self, output, temp, probability=False):
+        return (f"`classifier` on [u; v; |u−v|]: logits = W·[u; v; |u−v|] + b ({self.num_classes} classes); the "
+                "prediction is the argmax")
 
 
 PROJECTIONS: dict[str, Projection] = {p.name: p for p in (Projection(), SharedProjection(), SeparateProjection())}

@@ -11,7 +11,7 @@ from torch import nn
 
 from minbert import BertModel
 
-from .pair_parts import PROJECTIONS, SCORERS
+from .pair_parts import PROJECTIONS, SCORERS, Scorer
 from .pooling import POOLING_MODES, pool
 
 PAIR_HEAD_KINDS = tuple(SCORERS)   # the registries' names (heads/pair_parts.py); a test may add to them
@@ -29,26 +29,12 @@ class SentimentHead(nn.Module):
         return self.classifier(self.dropout(u))
 
 
-class PairClassifierHead(nn.Module):
-    """A sentence pair into ``num_classes`` logits: dropout, then a linear layer on [u; v; |u − v|]
-    (Sentence-BERT's classification objective, Reimers & Gurevych 2019, §3): for a declared pair task
-    of more than two classes, where ``PairHead``'s one logit cannot say which class."""
-
-    def __init__(self, in_dim: int, num_classes: int, dropout: float = 0.1):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(3 * in_dim, num_classes)
-
-    def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.dropout(torch.cat([u, v, (u - v).abs()], dim=-1)))
-
-
 class PairHead(nn.Module):
     """Scores a sentence pair from its two sentence vectors u, v (docs/heads.md): a projection, then a scorer,
     each a part from its registry (``heads/pair_parts.py``).
 
     ``kind``: the scorer, ``"concat"`` (w·[u; v; |u − v|] + c), ``"cosine"`` ((cos(u, v) − b)/τ, b learned)
-    or ``"sum"`` (w·(u + v) + c). ``projection``: ``"none"``, ``"shared"`` or ``"separate"`` linear layers on
+    or ``"sum"`` (w·(u + v) + c); or a scorer itself, e.g. ``ClassesScorer(k)`` (k logits, ``output="logit"``). ``projection``: ``"none"``, ``"shared"`` or ``"separate"`` linear layers on
     the dropped-out sentence vectors first.
     ``output="logit"``: z, one unnormalised log-odds per pair (QQP; BCE-with-logits).
     ``output="score"``: a similarity on the STS scale 0..5: ``5·sigmoid(z)``, for ``cosine`` ``5·cos(u, v)``,
@@ -57,11 +43,12 @@ class PairHead(nn.Module):
     it; None: the task's).
     """
 
-    def __init__(self, in_dim: int, kind: str = "concat", output: str = "logit",
+    def __init__(self, in_dim: int, kind: str | Scorer = "concat", output: str = "logit",
                  temperature: float = 0.05, dropout: float = 0.1, projection: str = "none",
                  sigmoid_score: bool = False, loss=None):
         super().__init__()
-        if kind not in SCORERS:
+        scorer = kind if isinstance(kind, Scorer) else SCORERS.get(kind)
+        if scorer is None:
             raise ValueError(f"unknown pair head {kind!r}; choose one of {tuple(SCORERS)}")
         if output not in ("logit", "score"):
             raise ValueError(f"unknown pair head output {output!r}; choose logit or score")
@@ -69,8 +56,8 @@ class PairHead(nn.Module):
             raise ValueError(f"unknown projection {projection!r}; choose one of {tuple(PROJECTIONS)}")
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
-        self.kind, self.output, self.temperature, self.projection = kind, output, temperature, projection
-        self.scorer, self.projector = SCORERS[kind], PROJECTIONS[projection]
+        self.kind, self.output, self.temperature, self.projection = scorer.name, output, temperature, projection
+        self.scorer, self.projector = scorer, PROJECTIONS[projection]
         self.sigmoid_score = sigmoid_score and self.scorer.takes_probability and output == "score"
         self.loss = loss
         self.scorer.build(self, in_dim, dropout)      # the scorer's parameters first, then the projection's:

@@ -13,7 +13,7 @@ import torch
 
 import run_multitask
 from training.data.readers import read_examples
-from heads import PairClassifierHead
+from heads import ClassesScorer, PairHead
 from training import task_file
 from training.runs import load_run
 from training import sts_losses, task_schema
@@ -107,7 +107,8 @@ def test_the_declared_task_trains_alone_and_beside_sst_and_writes_its_prediction
 def test_load_run_without_the_file_reproduces_the_dev_predictions(runs):
     for name in ("alone", "both"):
         run = load_run(runs / "runs" / name)
-        assert isinstance(run.model.heads["nli"], PairClassifierHead)
+        head = run.model.heads["nli"]
+        assert isinstance(head, PairHead) and isinstance(head.scorer, ClassesScorer) and head.scorer.num_classes == 3
         examples, _ = run.config.known_tasks()["nli"].read(runs / "data" / "nli-dev.tsv")
         got = run.predict_examples("nli", examples).predictions.astype(int).tolist()
         written = [int(row["Predicted_gold"]) for row in read_csv(runs / "runs" / name / "nli-dev-output.csv")]

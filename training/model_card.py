@@ -14,7 +14,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
+from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS, ClassesScorer
 from minbert.atomic import write_text_atomic
 
 from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
@@ -267,9 +267,8 @@ def _head_formula(task: Task | None, model: dict, temp) -> str:
         return "a head this version does not know"
     if not task.is_pair:
         return f"`classifier` on u: logits = W·u + b ({task.num_classes} classes); the prediction is the argmax"
-    if task.divergence == "multiclass":   # a declared pair task of more than two classes (PairClassifierHead)
-        return (f"`classifier` on [u; v; |u−v|]: logits = W·[u; v; |u−v|] + b ({task.num_classes} classes); the "
-                "prediction is the argmax")
+    if task.divergence == "multiclass":   # a declared pair task of more than two classes
+        return ClassesScorer(task.num_classes).formula("logit", temp)
     if task.label_type == "score" and task.score_range != STS_SCALE:   # a declared range, mapped onto 0..5
         low, high = task.score_range
         mapped = f"mapped onto {low:g}..{high:g}"

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 import torch.nn.functional as F
 
-from heads import PairClassifierHead, PairHead, SentimentHead
+from heads import ClassesScorer, PairHead, SentimentHead
 
 from .sts_losses import STS_LOSSES, mse_loss
 from .tasks import Task, argmax
@@ -171,7 +171,7 @@ def check_declaration(item, where: str, index: int = 0, reserved=RESERVED) -> di
 def task_from_declaration(d: dict) -> Task:
     """The ``Task`` row of a checked declaration: a single-sentence classifier is a linear layer on u (SST's
     head); a two-class pair task one logit from ``--para_head`` (QQP's); a pair task of more classes a linear
-    layer on [u; v; |u − v|] to the classes (``PairClassifierHead``); a pair regression ``--sts_head``'s score
+    layer on [u; v; |u − v|] to the classes (``ClassesScorer``); a pair regression ``--sts_head``'s score
     on 0..5 trained with ``--sts_loss`` (STS's), which a declared score_range is mapped onto."""
     n, common = d["num_classes"], dict(
         name=d["name"], description=d["description"], files=dict(d["files"]), text_columns=tuple(d["text_columns"]),
@@ -189,7 +189,7 @@ def task_from_declaration(d: dict) -> Task:
                     predict=lambda logits: (logits > 0).long(), divergence="binary")
     if d["kind"] == "pair_classification":
         return Task(**common, label_type="class", num_classes=n, score_range=None,
-                    head=lambda width, m: PairClassifierHead(width, n, m.hidden_dropout_prob),
+                    head=lambda width, m: PairHead(width, ClassesScorer(n), dropout=m.hidden_dropout_prob),
                     loss=F.cross_entropy, predict=argmax, divergence="multiclass")
     return _pair_regression(common, *d["score_range"])
 
