@@ -256,8 +256,7 @@ def read_dev(data_dir: Path, tasks: dict[str, Task], max_dev: int | None, log) -
     dev = {}
     for name, task in tasks.items():
         path = data_dir / task.files["dev"]
-        examples, read_report = read_examples(path, task.text_columns, task.label_column, task.label_type,
-                                              task.num_classes, task.score_range)
+        examples, read_report = read_examples(path, task.layout())
         if read_report.bad_rows:
             log(f"warning: {read_report.summary()}")
         if not examples:

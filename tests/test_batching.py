@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from training.data.batching import ExampleDataset, make_collate, make_loader
-from training.data.readers import Example, read_examples
+from training.data.readers import Example, FileLayout, read_examples
 from minbert.tokenizer import BertTokenizer
 
 DATA = Path(__file__).parent / "fixtures" / "data"
@@ -22,13 +22,13 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def sst():
-    return read_examples(DATA / "ids-sst-train.csv", ["sentence"], "sentiment", num_classes=5)[0]
+    return read_examples(DATA / "ids-sst-train.csv", FileLayout(["sentence"], "sentiment", num_classes=5))[0]
 
 
 @pytest.fixture(scope="module")
 def sts():
-    return read_examples(DATA / "sts-train.csv", ["sentence1", "sentence2"], "similarity",
-                         label_type="score", score_range=(0.0, 5.0))[0]
+    return read_examples(DATA / "sts-train.csv", FileLayout(["sentence1", "sentence2"], "similarity",
+                                                             label_type="score", score_range=(0.0, 5.0)))[0]
 
 
 def test_single_sentence_batch_shapes_and_padding(tokenizer, sst):
@@ -64,7 +64,7 @@ def test_labels_dtype_per_task(tokenizer, sst, sts):
     sts_labels = collate(sts[:6])["labels"]
     assert sts_labels.dtype == torch.float32
     assert sts_labels.tolist() == pytest.approx([ex.label for ex in sts[:6]])
-    test_examples, _ = read_examples(DATA / "sts-test-student.csv", ["sentence1", "sentence2"], None)
+    test_examples, _ = read_examples(DATA / "sts-test-student.csv", FileLayout(["sentence1", "sentence2"]))
     assert collate(test_examples[:3])["labels"] is None
 
 

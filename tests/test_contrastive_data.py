@@ -18,7 +18,7 @@ from training.data.contrastive import (
     sentences_from_examples,
     triples_from_pairs,
 )
-from training.data.readers import BadRow, DataError, Example, read_examples
+from training.data.readers import BadRow, DataError, Example, FileLayout, read_examples
 from minbert.tokenizer import BertTokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -170,9 +170,9 @@ def test_sentences_from_examples_dedups_in_order():
 
 def test_sentences_from_examples_on_fixture_task_files():
     data = FIXTURES / "data"
-    sst = read_examples(data / "ids-sst-train.csv", ["sentence"], "sentiment", num_classes=5)[0]
-    qqp = read_examples(data / "quora-train.csv", ["sentence1", "sentence2"], "is_duplicate",
-                        num_classes=2)[0]
+    sst = read_examples(data / "ids-sst-train.csv", FileLayout(["sentence"], "sentiment", num_classes=5))[0]
+    qqp = read_examples(data / "quora-train.csv", FileLayout(["sentence1", "sentence2"], "is_duplicate",
+                                                            num_classes=2))[0]
     out = sentences_from_examples(sst, qqp)
     every = [t for ex in sst + qqp for t in ex.texts]
     assert [ex.texts[0] for ex in out] == list(dict.fromkeys(every))

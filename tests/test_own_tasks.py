@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import run_multitask
-from training.data.readers import read_examples
+from training.data.readers import FileLayout, read_examples
 from heads import ClassesScorer, PairHead
 from training import task_file
 from training.runs import load_run
@@ -308,7 +308,7 @@ def test_each_kind_gets_its_head_loss_and_prediction():
 def test_read_examples_takes_commas_and_line_numbers_as_ids(tmp_path):
     path = tmp_path / "x.csv"
     path.write_text('s,label\n"a, b",1\nc,0\n', encoding="utf-8")
-    examples, _ = read_examples(path, ["s"], "label", id_column=None, delimiter=",")
+    examples, _ = read_examples(path, FileLayout(["s"], "label", id_column=None, delimiter=","))
     assert [(e.id, e.texts, e.label) for e in examples] == [("2", ("a, b",), 1), ("3", ("c",), 0)]
 
 

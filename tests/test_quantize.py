@@ -54,8 +54,7 @@ def _batches(tokenizer, n=8):
     batches = []
     for name in ("sst", "qqp", "sts"):
         task = BUILTIN_TASKS[name]
-        examples, _ = read_examples(FIXTURE_DATA / task.files["dev"], task.text_columns, task.label_column,
-                                    task.label_type, task.num_classes, task.score_range)
+        examples, _ = read_examples(FIXTURE_DATA / task.files["dev"], task.layout())
         batches += [(name, batch["inputs"]) for batch in make_loader(examples[:n], tokenizer, 32, n, shuffle=False)]
     return batches
 

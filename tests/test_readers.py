@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from training.data.readers import BadRow, DataError, Example, read_examples, resolve_data_dir
+from training.data.readers import BadRow, DataError, Example, FileLayout, read_examples, resolve_data_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DATA = FIXTURES / "data"
@@ -38,7 +38,7 @@ FIXTURE_FILES = {
 
 
 def test_sst_train_fixture_reads_every_row_with_int_labels():
-    examples, report = read_examples(DATA / "ids-sst-train.csv", **SST)
+    examples, report = read_examples(DATA / "ids-sst-train.csv", FileLayout(**SST))
     assert report.n_rows == 20 and report.bad_rows == [] and len(examples) == 20
     assert {ex.label for ex in examples} == {0, 1, 2, 3, 4}
     assert all(type(ex.label) is int for ex in examples)
@@ -53,7 +53,7 @@ def test_sst_train_fixture_reads_every_row_with_int_labels():
 def test_fixture_dir_matches_pandas(name):
     """Ids, stripped sentences and labels agree with pandas' reading of the same file."""
     spec = FIXTURE_FILES[name]
-    examples, report = read_examples(DATA / name, **spec)
+    examples, report = read_examples(DATA / name, FileLayout(**spec))
     frame = pd.read_csv(DATA / name, sep="\t", dtype=str, keep_default_na=False)
     label_column = spec["label_column"]
     if label_column is not None:
@@ -69,7 +69,7 @@ def test_fixture_dir_matches_pandas(name):
 
 
 def test_test_student_file_with_second_unnamed_column():
-    examples, report = read_examples(DATA / "ids-sst-test-student.csv", ["sentence"], None)
+    examples, report = read_examples(DATA / "ids-sst-test-student.csv", FileLayout(["sentence"]))
     assert report.n_rows == 10 and not report.bad_rows
     assert examples[0].texts == ("A clumsy and forgettable sequel .",)
     assert examples[0].label is None
@@ -78,22 +78,22 @@ def test_test_student_file_with_second_unnamed_column():
 
 
 def test_doubled_quotes_inside_quoted_fields():
-    examples, _ = read_examples(BAD / "sst_bad_rows.csv", **SST)
+    examples, _ = read_examples(BAD / "sst_bad_rows.csv", FileLayout(**SST))
     by_id = {ex.id: ex for ex in examples}
     assert by_id["sst7"].texts == ('He said "wow" , twice .',)
-    qqp, _ = read_examples(DATA / "quora-train.csv", **QQP)
+    qqp, _ = read_examples(DATA / "quora-train.csv", FileLayout(**QQP))
     assert ('What does "break a leg" mean?', 'What is the meaning of the phrase "break a leg"?') in [
         ex.texts for ex in qqp
     ]
 
 
 def test_labelled_file_read_without_label_column():
-    examples, report = read_examples(DATA / "sts-dev.csv", ["sentence1", "sentence2"], None)
+    examples, report = read_examples(DATA / "sts-dev.csv", FileLayout(["sentence1", "sentence2"]))
     assert len(examples) == 10 and all(ex.label is None for ex in examples)
 
 
 def test_crlf_line_endings_and_blank_lines():
-    examples, report = read_examples(BAD / "crlf_blank_lines.csv", **SST)
+    examples, report = read_examples(BAD / "crlf_blank_lines.csv", FileLayout(**SST))
     assert report.n_rows == 2 and not report.bad_rows
     assert [(ex.id, ex.texts, ex.label, ex.line) for ex in examples] == [
         ("a", ("One .",), 1, 2),
@@ -105,7 +105,7 @@ def test_crlf_line_endings_and_blank_lines():
 
 
 def test_bad_rows_are_skipped_and_reported_with_line_and_field():
-    examples, report = read_examples(BAD / "sst_bad_rows.csv", **SST)
+    examples, report = read_examples(BAD / "sst_bad_rows.csv", FileLayout(**SST))
     assert [(ex.id, ex.label, ex.line) for ex in examples] == [("sst0", 4, 2), ("sst7", 3, 9), ("sst8", 1, 10)]
     assert report.n_rows == 11
     got = {b.line: (b.field, b.reason) for b in report.bad_rows}
@@ -125,7 +125,7 @@ def test_bad_rows_are_skipped_and_reported_with_line_and_field():
 
 
 def test_summary_lists_five_bad_lines_then_counts_the_rest():
-    _, report = read_examples(BAD / "sst_bad_rows.csv", **SST)
+    _, report = read_examples(BAD / "sst_bad_rows.csv", FileLayout(**SST))
     summary = report.summary()
     assert summary.startswith("sst_bad_rows.csv: 11 rows, 8 skipped (line 3: sentiment: ")
     assert summary.count("line ") == 5 and summary.endswith("... and 3 more)")
@@ -133,7 +133,7 @@ def test_summary_lists_five_bad_lines_then_counts_the_rest():
 
 
 def test_qqp_fixture_has_one_empty_label():
-    examples, report = read_examples(DATA / "quora-train.csv", **QQP)
+    examples, report = read_examples(DATA / "quora-train.csv", FileLayout(**QQP))
     assert len(examples) == 20 and report.n_rows == 21
     assert report.bad_rows == [BadRow(7, "is_duplicate", "empty label")]
     assert report.summary() == "quora-train.csv: 21 rows, 1 skipped (line 7: is_duplicate: empty label)"
@@ -141,7 +141,7 @@ def test_qqp_fixture_has_one_empty_label():
 
 
 def test_qqp_float_class_labels():
-    examples, report = read_examples(BAD / "quora_labels.csv", **QQP)
+    examples, report = read_examples(BAD / "quora_labels.csv", FileLayout(**QQP))
     assert [(ex.id, ex.label) for ex in examples] == [("q0", 1), ("q1", 0)]
     assert all(type(ex.label) is int for ex in examples)
     got = {b.line: (b.field, b.reason) for b in report.bad_rows}
@@ -154,7 +154,7 @@ def test_qqp_float_class_labels():
 
 
 def test_sts_scores_are_floats_in_range():
-    examples, report = read_examples(BAD / "sts_scores.csv", **STS)
+    examples, report = read_examples(BAD / "sts_scores.csv", FileLayout(**STS))
     assert [ex.label for ex in examples] == [5.0, 0.0, 3.6]
     assert all(type(ex.label) is float for ex in examples)
     got = {b.line: b.reason for b in report.bad_rows}
@@ -166,17 +166,17 @@ def test_sts_scores_are_floats_in_range():
 def test_strict_mode_raises_on_first_bad_row():
     path = BAD / "sst_bad_rows.csv"
     with pytest.raises(DataError) as err:
-        read_examples(path, **SST, strict=True)
+        read_examples(path, FileLayout(**SST), strict=True)
     assert str(err.value) == f"{path}, line 3, field sentiment: class label 7 out of range 0..4"
 
 
 def test_strict_mode_accepts_a_clean_file():
-    examples, report = read_examples(DATA / "sts-train.csv", **STS, strict=True)
+    examples, report = read_examples(DATA / "sts-train.csv", FileLayout(**STS), strict=True)
     assert len(examples) == 16 and not report.bad_rows
 
 
 def test_malformed_quoting_skips_only_that_row():
-    examples, report = read_examples(BAD / "malformed_quote.csv", **SST)
+    examples, report = read_examples(BAD / "malformed_quote.csv", FileLayout(**SST))
     assert [(ex.id, ex.line) for ex in examples] == [("a", 2), ("c", 4)]
     assert len(report.bad_rows) == 1 and report.bad_rows[0].line == 3
     assert "malformed quoting" in report.bad_rows[0].reason
@@ -187,7 +187,7 @@ def test_malformed_quoting_skips_only_that_row():
 
 def one_line_error(path, **spec) -> str:
     with pytest.raises(DataError) as err:
-        read_examples(path, **spec)
+        read_examples(path, FileLayout(**spec))
     message = str(err.value)
     assert "\n" not in message and Path(path).name in message
     return message
@@ -290,10 +290,10 @@ def test_a_file_that_lost_its_newlines_gives_a_short_error(tmp_path):
     flat = tmp_path / "ids-sst-train.csv"
     flat.write_text(text.replace("\n", " ") + "\n")
     with pytest.raises(DataError) as caught:
-        read_examples(flat, **SST)
+        read_examples(flat, FileLayout(**SST))
     message = str(caught.value)
     assert "missing column" in message and len(message) < 400 < len(text)
     long_label = tmp_path / "long-label.csv"
     long_label.write_text("id\tsentence\tsentiment\n1\tok\t" + "x" * 5000 + "\n")
-    examples, report = read_examples(long_label, **SST)
+    examples, report = read_examples(long_label, FileLayout(**SST))
     assert not examples and len(report.bad_rows[0].reason) < 300 and "characters)" in report.bad_rows[0].reason

@@ -62,8 +62,7 @@ def test_loaded_model_is_the_run_model(run, run_dir):
     assert run.model.bert.config.to_dict() == json.loads((run_dir / "checkpoint" / "config.json").read_text())
     assert training.load_run is load_run  # the package's export
     task = BUILTIN_TASKS["sst"]
-    examples, _ = read_examples(FIXTURE_DATA / task.files["dev"], task.text_columns, task.label_column,
-                                task.label_type, task.num_classes)
+    examples, _ = read_examples(FIXTURE_DATA / task.files["dev"], task.layout())
     loader = make_loader(examples, run.tokenizer, run.config.data.max_length, 4, shuffle=False)
     result = predict(run.model, task, loader, torch.device("cpu"), progress_bar=False)
     with open(run_dir / "sst-dev-output.csv", encoding="utf-8", newline="") as f:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from training.data.readers import Example, ReadReport, read_examples
+from training.data.readers import Example, FileLayout, ReadReport, read_examples
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,15 @@ class Task:
         """The metric on a 0..1 scale, for averaging across tasks: Pearson r becomes (r + 1) / 2."""
         return (value + 1.0) / 2.0 if self.metric_name == "pearson" else value
 
+    def layout(self, labelled: bool = True) -> FileLayout:
+        """The layout of this task's files: its columns and label checks; ``labelled=False``: the text
+        columns alone (a test file)."""
+        return FileLayout(self.text_columns, self.label_column if labelled else None, self.label_type,
+                          self.num_classes, self.score_range, self.id_column)
+
     def read(self, path: str | Path, labelled: bool = True, strict: bool = False) -> tuple[list[Example], ReadReport]:
-        """This task's examples in ``path`` (``data.readers.read_examples`` with the task's columns and
-        label checks); ``labelled=False`` reads the text columns alone (a test file)."""
-        return read_examples(path, self.text_columns, self.label_column if labelled else None, self.label_type,
-                             self.num_classes, self.score_range, strict=strict, id_column=self.id_column)
+        """This task's examples in ``path`` (``training.data.readers.read_examples`` of its ``layout``)."""
+        return read_examples(path, self.layout(labelled), strict)
 
 
 def accuracy(pred: np.ndarray, gold: np.ndarray) -> float:

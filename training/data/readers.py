@@ -69,34 +69,52 @@ class ReadReport:
         return f"{text} ({'; '.join(listed)})"
 
 
-def read_examples(path: str | Path, text_columns: Sequence[str], label_column: str | None, label_type: str = "class",
-                  num_classes: int | None = None, score_range: tuple[float, float] | None = None,
-                  strict: bool = False, id_column: str | None = "id", delimiter: str = "\t"
-                  ) -> tuple[list[Example], ReadReport]:
-    """Read one task file; return its valid rows and a report of the skipped ones.
+@dataclass(frozen=True)
+class FileLayout:
+    """What a task file holds and where: its text columns (one sentence or a pair), its label column (None:
+    read as unlabelled, labels if present ignored) and what a label must be, its id column and delimiter.
 
     ``label_type="class"`` wants a whole number in ``[0, num_classes)`` (QQP's ``0.0``/``1.0`` are
-    accepted as 0/1); ``"score"`` wants a finite float in ``score_range`` (inclusive). With
-    ``label_column=None`` the file is read as unlabelled (labels, if present, are ignored).
-    Bad rows are skipped and recorded; with ``strict=True`` the first one raises ``DataError``.
-    A row whose id an earlier kept row has is a bad row too (ids must be unique); ``id_column=None``:
-    the file has no ids, and each row's id is its line number (the header is line 1).
-    ``delimiter``: tab (the CS224N files), or ``,`` for a comma-separated file of your own.
+    accepted as 0/1); ``"score"`` wants a finite float in ``score_range`` (inclusive). ``id_column=None``:
+    the file has no ids, and each row's id is its line number (the header is line 1). ``delimiter``: tab
+    (the CS224N files), or ``,`` for a comma-separated file of your own.
     """
-    if label_type not in ("class", "score"):
-        raise ValueError(f"label_type must be 'class' or 'score', got {label_type!r}")
-    if not text_columns:
-        raise ValueError("text_columns must name at least one column")
+    text_columns: Sequence[str]
+    label_column: str | None = None
+    label_type: str = "class"
+    num_classes: int | None = None
+    score_range: tuple[float, float] | None = None
+    id_column: str | None = "id"
+    delimiter: str = "\t"
+
+    def __post_init__(self):
+        if self.label_type not in ("class", "score"):
+            raise ValueError(f"label_type must be 'class' or 'score', got {self.label_type!r}")
+        if not self.text_columns:
+            raise ValueError("text_columns must name at least one column")
+
+    def columns(self) -> list[str]:
+        """The columns the file's header must name, in the order the errors name them."""
+        return ([self.id_column] if self.id_column is not None else []) + [*self.text_columns] + \
+            ([self.label_column] if self.label_column is not None else [])
+
+
+def read_examples(path: str | Path, layout: FileLayout, strict: bool = False) -> tuple[list[Example], ReadReport]:
+    """Read one task file of ``layout``; return its valid rows and a report of the skipped ones.
+
+    Bad rows are skipped and recorded; with ``strict=True`` the first one raises ``DataError``.
+    A row whose id an earlier kept row has is a bad row too (ids must be unique).
+    """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data file not found: {path}. {HOW_TO_SUPPLY}")
-    wanted = ([id_column] if id_column is not None else []) + [*text_columns] + \
-        ([label_column] if label_column is not None else [])
-    label_of = partial(_parse_label, label_type=label_type, num_classes=num_classes, score_range=score_range)
-    parse = partial(_parse_row, text_columns=text_columns, label_column=label_column, id_column=id_column,
-                    label_of=label_of)
+    label_of = partial(_parse_label, label_type=layout.label_type, num_classes=layout.num_classes,
+                       score_range=layout.score_range)
+    parse = partial(_parse_row, text_columns=layout.text_columns, label_column=layout.label_column,
+                    id_column=layout.id_column, label_of=label_of)
+    delimiter = layout.delimiter
     header = "a tab-separated header row" if delimiter == "\t" else f"a header row separated by {delimiter!r}"
-    return read_table(path, delimiter, wanted, header, parse, strict, id_column or "id")
+    return read_table(path, delimiter, layout.columns(), header, parse, strict, layout.id_column or "id")
 
 
 def read_table(path: Path, delimiter: str, wanted: Sequence[str], expected_header: str,

@@ -24,7 +24,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .readers import BadRow, DataError, ReadReport, column_indices, read_examples, read_header, read_utf8
+from .readers import (BadRow, DataError, FileLayout, ReadReport, column_indices, read_examples, read_header,
+                      read_utf8)
 
 STS_INPUT = re.compile(r"^STS\.input\.(.+)\.txt$")
 STS_GOLD = re.compile(r"^STS\.gs\.(.+)\.txt$")
@@ -147,7 +148,7 @@ def read_stsb(path: Path) -> PairSubset:
 
 def read_cs224n_sts(path: Path) -> PairSubset:
     """A CS224N ``sts-*.csv`` (rows with a bad field are skipped and reported)."""
-    examples, report = read_examples(path, CS224N_COLUMNS[:2], CS224N_COLUMNS[2], label_type="score")
+    examples, report = read_examples(path, FileLayout(CS224N_COLUMNS[:2], CS224N_COLUMNS[2], "score"))
     if not examples:
         raise DataError(f"{path}: no usable rows ({report.summary()})")
     return PairSubset(path.stem, [e.texts[0] for e in examples], [e.texts[1] for e in examples],

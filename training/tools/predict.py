@@ -19,6 +19,7 @@ its text in the columns ``--columns`` names; scored when it has the task's label
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -97,8 +98,9 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     target = out / f"{task.output_prefix}-{path.stem}-output.csv"
     check_folder(out)
     check_overwrite([target, out / METRICS], args.overwrite)
-    examples, report = read_examples(path, columns, label, task.label_type, task.num_classes, task.score_range,
-                                     id_column=id_column, delimiter=delimiter)
+    layout = dataclasses.replace(task.layout(), text_columns=columns, label_column=label, id_column=id_column,
+                                 delimiter=delimiter)
+    examples, report = read_examples(path, layout)
     if report.bad_rows:
         print(f"warning: {report.summary()}", file=sys.stderr)
     if not examples:
@@ -222,9 +224,7 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
     for name, split, path in planned:
         task = known[name]
         labelled = task.label_column in read_header(path)
-        examples, report = read_examples(path, task.text_columns, task.label_column if labelled else None,
-                                         task.label_type, task.num_classes, task.score_range,
-                                         id_column=task.id_column)
+        examples, report = read_examples(path, task.layout(labelled))
         if report.bad_rows:
             print(f"warning: {report.summary()}", file=sys.stderr)
         result = run.predict_examples(name, examples, batch_size, progress=len(examples) >= 2000)
