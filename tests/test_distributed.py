@@ -1,4 +1,5 @@
 """Data-parallel training: two CPU processes under torchrun (gloo) follow a single-process run."""
+import argparse
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from training.data.batching import make_loader
 from training.data.readers import Example
 from minbert import BertTokenizer
 from run_multitask import parse_config
+from training.cli import usage_errors_once
 from training.distributed import Distributed, check_batch_size
 from training.resume import list_checkpoints
 
@@ -159,3 +161,21 @@ def test_the_launcher_ends_a_bad_run_in_one_line_and_sigterm_with_143(tiny_model
     assert err.strip().splitlines()[-1] == "terminated (SIGTERM)" and "Traceback" not in err, err
     assert json.loads((tmp_path / "r" / "metrics.json").read_text())["status"] == "interrupted"
     assert not (tmp_path / "r" / ".lock").exists()
+
+
+@pytest.mark.parametrize("rank, writable, said", [("0", True, "usage"), ("1", True, ""), ("1", False, "error")])
+def test_a_usage_error_is_said_once_and_never_lost(tmp_path, monkeypatch, capsys, rank, writable, said):
+    """Process 0 prints argparse's usage message; another records its last line in its error file, or, when
+    that file cannot be written, prints the line itself (it used to print nothing: the line was lost)."""
+    error_file = tmp_path / ("error.json" if writable else "missing-folder/error.json")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    with pytest.raises(SystemExit):
+        with usage_errors_once():
+            argparse.ArgumentParser(prog="p").parse_args(["--bad"])
+    err = capsys.readouterr().err
+    assert (said == "usage") == err.startswith("usage: p") and (said == "") == (err == "")
+    assert ("error: unrecognized arguments: --bad" in err) == bool(said)
+    if writable:
+        assert json.loads(error_file.read_text())["exit_code"] == 2

@@ -64,10 +64,11 @@ def usage_errors_once():
             yield
     except SystemExit as stop:
         if stop.code:
-            if not _recorded_only():
+            printed = not _recorded_only()
+            if printed:
                 sys.stderr.write(captured.getvalue())
             lines = captured.getvalue().strip().splitlines()
-            _say(lines[-1] if lines else "bad flags", stop.code, printed=True)
+            _say(lines[-1] if lines else "bad flags", stop.code, printed)   # said here too if not recorded
         raise
 
 
