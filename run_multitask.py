@@ -96,10 +96,11 @@ def parse_command(argv=None) -> tuple[RunConfig, bool]:
 
 
 def explicit_flags(argv=None) -> set[str]:
-    """The settings the command line gives (a flag's ``--no_`` form included), whatever their values."""
-    parser, unset = build_parser(), object()
-    parser.set_defaults(**dict.fromkeys(all_flag_fields(), unset))
-    return {name for name, value in vars(parser.parse_args(argv)).items() if value is not unset}
+    """The settings the command line gives (a flag's ``--no_`` form included), whatever their values; not the
+    command's own options (``--config``, ``--reference``, ``--print_config``) nor the refused ones."""
+    parser, unset, fields = build_parser(), object(), all_flag_fields()
+    parser.set_defaults(**dict.fromkeys(fields, unset))
+    return {name for name, value in vars(parser.parse_args(argv)).items() if name in fields and value is not unset}
 
 
 def print_config(config: RunConfig) -> None:

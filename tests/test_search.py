@@ -140,6 +140,26 @@ def test_a_trial_resumed_by_hand_runs_on_its_own(tmp_path):
         assert config.output.wait_after_eval is waits and config.data.val_fraction == 0.1
 
 
+def test_the_best_recipe_holds_the_run_s_settings_alone():
+    """best.json of the search's part 3 held print_config, reference and temp (the command's own options and a
+    refused flag) beside the trial's settings: explicit_flags counted every option the parser has."""
+    import run_multitask
+    assert run_multitask.explicit_flags(["--data_dir", "d", "--lr", "1e-4", "--no_bucket"]) == {"data_dir", "lr", "bucket"}
+
+
+def test_a_stop_after_the_last_evaluation_leaves_the_run_finished(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """ASHA's last rung answers "stop" to a trial below its cut after the trial's last evaluation: nothing is left
+    to stop, so the run finishes ("stopped early" with its whole budget run was the search's part 3, trial 5)."""
+    import run_multitask
+    monkeypatch.setattr(sys, "stdin", io.StringIO("stop\n"))
+    flags = tiny_flags(tiny_model_dir, FIXTURE_DATA, "--epochs", "1", "--max_steps_per_epoch", "2",
+                       "--no_test_predictions", "--wait_after_eval", "--out_dir", str(tmp_path), "--run_name", "r")
+    assert run_multitask.main(flags) == 0
+    assert trial_control.MARK in capsys.readouterr().out      # the scheduler heard of the last evaluation
+    metrics = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and "early_stopped" not in metrics
+
+
 # ---- a real search (slow) ------------------------------------------------------------------------------------
 
 @pytest.mark.slow

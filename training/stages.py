@@ -159,18 +159,19 @@ class MultitaskObjective(TaskObjective):
     def end_epoch(self, record: dict, progress: dict) -> str:
         every, steps = self.run.config.train.eval_every, self.run.loop.clock.step - self.first_step
         if not every:
-            return " | " + self.evaluate(record, progress, self.run.loop.clock.step)
+            return " | " + self.evaluate(record, progress, self.run.loop.clock.step, record["epoch"] == self.epochs)
         if record["epoch"] == self.epochs and steps % every and not progress.get("stopped"):
             final = {"step": steps, "epoch": record["epoch"], "run_step": self.run.loop.clock.step}
             progress["evaluations"].append(final)   # the last weights are a candidate too
-            return " | " + self.evaluate(final, progress, self.run.loop.clock.step)
+            return " | " + self.evaluate(final, progress, self.run.loop.clock.step, last=True)
         self.run.on_epoch_end(self.saved(progress, improved=False))
         return ""
 
-    def evaluate(self, record: dict, progress: dict, step: int) -> str:
+    def evaluate(self, record: dict, progress: dict, step: int, last: bool = False) -> str:
         """Score dev into ``record``; keep and save the weights when the overall score is the best so
         far. ``step`` is the run's step count (TensorBoard's and curves.png's x axis, ``record["run_step"]``);
-        ``record["step"]`` the stage's."""
+        ``record["step"]`` the stage's; ``last``: the stage's last evaluation, after which nothing is left to
+        stop (a search's scheduler still hears of it: its last rung)."""
         run, started, tasks = self.run, time.time(), self.run.config.tasks()
         dev = {name: predict(run.model, tasks[name], run.loader(split["dev"], run.config.data.batch_size, False, 0),
                              run.device, f"dev {name}", run.log.nested_progress_bars, run.loop.precision)
@@ -202,7 +203,7 @@ class MultitaskObjective(TaskObjective):
         if run.config.output.wait_after_eval and not progress.get("stopped") and ask_scheduler(
                 {"evaluation": len(progress["evaluations"]) or record["epoch"], "epoch": record["epoch"],
                  "step": record.get("step"), "run_step": step, "dev": metrics, "dev_overall": score,
-                 "best": self.best["score"]}):
+                 "best": self.best["score"]}) and not last:
             progress["stopped"] = {"step": step - self.first_step, "epoch": record["epoch"], "by": "scheduler",
                                    "best_epoch": self.best["epoch"], "best_step": self.best["step"]}
         tail = f"dev {format_metrics(metrics, tasks)} overall {score:.3f}" + ("  (best so far)" if improved else "")
