@@ -84,13 +84,18 @@ class Scorer:
 class ConcatScorer(Scorer):
     """z = w·[u; v; |u − v|] + c after dropout (Sentence-BERT, Reimers & Gurevych 2019, §3)."""
     name = "concat"
+    outputs = 1   # the classifier's outputs: one logit
 
     def build(self, head, in_dim, dropout):
         head.dropout = nn.Dropout(dropout)
-        head.classifier = nn.Linear(3 * in_dim, 1)
+        head.classifier = nn.Linear(3 * in_dim, self.outputs)
+
+    def concatenated(self, head, u, v):
+        """The classifier's outputs on dropout([u; v; |u − v|]), one column each."""
+        return head.classifier(head.dropout(torch.cat([u, v, (u - v).abs()], dim=-1)))
 
     def logit(self, head, u, v):
-        return head.classifier(head.dropout(torch.cat([u, v, (u - v).abs()], dim=-1))).squeeze(-1)
+        return self.concatenated(head, u, v).squeeze(-1)
 
     def formula(self, output, temp, probability=False):
         if output == "logit":
@@ -154,12 +159,12 @@ class ClassesScorer(ConcatScorer):
     def __init__(self, num_classes: int):
         self.num_classes = num_classes
 
-    def build(self, head, in_dim, dropout):
-        head.dropout = nn.Dropout(dropout)
-        head.classifier = nn.Linear(3 * in_dim, self.num_classes)
+    @property
+    def outputs(self) -> int:
+        return self.num_classes
 
     def logit(self, head, u, v):
-        return head.classifier(head.dropout(torch.cat([u, v, (u - v).abs()], dim=-1)))
+        return self.concatenated(head, u, v)   # (batch, k): no column to squeeze
 
     def formula(self, output, temp, probability=False):
         return (f"`classifier` on [u; v; |u−v|]: logits = W·[u; v; |u−v|] + b ({self.num_classes} classes); the "

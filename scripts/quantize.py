@@ -57,7 +57,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere
 
 from training.data.batching import make_loader  # noqa: E402
-from training.data.readers import DataError, read_examples, resolve_data_dir  # noqa: E402
+from training.data.readers import DataError, resolve_data_dir  # noqa: E402
 from minbert.atomic import atomic_path, remove_stale_temporaries, write_text_atomic  # noqa: E402
 from training.cli import check_overwrite, run_command  # noqa: E402
 from training.config import DataConfig, add_flags  # noqa: E402
@@ -256,7 +256,7 @@ def read_dev(data_dir: Path, tasks: dict[str, Task], max_dev: int | None, log) -
     dev = {}
     for name, task in tasks.items():
         path = data_dir / task.files["dev"]
-        examples, read_report = read_examples(path, task.layout())
+        examples, read_report = task.read(path)
         if read_report.bad_rows:
             log(f"warning: {read_report.summary()}")
         if not examples:

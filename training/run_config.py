@@ -157,7 +157,7 @@ class RunConfig:
 
     def task_names(self) -> list[str]:
         """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs)."""
-        return parse_tasks(self.train.tasks, self.known_tasks())
+        return list(self.tasks())
 
     def tasks(self) -> dict[str, Task]:
         """The ``Task`` rows of ``--tasks``, in their order."""

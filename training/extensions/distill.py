@@ -114,6 +114,9 @@ class TeacherTargets:
 
     def __init__(self, run):
         self.run = run
+        # what a teacher's outputs are mixed as, for each task: class probabilities (k classes) or numbers (None)
+        self.classes = {name: row.num_classes if row.divergence == "multiclass" else None
+                        for name, row in run.config.tasks().items()}
         self.teacher: dict[str, tuple[dict[str, int], torch.Tensor]] = {}   # task -> (row of each id, outputs)
 
     def teach(self, task: str, ids: list[str], outputs: torch.Tensor) -> None:
@@ -135,8 +138,7 @@ class TeacherTargets:
             return labels
         rows, outputs = self.teacher[task]
         teacher = outputs[[rows[example_id] for example_id in batch["ids"]]].to(labels.device)
-        row = self.run.config.known_tasks()[task]
-        return mix(labels, teacher, weight, row.num_classes if row.divergence == "multiclass" else None)
+        return mix(labels, teacher, weight, self.classes[task])
 
     def state_dict(self) -> dict:
         return {task: {"ids": list(rows), "outputs": outputs} for task, (rows, outputs) in self.teacher.items()}

@@ -224,7 +224,7 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
     for name, split, path in planned:
         task = known[name]
         labelled = task.label_column in read_header(path)
-        examples, report = read_examples(path, task.layout(labelled))
+        examples, report = task.read(path, labelled)
         if report.bad_rows:
             print(f"warning: {report.summary()}", file=sys.stderr)
         result = run.predict_examples(name, examples, batch_size, progress=len(examples) >= 2000)
