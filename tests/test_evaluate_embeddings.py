@@ -17,7 +17,8 @@ from minbert import BertModel, BertTokenizer
 from training.checkpoint import save_checkpoint
 from training.config import ModelConfig
 from training.run_config import RunConfig
-from training.runs import build_model, encode
+from training.encoding import encode
+from training.runs import build_model
 from training.similarity import average_over_datasets, correlations
 from scripts.evaluate_embeddings import main, render_table
 

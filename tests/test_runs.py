@@ -20,7 +20,8 @@ from minbert import BertModel, BertTokenizer, WeightsError
 from training.run_config import RunConfig
 from training.evaluate import predict
 from training.checkpoint import load_checkpoint
-from training.runs import encode, load_run, pretrained_run
+from training.encoding import encode
+from training.runs import load_run, pretrained_run
 from training.task_schema import BUILTIN_TASKS
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"

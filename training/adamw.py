@@ -13,7 +13,7 @@ import torch
 from minbert import AdamW, decay_groups
 
 if TYPE_CHECKING:
-    from .run_config import RunConfig
+    from .config import RunSettings
 
 
 @dataclass
@@ -24,7 +24,7 @@ class ParamSet:
     decay: bool = True        # False: no weight decay at all (e.g. learned loss weights, pulled to 0 by it)
 
 
-def build_adamw(config: RunConfig, sets: Sequence[ParamSet], lr: float) -> AdamW | None:
+def build_adamw(config: RunSettings, sets: Sequence[ParamSet], lr: float) -> AdamW | None:
     """AdamW over ``sets`` at ``lr`` (a set's own ``lr`` wins), with the run's weight decay and
     ``--adamw`` kernel; None when nothing is left to train (a frozen encoder and no head)."""
     train, groups = config.train, []

@@ -1,21 +1,25 @@
 """Run configuration: one dataclass per concern, each field one command-line flag (``training/flags.py``).
 The core sections are here, with what reads a configuration saved by any version (renamed, removed and
-absent settings); each extension's section lives in its own module (``training/extensions``). This module
-imports no extension: ``training/run_config.py`` assembles ``RunConfig`` from these sections and the
-registry's.
+absent settings); each extension's section lives in its own module (``training/extensions``).
+``RunSettings`` is a run's sections together, what the run's parts read. This module imports no extension:
+``training/run_config.py``'s ``RunConfig``, above the registry, adds the extensions' defaults, the checks and
+the reading of a saved configuration.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Self
 
 from heads import POOLING_MODES
 from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 
-from .flags import add_flags, device_name, flag, optional_float, optional_int, section_from_args  # noqa: F401
+from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
 from .schedule import STRATEGIES
 from .sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
-from .task_schema import BUILTIN_TASKS
-from .tasks import DEFAULT_TASKS
+from .task_file import read_task_file
+from .task_schema import BUILTIN_TASKS, task_table
+from .tasks import DEFAULT_TASKS, Task, parse_tasks
 
 
 @dataclass
@@ -213,3 +217,76 @@ REMOVED_IN = "was removed after commit 4be10e6 (docs/defaults.md); `git checkout
 # The core sections of a RunConfig: field name -> dataclass (the first flag groups of run_multitask.py).
 CORE_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "speed": SpeedConfig,
                  "output": OutputConfig}
+
+
+@dataclass
+class RunSettings:
+    """A run's settings: the core sections and each extension's (name -> its dataclass). What the run's parts
+    read, typed here below the registry; ``RunConfig`` (training/run_config.py) is the one that is made, with
+    every extension's section filled, checked and read back from a saved form."""
+    model: ModelConfig
+    data: DataConfig
+    train: TrainConfig
+    speed: SpeedConfig
+    output: OutputConfig
+    extensions: dict = field(default_factory=dict)   # extension name -> its settings (absent: the defaults)
+
+    def __getattr__(self, name: str):
+        """``config.smart``, ``config.ucl``, ...: the settings of the extension of that name."""
+        extensions = self.__dict__.get("extensions", {})
+        if name in extensions:
+            return extensions[name]
+        raise AttributeError(f"{type(self).__name__} has no section {name!r}")
+
+    def sections(self) -> dict:
+        """Every settings section by name: the core ones, then the extensions' in registry order."""
+        return {name: getattr(self, name) for name in CORE_SECTIONS} | self.extensions
+
+    def to_dict(self) -> dict:
+        """Section -> field -> value, as saved in metrics.json and run_config.json."""
+        return {name: dataclasses.asdict(section) for name, section in self.sections().items()}
+
+    @classmethod
+    def defaults(cls, **sections) -> Self:
+        """Every section at its defaults, except the ``sections`` given (name -> settings dataclass); a
+        ``RunConfig`` fills the extensions' sections not given."""
+        core = {name: sections.pop(name, None) or section() for name, section in CORE_SECTIONS.items()}
+        return cls(**core, extensions=sections)
+
+    def declare_own_tasks(self) -> None:
+        """Read the tasks of ``--task_file`` into the configuration (once: the declarations a run saved win over
+        the file, which may have changed or gone since), refusing a file none of whose tasks ``--tasks`` names."""
+        d = self.data
+        if d.task_file and not d.own_tasks:
+            d.own_tasks = read_task_file(d.task_file)
+            declared = [task["name"] for task in d.own_tasks]
+            if not set(declared) & {name.strip() for name in self.train.tasks.split(",")}:
+                raise ValueError(f"--task_file {d.task_file} declares {', '.join(declared)}, but --tasks "
+                                 f"{self.train.tasks} names none of them: add them to --tasks")
+        self.known_tasks()
+
+    def known_tasks(self) -> dict[str, Task]:
+        """Every task this run can name, by name: the built-in ones and its own (``own_tasks``, the checked
+        declarations of ``--task_file``, saved with the run). Built here, never registered anywhere."""
+        d = self.data
+        return task_table(d.own_tasks, f"--task_file {d.task_file}" if d.task_file else "the run's configuration")
+
+    def task_names(self) -> list[str]:
+        """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs)."""
+        return list(self.tasks())
+
+    def tasks(self) -> dict[str, Task]:
+        """The ``Task`` rows of ``--tasks``, in their order."""
+        known = self.known_tasks()
+        return {name: known[name] for name in parse_tasks(self.train.tasks, known)}
+
+    def builds_towers(self) -> bool:
+        """Whether the model gets private towers (``--private_layers``): K > 0 and two or more tasks, since
+        one task's layers are all its own already."""
+        return self.model.private_layers > 0 and len(self.task_names()) > 1
+
+    def batch_sizes(self) -> dict[str, int]:
+        """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
+        or ``--batch_size`` each."""
+        return per_task("task_batch_sizes", self.data.task_batch_sizes, self.task_names(), self.data.batch_size,
+                        int, lambda v: v >= 1, "positive whole numbers")

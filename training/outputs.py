@@ -23,10 +23,10 @@ from .run_log import RunLog
 from .tasks import Task
 
 if TYPE_CHECKING:
-    from .run_config import RunConfig
+    from .config import RunSettings
 
 
-def claim_run_dir(config: RunConfig, claim: bool = True) -> Path:
+def claim_run_dir(config: RunSettings, claim: bool = True) -> Path:
     """``<out_dir>/<run_name>``, claimed by creating ``metrics.json`` exclusively (``O_EXCL``): of two runs
     given one name at once exactly one gets it, and a folder holding anything is refused (nothing is
     overwritten), except the claim of a run killed before it started (``abandoned_claim``), taken over:

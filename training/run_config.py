@@ -1,56 +1,25 @@
 """``RunConfig``: a run's whole configuration, the core sections of ``training/config.py`` and each enabled
 or not extension's section from the registry (``training/extensions``), checked as a whole (``validate``) and
 read back from any version's saved form (``from_dict``). It sits above the registry, so the sections below
-import no extension.
+import no extension; what the run's parts read of it is ``config.RunSettings``, below the registry.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import extensions as registry   # the registry's one list, read where it is (tests extend it)
-from .config import ABSENT_MEANS, CORE_SECTIONS, REMOVED_IN, RENAMED, DataConfig, ModelConfig, OutputConfig, \
-    SpeedConfig, TrainConfig, saved_values
-from .flags import per_task
-from .task_file import read_task_file
-from .task_schema import task_table
-from .tasks import Task, parse_tasks
+from .config import ABSENT_MEANS, CORE_SECTIONS, REMOVED_IN, RENAMED, RunSettings, saved_values
 
 
 @dataclass
-class RunConfig:
-    model: ModelConfig
-    data: DataConfig
-    train: TrainConfig
-    speed: SpeedConfig
-    output: OutputConfig
-    extensions: dict = field(default_factory=dict)   # extension name -> its settings (absent: the defaults)
+class RunConfig(RunSettings):
+    """``RunSettings`` with every extension of the registry given its section (its defaults where none is)."""
 
     def __post_init__(self):
         self.extensions = {e.name: self.extensions.get(e.name) or e.settings() for e in registry.EXTENSIONS}
-
-    def __getattr__(self, name: str):
-        """``config.smart``, ``config.ucl``, ...: the settings of the extension of that name."""
-        extensions = self.__dict__.get("extensions", {})
-        if name in extensions:
-            return extensions[name]
-        raise AttributeError(f"{type(self).__name__} has no section {name!r}")
-
-    def sections(self) -> dict:
-        """Every settings section by name: the core ones, then the extensions' in registry order."""
-        return {name: getattr(self, name) for name in CORE_SECTIONS} | self.extensions
-
-    def to_dict(self) -> dict:
-        """Section -> field -> value, as saved in metrics.json and run_config.json."""
-        return {name: dataclasses.asdict(section) for name, section in self.sections().items()}
-
-    @classmethod
-    def defaults(cls, **sections) -> "RunConfig":
-        """Every section at its defaults, except the ``sections`` given (name -> settings dataclass)."""
-        core = {name: sections.pop(name, None) or section() for name, section in CORE_SECTIONS.items()}
-        return cls(**core, extensions=sections)
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
@@ -136,44 +105,6 @@ class RunConfig:
              f"--epochs 0 runs the stages alone: give {', '.join(alone[:-1])} or {alone[-1]} (or train at least "
              f"one epoch)"),
         ]
-
-    def declare_own_tasks(self) -> None:
-        """Read the tasks of ``--task_file`` into the configuration (once: the declarations a run saved win over
-        the file, which may have changed or gone since), refusing a file none of whose tasks ``--tasks`` names."""
-        d = self.data
-        if d.task_file and not d.own_tasks:
-            d.own_tasks = read_task_file(d.task_file)
-            declared = [task["name"] for task in d.own_tasks]
-            if not set(declared) & {name.strip() for name in self.train.tasks.split(",")}:
-                raise ValueError(f"--task_file {d.task_file} declares {', '.join(declared)}, but --tasks "
-                                 f"{self.train.tasks} names none of them: add them to --tasks")
-        self.known_tasks()
-
-    def known_tasks(self) -> dict[str, Task]:
-        """Every task this run can name, by name: the built-in ones and its own (``own_tasks``, the checked
-        declarations of ``--task_file``, saved with the run). Built here, never registered anywhere."""
-        d = self.data
-        return task_table(d.own_tasks, f"--task_file {d.task_file}" if d.task_file else "the run's configuration")
-
-    def task_names(self) -> list[str]:
-        """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs)."""
-        return list(self.tasks())
-
-    def tasks(self) -> dict[str, Task]:
-        """The ``Task`` rows of ``--tasks``, in their order."""
-        known = self.known_tasks()
-        return {name: known[name] for name in parse_tasks(self.train.tasks, known)}
-
-    def builds_towers(self) -> bool:
-        """Whether the model gets private towers (``--private_layers``): K > 0 and two or more tasks, since
-        one task's layers are all its own already."""
-        return self.model.private_layers > 0 and len(self.task_names()) > 1
-
-    def batch_sizes(self) -> dict[str, int]:
-        """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
-        or ``--batch_size`` each."""
-        return per_task("task_batch_sizes", self.data.task_batch_sizes, self.task_names(), self.data.batch_size,
-                        int, lambda v: v >= 1, "positive whole numbers")
 
     def training_batch_sizes(self) -> list[tuple[str, int]]:
         """Every training batch size in use as (the flag that sets it, size): the global batches that

@@ -1,21 +1,17 @@
 """A run's model: built from a ``RunConfig`` for training (``build_model``), or loaded back from a
-finished run (``load_run``, which every tool uses). Both make the heads with ``with_heads``, so a
-loaded run has exactly the modules the training run had; ``encode`` turns sentences into pooled vectors.
+finished run (``load_run``, which every tool uses) as a ``LoadedRun`` (training/loaded_run.py). Both make
+the heads with ``with_heads``, so a loaded run has exactly the modules the training run had.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import torch
 
-from training.data.batching import make_loader
-from training.data.readers import Example
 from heads import MultitaskBert, pooled_size
 from heads.pooling import layers_read
 from minbert import BertConfig, BertModel, BertTokenizer, WeightsError
@@ -27,10 +23,8 @@ from .checkpoint import EXPORTED_TOWER, RUN_CONFIG, load_checkpoint, saved_run_c
 from .config import ModelConfig
 from .run_config import RunConfig
 from .device import pick_device
-from .encoding import encode, model_max_length
-from .evaluate import TaskPredictions, predict
+from .loaded_run import LoadedRun
 from .outputs import scored_evaluations
-from .tasks import Task
 from .trial_control import STOPPED_EARLY
 
 # Embedding rows a model may have beyond its vocabulary (some round vocab_size up to a multiple of 64 or 128)
@@ -86,122 +80,6 @@ def check_pooling_depth(pooling: str, bert_config: BertConfig, config_file: Path
     if depth < needed:
         raise ValueError(f"--pooling {pooling} reads the last {needed} layers, but {config_file} has "
                          f"{bert_config.json_key('num_hidden_layers')} {depth}; choose a shallower --pooling")
-
-
-@dataclass
-class LoadedRun:
-    """A saved run (or a pretrained encoder) from the folder ``source``: its configuration, model
-    (eval mode, CPU unless moved) and tokenizer."""
-
-    source: Path
-    config: RunConfig
-    model: MultitaskBert
-    tokenizer: BertTokenizer
-
-    def encode(self, sentences, batch_size: int = 64, progress: bool | str | None = None, *,
-               pooling: str | None = None, reduction: str = "mean", max_length: int | None = None,
-               normalize_embeddings: bool = False, convert_to_tensor: bool = False):
-        """Sentence vectors with this run's encoder, pooling and ``--max_length`` unless others are given,
-        as sentence-transformers' ``encode`` takes them: a str gives one vector (width,); a list, pandas
-        Series or 1-D numpy array of str gives (n, width), float32 numpy unless ``convert_to_tensor``."""
-        texts, single = sentence_list(sentences)
-        vectors = encode(self.model.bert, self.tokenizer, texts, pooling or self.model.pooling, reduction,
-                         batch_size, max_length or self.config.data.max_length, progress)
-        if normalize_embeddings:
-            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        result = torch.from_numpy(vectors) if convert_to_tensor else vectors
-        return result[0] if single else result
-
-    def predict(self, task: str, inputs, batch_size: int | None = None, *, output: str = "label"):
-        """The task head on sentences or ``(sentence1, sentence2)`` pairs; one input gives one value, a
-        sequence an array. ``output``: ``label`` (class id or 0..5 score), ``probabilities`` (softmax
-        for SST, P(paraphrase) for QQP) or ``logits`` (docs/outputs.md, 'Using a run after training')."""
-        self.check_head(task)
-        row = self.config.known_tasks()[task]
-        if output not in OUTPUTS:
-            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
-        if output == "probabilities" and row.divergence == "regression":
-            raise ValueError(f"{task} is a regression: its label is the 0..5 score; it has no probabilities")
-        items, single = pair_list(inputs) if row.is_pair else sentence_list(inputs)
-        examples = [Example(str(i), item if row.is_pair else (item,), None, 0) for i, item in enumerate(items)]
-        head = row if output == "label" else dataclasses.replace(row, predict=OUTPUTS[output][row.divergence])
-        values = self.predict_examples(task, examples, batch_size, task_row=head).predictions
-        if not examples and output != "label" and row.divergence == "multiclass":
-            values = np.zeros((0, row.num_classes), dtype=np.float32)   # one row per input, none
-        if output == "label" and row.label_type == "class":
-            values = values.astype(np.int64)
-        if not single:
-            return values
-        return values[0].item() if values.ndim == 1 else values[0]
-
-    def predict_examples(self, task: str, examples: Sequence[Example], batch_size: int | None = None,
-                         progress: bool = False, task_row: Task | None = None) -> TaskPredictions:
-        """``TaskPredictions`` of the task's head in the order of ``examples``, batched as the run evaluated
-        dev (so a run's own dev files come out as it wrote them). ``task_row``: the row with another ``predict``."""
-        self.check_head(task)
-        loader = make_loader(examples, self.tokenizer, model_max_length(self.config.data.max_length, self.model.bert),
-                             batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
-        row = task_row or self.config.known_tasks()[task]
-        return predict(self.model, row, loader, next(self.model.parameters()).device,
-                       f"predict {task}", progress)
-
-    def check_head(self, task: str) -> None:
-        """A one-line error unless the run trained a head for ``task``."""
-        if task not in self.model.heads:
-            raise ValueError(f"this run has no {task!r} head; it trained {', '.join(self.model.heads) or 'none'}")
-
-
-# LoadedRun.predict's outputs: head output -> values, by the kind of head (``Task.divergence``); None: the task's own
-OUTPUTS = {"label": None,
-           "probabilities": {"multiclass": lambda logits: logits.softmax(dim=-1), "binary": torch.sigmoid},
-           "logits": {kind: lambda output: output for kind in ("multiclass", "binary", "regression")}}
-
-
-def sentence_list(sentences) -> tuple[list[str], bool]:
-    """``sentences`` (what sentence-transformers takes) as a list of str, and whether one str was given."""
-    if isinstance(sentences, str):
-        return [sentences], True
-    if is_array(sentences):
-        if sentences.ndim != 1:
-            raise ValueError(f"sentences: a 1-D array of strings, got {type(sentences).__name__} of shape "
-                             f"{tuple(sentences.shape)}")
-        sentences = sentences.tolist()
-    if not isinstance(sentences, (list, tuple)):
-        raise TypeError(f"sentences: a str, a list of str, a pandas Series or a numpy array, got "
-                        f"{type(sentences).__name__}")
-    bad = next((i for i, text in enumerate(sentences) if not isinstance(text, str)), None)
-    if bad is not None:
-        raise TypeError(f"sentences: item {bad} is {describe(sentences[bad])}, not a str")
-    return list(sentences), False
-
-
-def describe(value) -> str:
-    """What a non-str input is, for an error: "a missing value (NaN)" for the blanks of a pandas column."""
-    missing = (value is None or (isinstance(value, float) and value != value)
-               or type(value).__name__ in ("NAType", "NaTType"))
-    return f"a missing value ({value})" if missing else f"a {type(value).__name__}"
-
-
-def is_array(value) -> bool:
-    """A numpy array or a pandas object (Series, Index, array, DataFrame), which has a shape."""
-    return isinstance(value, np.ndarray) or (type(value).__module__.split(".")[0] == "pandas"
-                                             and hasattr(value, "ndim"))
-
-
-def pair_list(pairs) -> tuple[list[tuple[str, str]], bool]:
-    """``pairs`` as a list of (str, str), and whether one pair was given."""
-    if isinstance(pairs, (list, tuple)) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
-        return [tuple(pairs)], True
-    if is_array(pairs):   # an (n, 2) array or DataFrame, a Series of pairs
-        pairs = (pairs.to_numpy() if hasattr(pairs, "to_numpy") else np.asarray(pairs)).tolist()
-    if isinstance(pairs, str) or not isinstance(pairs, (list, tuple)):
-        raise TypeError(f"pairs: a (sentence1, sentence2) pair or a sequence of them, got {type(pairs).__name__}")
-    bad = next((i for i, pair in enumerate(pairs) if not (isinstance(pair, (list, tuple)) and len(pair) == 2
-                                                         and all(isinstance(p, str) for p in pair))), None)
-    if bad is not None:
-        raise ValueError(f"a pair task wants pairs of sentences: item {bad} is not a pair of two str: "
-                         f"{str(pairs[bad])[:80]!r}")
-    return [tuple(pair) for pair in pairs], False
 
 
 def load_run(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:

@@ -19,7 +19,7 @@ DEFAULT_BATCH_SIZE = 64  # sentences per encoder batch when scoring
 
 def score_dataset(embed: Callable[[list[str]], np.ndarray],
                   dataset: PairDataset) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """``{subset: (cosine similarities, golds)}``; ``embed`` turns sentences into vectors (``runs.encode``
+    """``{subset: (cosine similarities, golds)}``; ``embed`` turns sentences into vectors (``encoding.encode``
     with an encoder and a pooling), each distinct sentence encoded once."""
     sentences = sorted({s for subset in dataset.subsets for s in (*subset.first, *subset.second)})
     index = {s: i for i, s in enumerate(sentences)}

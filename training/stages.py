@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
@@ -23,18 +23,24 @@ from .task_loss import TaskLoss
 from .tasks import format_metrics, overall_score
 from .trial_control import ask_scheduler
 
-if TYPE_CHECKING:
-    from .run_config import RunConfig
-    from .extensions.base import Extension
+if TYPE_CHECKING:   # annotations only
+    from .config import RunSettings
     from .gradients import GradientSurgery
-    from .runs import LoadedRun
+    from .loaded_run import LoadedRun
+
+
+class BatchOrder(Protocol):
+    """What the multi-task stage asks of the extension that orders its batches (``Extension.batch_order``)."""
+    name: str
+
+    def batch_order(self, config: RunSettings, epoch: int, sizes: dict[str, int], steps: int) -> list[str] | None: ...
 
 
 @dataclass
 class Run:
     """One training run's parts, built once. The resume clock saves the state of everything
     reachable from here (``resume.resumable_state``), so a new stateful part needs no registering."""
-    config: RunConfig
+    config: RunSettings
     model: torch.nn.Module                     # heads.MultitaskBert
     forward_model: torch.nn.Module             # the same, or its DistributedDataParallel wrapper
     splits: dict[str, dict[str, list[Example]]]   # task -> split -> examples (``extensions.splits_needed``)
@@ -48,11 +54,11 @@ class Run:
     tokenizer: BertTokenizer | None = None     # for scoring the encoder on STS (--ucl_eval_every)
     data_dir: Path | None = None               # None when the run reads no task file
     joint: bool = False                        # a multi-task step is a group of one batch per task (Extension.joint)
-    batch_order: Extension | None = None       # the extension deciding the multi-task batch order, or None: --rr's
+    batch_order: BatchOrder | None = None      # the extension deciding the multi-task batch order, or None: --rr's
     surgery: GradientSurgery | None = None     # an extension's per-task gradient hook, or None
     # the trainer's own entry points, handed down so that the extensions below it need not import it
     load_run: Callable[[Path], LoadedRun] | None = None   # a finished run's folder as a model (``runs.load_run``)
-    train_run: Callable[[RunConfig], dict] | None = None  # a whole run of a configuration (``trainer.run``)
+    train_run: Callable[[RunSettings], dict] | None = None  # a whole run of a configuration (``trainer.run``)
 
 
 def task_loaders(run: Run, seed: int) -> dict:
@@ -79,7 +85,7 @@ class TaskObjective(Objective):
     round of every task's batch in ``--rr``'s order). ``order``: the extension whose ``batch_order``
     replaces ``--rr``'s each epoch; ``surgery``: a ``GradientSurgery`` the loop hands each task's gradient
     (the multi-task stage's are the run's; none for a stage of one task)."""
-    order: Extension | None = None   # (``surgery``: ``Objective``'s, None)
+    order: BatchOrder | None = None   # (``surgery``: ``Objective``'s, None)
 
     def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int, joint: bool,
                  name: str = "multitask", log_prefix: str = ""):

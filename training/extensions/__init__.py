@@ -12,7 +12,7 @@ from .base import Extension, Idea
 from .core import CORE_IDEAS
 
 if TYPE_CHECKING:
-    from ..run_config import RunConfig
+    from ..config import RunSettings
 
 # in stage order: the stages run in this order before multi-task training
 EXTENSIONS: tuple[Extension, ...] = tuple(import_module(f"{__name__}.{name}").EXTENSION for name in (
@@ -29,34 +29,34 @@ def ideas() -> tuple[Idea, ...]:
 ONE_AT_A_TIME = {"batch_order": "the order of the task batches", "gradient_surgery": "how the tasks' gradients combine"}
 
 
-def enabled(config: RunConfig) -> list[Extension]:
+def enabled(config: RunSettings) -> list[Extension]:
     return [e for e in EXTENSIONS if e.enabled(config)]
 
 
-def provider(config: RunConfig, hook: str) -> Extension | None:
+def provider(config: RunSettings, hook: str) -> Extension | None:
     """The enabled extension that provides ``hook`` (one of ``ONE_AT_A_TIME``), or None (``check_hooks``
     refuses two)."""
     return next(iter(providers(config, hook)), None)
 
 
-def check_hooks(config: RunConfig) -> None:
+def check_hooks(config: RunSettings) -> None:
     """Refuse two enabled extensions providing a hook of ``ONE_AT_A_TIME``, in one line naming their flags."""
     for hook, what in ONE_AT_A_TIME.items():
         if len(found := providers(config, hook)) > 1:
             raise ValueError(f"{' and '.join(f'--{e.name}' for e in found)} both decide {what}: choose one")
 
 
-def providers(config: RunConfig, hook: str) -> list[Extension]:
+def providers(config: RunSettings, hook: str) -> list[Extension]:
     """The enabled extensions that override the method ``hook`` of ``Extension``."""
     return [e for e in enabled(config) if getattr(type(e), hook) is not getattr(Extension, hook)]
 
 
-def enabled_stages(config: RunConfig) -> list[tuple[str, Callable]]:
+def enabled_stages(config: RunSettings) -> list[tuple[str, Callable]]:
     """(name, stage) of the stages before multi-task training that the flags switch on, in order."""
     return [(e.name, e.stage) for e in enabled(config) if e.stage is not None]
 
 
-def splits_needed(config: RunConfig) -> dict[str, tuple[str, ...]]:
+def splits_needed(config: RunSettings) -> dict[str, tuple[str, ...]]:
     """Task -> the splits a run reads. Multi-task training reads every task's train, dev and (if
     there is one) test file; under ``--val_fraction`` not dev (it evaluates on a split of train).
     The stages alone (``--epochs 0``) read only the training sets they build their data from: none when
@@ -68,7 +68,7 @@ def splits_needed(config: RunConfig) -> dict[str, tuple[str, ...]]:
     return {name: ("train",) for name in tasks if name in read}
 
 
-def data_files_needed(config: RunConfig) -> list[str]:
+def data_files_needed(config: RunSettings) -> list[str]:
     """The files the run needs in the data directory (a task's test file is optional)."""
     known = config.known_tasks()
     files = [known[name].files[split] for name, splits in splits_needed(config).items()

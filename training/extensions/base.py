@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..gradients import GradientSurgery   # the hook's base class lives beside the loop's gradients
 
-if TYPE_CHECKING:   # annotations only: the run's parts import the configuration, which reads this package
-    from ..run_config import RunConfig
+if TYPE_CHECKING:   # annotations only
+    from ..config import RunSettings
     from ..stages import Run
 
 
@@ -52,21 +52,21 @@ class Extension(Idea):
     conflicts: tuple[str, ...] = ()  # extensions it cannot run with (its checks refuse them): no grid row has both
     one_process: bool = False        # refused under torchrun (several processes), before the run folder exists
 
-    def enabled(self, config: RunConfig) -> bool:
+    def enabled(self, config: RunSettings) -> bool:
         return bool(getattr(config.extensions[self.name], self.name))
 
-    def checks(self, config: RunConfig) -> list[tuple[bool, str]]:
+    def checks(self, config: RunSettings) -> list[tuple[bool, str]]:
         """(condition, one line naming the flag) for each setting that must hold. Checked whether the
         extension is on or not, so a bad value is caught before it is used."""
         return []
 
-    def check(self, config: RunConfig) -> None:
+    def check(self, config: RunSettings) -> None:
         """Raise ValueError with the message of the first of ``checks`` that fails."""
         for ok, message in self.checks(config):
             if not ok:
                 raise ValueError(message)
 
-    def idle_flags(self, config: RunConfig) -> list[str]:
+    def idle_flags(self, config: RunSettings) -> list[str]:
         """Its flags given (away from their defaults) while it is off, which would do nothing, except
         its budget flags: the ablation grid gives every row the same budget."""
         if self.enabled(config):
@@ -75,33 +75,33 @@ class Extension(Idea):
         return [f"--{f.name}" for f in dataclasses.fields(section) if f.name != self.name
                 and getattr(section, f.name) != getattr(defaults, f.name) and f"--{f.name}" not in self.budget]
 
-    def check_files(self, config: RunConfig) -> None:
+    def check_files(self, config: RunSettings) -> None:
         """Raise DataError when a file its flags name is missing (before the run folder exists)."""
 
-    def batch_sizes(self, config: RunConfig) -> list[tuple[str, int]]:
+    def batch_sizes(self, config: RunSettings) -> list[tuple[str, int]]:
         """Its training batch sizes as (flag, size), which data-parallel processes split."""
         return []
 
-    def max_lengths(self, config: RunConfig) -> list[tuple[str, int | None]]:
+    def max_lengths(self, config: RunSettings) -> list[tuple[str, int | None]]:
         """Its sentence lengths as (flag, word pieces), checked against the model's positions."""
         return []
 
-    def reads(self, config: RunConfig) -> set[str]:
+    def reads(self, config: RunSettings) -> set[str]:
         """The tasks whose training sets it builds its data from (what a run of the stages alone reads)."""
         return set()
 
-    def extra_files(self, config: RunConfig) -> list[str]:
+    def extra_files(self, config: RunSettings) -> list[str]:
         """Files of the data directory it needs beyond the tasks' own."""
         return []
 
     stage = None   # or a method ``stage(run: Run) -> dict`` run before multi-task training, in registry order
 
-    def loss_weighting(self, config: RunConfig):
+    def loss_weighting(self, config: RunSettings):
         """A ``training.losses.LossWeighting`` that makes each multi-task step one batch of every task
         with the weighted sum of their losses, or None."""
         return None
 
-    def regularizer(self, config: RunConfig, model):
+    def regularizer(self, config: RunSettings, model):
         """An object with ``add(loss, task, inputs, output) -> loss`` (and ``after_step()``) that adds a
         term to every task loss, or None."""
         return None
@@ -112,7 +112,7 @@ class Extension(Idea):
         (e.g. mixed with a teacher's predictions), or None. Made once the run's parts exist."""
         return None
 
-    def batch_order(self, config: RunConfig, epoch: int, sizes: dict[str, int], steps: int) -> list[str] | None:
+    def batch_order(self, config: RunSettings, epoch: int, sizes: dict[str, int], steps: int) -> list[str] | None:
         """The task of each training batch of multi-task epoch ``epoch`` (1 to ``--epochs``), in order, or
         None to keep ``--rr``'s order. ``sizes``: each task's training examples (in ``--tasks`` order);
         ``steps``: the batches ``--rr`` gives the epoch, which the order must keep (the
@@ -121,7 +121,7 @@ class Extension(Idea):
         resumed run replays it."""
         return None
 
-    def gradient_surgery(self, config: RunConfig, model) -> GradientSurgery | None:
+    def gradient_surgery(self, config: RunSettings, model) -> GradientSurgery | None:
         """A ``GradientSurgery`` that sees each task's gradient of a multi-task step and returns the
         gradient to apply, or None."""
         return None

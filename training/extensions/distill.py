@@ -6,6 +6,7 @@ random state as it found it: the student trains the same whether its teachers we
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import shutil
@@ -28,8 +29,8 @@ from ..encoding import model_max_length
 from .base import Extension, saved_flag
 
 if TYPE_CHECKING:
-    from ..run_config import RunConfig
-    from ..runs import LoadedRun
+    from ..config import RunSettings
+    from ..loaded_run import LoadedRun
 
 
 @dataclass
@@ -41,7 +42,7 @@ class DistillConfig:
                                  "sst=predictions/a,qqp=predictions/b,sts=predictions/c", path="pairs")
 
 
-def given_teachers(config: RunConfig) -> dict[str, str] | None:
+def given_teachers(config: RunSettings) -> dict[str, str] | None:
     """``--teachers`` as task -> run folder; None for ``auto``."""
     text, tasks = config.distill.teachers, config.task_names()
     if text == "auto":
@@ -172,7 +173,7 @@ def teacher_outputs(teacher: LoadedRun, task: str, examples: list, run) -> tuple
     return result.ids, torch.from_numpy(result.predictions)
 
 
-def train_teachers(config: RunConfig, folder: Path, train: Callable[[RunConfig], dict]) -> dict[str, Path]:
+def train_teachers(config: RunSettings, folder: Path, train: Callable[[RunSettings], dict]) -> dict[str, Path]:
     """``--teachers auto``: one single-task run per task in ``folder/<task>``, each finished,
     resumed from its newest checkpoint or trained from the start by ``train`` (``trainer.run``, which
     the run hands over as ``Run.train_run``: this module is below the trainer)."""
@@ -193,9 +194,9 @@ def train_teachers(config: RunConfig, folder: Path, train: Callable[[RunConfig],
     return teachers
 
 
-def teacher_config(config: RunConfig, task: str, folder: Path) -> RunConfig:
+def teacher_config(config: RunSettings, task: str, folder: Path) -> RunSettings:
     """This run's recipe on ``task`` alone, with no extension and no private layers, as ``folder/<task>``."""
-    teacher = type(config).from_dict(config.to_dict())
+    teacher = copy.deepcopy(config)
     size = config.batch_sizes()[task]
     teacher.train.tasks = task
     teacher.data.task_batch_sizes = str(size) if config.data.task_batch_sizes else None
