@@ -17,7 +17,6 @@ from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
 from .schedule import STRATEGIES
 from .sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
-from .task_file import read_task_file
 from .task_schema import BUILTIN_TASKS, task_table
 from .tasks import DEFAULT_TASKS, Task, parse_tasks
 
@@ -252,18 +251,6 @@ class RunSettings:
         ``RunConfig`` fills the extensions' sections not given."""
         core = {name: sections.pop(name, None) or section() for name, section in CORE_SECTIONS.items()}
         return cls(**core, extensions=sections)
-
-    def declare_own_tasks(self) -> None:
-        """Read the tasks of ``--task_file`` into the configuration (once: the declarations a run saved win over
-        the file, which may have changed or gone since), refusing a file none of whose tasks ``--tasks`` names."""
-        d = self.data
-        if d.task_file and not d.own_tasks:
-            d.own_tasks = read_task_file(d.task_file)
-            declared = [task["name"] for task in d.own_tasks]
-            if not set(declared) & {name.strip() for name in self.train.tasks.split(",")}:
-                raise ValueError(f"--task_file {d.task_file} declares {', '.join(declared)}, but --tasks "
-                                 f"{self.train.tasks} names none of them: add them to --tasks")
-        self.known_tasks()
 
     def known_tasks(self) -> dict[str, Task]:
         """Every task this run can name, by name: the built-in ones and its own (``own_tasks``, the checked

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import extensions as registry   # the registry's one list, read where it is (tests extend it)
 from .config import ABSENT_MEANS, CORE_SECTIONS, REMOVED_IN, RENAMED, RunSettings, saved_values
+from .task_file import read_task_file
 
 
 @dataclass
@@ -105,6 +106,18 @@ class RunConfig(RunSettings):
              f"--epochs 0 runs the stages alone: give {', '.join(alone[:-1])} or {alone[-1]} (or train at least "
              f"one epoch)"),
         ]
+
+    def declare_own_tasks(self) -> None:
+        """Read the tasks of ``--task_file`` into the configuration (once: the declarations a run saved win over
+        the file, which may have changed or gone since), refusing a file none of whose tasks ``--tasks`` names."""
+        d = self.data
+        if d.task_file and not d.own_tasks:
+            d.own_tasks = read_task_file(d.task_file)
+            declared = [task["name"] for task in d.own_tasks]
+            if not set(declared) & {name.strip() for name in self.train.tasks.split(",")}:
+                raise ValueError(f"--task_file {d.task_file} declares {', '.join(declared)}, but --tasks "
+                                 f"{self.train.tasks} names none of them: add them to --tasks")
+        self.known_tasks()
 
     def training_batch_sizes(self) -> list[tuple[str, int]]:
         """Every training batch size in use as (the flag that sets it, size): the global batches that
