@@ -147,6 +147,21 @@ def test_the_best_recipe_holds_the_run_s_settings_alone():
     assert run_multitask.explicit_flags(["--data_dir", "d", "--lr", "1e-4", "--no_bucket"]) == {"data_dir", "lr", "bucket"}
 
 
+def test_the_progress_line_s_best_counts_the_trials_of_earlier_parts(capsys):
+    """Part 4 of the real search printed "[6/16 trials, best 0.7565]" while a trial of part 3 had 0.7613: the
+    best was taken over this part's trials alone."""
+    earlier = [search.TrialRecord(f"trial-{i}", {}, status, score, 3, 100, 1.0, "~")
+               for i, (status, score) in enumerate([("finished", 0.7613), ("stopped early", 0.7161),
+                                                     ("failed", None)])]
+    progress = search.SearchProgress(16, earlier)
+    progress.ended("trial-new", {"score": 0.7565, "status": "finished"})
+    assert capsys.readouterr().out == "[4/16 trials, best 0.7613] trial-new: finished, score 0.7565\n"
+    progress.ended("trial-better", {"score": 0.77, "status": "finished"})
+    assert capsys.readouterr().out.startswith("[5/16 trials, best 0.7700]")
+    search.SearchProgress(16, []).line("first")
+    assert capsys.readouterr().out == "[0/16 trials] first\n"
+
+
 def test_a_stop_after_the_last_evaluation_leaves_the_run_finished(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """ASHA's last rung answers "stop" to a trial below its cut after the trial's last evaluation: nothing is left
     to stop, so the run finishes ("stopped early" with its whole budget run was the search's part 3, trial 5)."""

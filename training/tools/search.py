@@ -565,7 +565,7 @@ def run_tune(args, out_dir: Path, ended: list[TrialRecord], unfinished: list[Tri
     searcher = tpe_searcher(args, ended, unfinished)
     scheduler = ASHAScheduler(time_attr="evaluation", metric="score", mode="max", max_t=MAX_EVALUATIONS,
                               grace_period=args.grace_period, reduction_factor=args.reduction_factor)
-    progress = SearchProgress(args.trials, len(ended))
+    progress = SearchProgress(args.trials, ended)
     began = time.time()
 
     class Events(tune.Callback):
@@ -640,10 +640,12 @@ def fill(space: Space) -> list[dict]:
 
 
 class SearchProgress:
-    """One line an evaluation and a trial's end: trials ended of all, the trial, its score."""
+    """One line an evaluation and a trial's end: trials ended of all, the best score so far (the earlier
+    parts' trials included), the trial, its score."""
 
-    def __init__(self, total: int, ended: int):
-        self.total, self.done, self.best = total, ended, None
+    def __init__(self, total: int, ended: list[TrialRecord]):
+        self.total, self.done = total, len(ended)
+        self.best = max((r.score for r in ended if r.score is not None), default=None)
 
     def result(self, result: dict) -> None:
         if result.get("done"):
