@@ -162,6 +162,17 @@ def test_the_progress_line_s_best_counts_the_trials_of_earlier_parts(capsys):
     assert capsys.readouterr().out == "[0/16 trials] first\n"
 
 
+def test_the_plot_s_legend_names_every_colour_it_shows():
+    """search.png of part 4 drew trial 10 (interrupted after its first evaluation) in red, while the legend named
+    only "finished" and "stopped early (ASHA)"."""
+    def record(status, score):
+        return search.TrialRecord("t", {}, status, score, 1, 100, 1.0, "~")
+    entries = search.legend_entries([record("finished", 0.75), record("interrupted", 0.73), record("failed", None)])
+    assert entries == [("finished", "black"), ("interrupted (best score so far)", search.CUT_OFF_DOT)]
+    entries = search.legend_entries([record("stopped early", 0.7), record("failed", 0.6), record("running", 0.65)])
+    assert entries == [("stopped early (ASHA)", "grey"), ("failed, running (best score so far)", search.CUT_OFF_DOT)]
+
+
 def test_a_stop_after_the_last_evaluation_leaves_the_run_finished(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """ASHA's last rung answers "stop" to a trial below its cut after the trial's last evaluation: nothing is left
     to stop, so the run finishes ("stopped early" with its whole budget run was the search's part 3, trial 5)."""
