@@ -751,6 +751,7 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     searched = [d for d in space.dimensions.values() if d.kind != "fixed"]
     columns = min(3, len(searched) + 1)
@@ -775,6 +776,7 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
             x = [v for v, _, _ in points]
             if d.kind.startswith("log"):
                 ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())   # 2x10^-4 ... overlapped
         ax.scatter(x, [s for _, s, _ in points], c=[DOT.get(st, CUT_OFF_DOT) for _, _, st in points], s=18)
         ax.set(title=d.name, ylabel="validation score")
     for ax in [a for row in axes for a in row][len(searched) + 1:]:
