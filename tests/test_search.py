@@ -173,6 +173,21 @@ def test_the_plot_s_legend_names_every_colour_it_shows():
     assert entries == [("stopped early (ASHA)", "grey"), ("failed, running (best score so far)", search.CUT_OFF_DOT)]
 
 
+def test_the_plot_draws_every_kind_of_point(tmp_path):
+    """The search's own test runs with --no_plot: here the plot is drawn, with a log axis, a choice axis and a
+    point of each colour, and written whole."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text("lr: {log_uniform: [1.0e-5, 1.0e-3]}\nprivate_layers: [0, 2]\n")
+    records = [search.TrialRecord(f"t{i}", {"lr": lr, "private_layers": layers}, status, score, 1, 100, 1.0, "~")
+               for i, (lr, layers, status, score) in enumerate([(1e-4, 2, "finished", 0.76),
+                                                                (3e-4, 0, "stopped early", 0.71),
+                                                                (2e-5, 2, "interrupted", 0.74),
+                                                                (5e-4, 0, "failed", None)])]
+    search.plot(tmp_path / "search.png", records, search.read_space(str(space_file)))
+    assert (tmp_path / "search.png").read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["search.png", "space.yaml"]   # no .tmp.png left
+
+
 def test_a_stop_after_the_last_evaluation_leaves_the_run_finished(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """ASHA's last rung answers "stop" to a trial below its cut after the trial's last evaluation: nothing is left
     to stop, so the run finishes ("stopped early" with its whole budget run was the search's part 3, trial 5)."""

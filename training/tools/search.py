@@ -730,17 +730,21 @@ def best_recipe(best: TrialRecord, args) -> dict:
     return {k: v for k, v in json.loads(done.stdout).items() if k not in (*OWNED, "quiet")}
 
 
-DOT = {FINISHED: "black", STOPPED_EARLY: "grey"}   # a scored point's colour on the plot, by the trial's status
-CUT_OFF_DOT = "tab:red"                            # any other status: interrupted or failed after an evaluation
+POINTS = {FINISHED: ("finished", "black"), STOPPED_EARLY: ("stopped early (ASHA)", "grey")}   # status: label, colour
+CUT_OFF_DOT = "tab:red"   # a scored point of any other status: interrupted or failed after an evaluation
+
+
+def dot(status: str) -> str:
+    """The colour of a scored trial's point on the plot."""
+    return POINTS[status][1] if status in POINTS else CUT_OFF_DOT
 
 
 def legend_entries(records: list[TrialRecord]) -> list[tuple[str, str]]:
     """(label, colour) for each kind of scored point on the plot: red marks a trial cut off or failed after an
     evaluation, whose score is only its best so far."""
     shown = {r.status for r in records if r.score is not None}
-    labels = {FINISHED: "finished", STOPPED_EARLY: "stopped early (ASHA)"}
-    entries = [(label, DOT[status]) for status, label in labels.items() if status in shown]
-    others = sorted(shown - set(labels))
+    entries = [point for status, point in POINTS.items() if status in shown]
+    others = sorted(shown - set(POINTS))
     if others:
         entries.append((", ".join(others) + " (best score so far)", CUT_OFF_DOT))
     return entries
@@ -760,11 +764,11 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
     ax = axes[0][0]
     xs = [i for i, r in enumerate(records, 1) if r.score is not None]
     ys = [r.score for r in records if r.score is not None]
-    ax.scatter(xs, ys, c=[DOT.get(r.status, CUT_OFF_DOT) for r in records if r.score is not None], s=18, zorder=3)
+    ax.scatter(xs, ys, c=[dot(r.status) for r in records if r.score is not None], s=18, zorder=3)
     ax.step(xs, [max(ys[:i + 1]) for i in range(len(ys))], where="post", color="tab:blue", label="best so far")
     ax.set(xlabel="trial", ylabel="validation score", title="score by trial")
-    for label, dot in legend_entries(records):
-        ax.scatter([], [], c=dot, s=18, label=label)
+    for label, colour in legend_entries(records):
+        ax.scatter([], [], c=colour, s=18, label=label)
     ax.legend(fontsize=7)
     for ax, d in zip([a for row in axes for a in row][1:], searched):
         points = [(r.params.get(d.name), r.score, r.status) for r in records if r.score is not None]
@@ -777,7 +781,7 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
             if d.kind.startswith("log"):
                 ax.set_xscale("log")
                 ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())   # 2x10^-4 ... overlapped
-        ax.scatter(x, [s for _, s, _ in points], c=[DOT.get(st, CUT_OFF_DOT) for _, _, st in points], s=18)
+        ax.scatter(x, [s for _, s, _ in points], c=[dot(st) for _, _, st in points], s=18)
         ax.set(title=d.name, ylabel="validation score")
     for ax in [a for row in axes for a in row][len(searched) + 1:]:
         ax.axis("off")
