@@ -767,6 +767,7 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
     ax.scatter(xs, ys, c=[dot(r.status) for r in records if r.score is not None], s=18, zorder=3)
     ax.step(xs, [max(ys[:i + 1]) for i in range(len(ys))], where="post", color="tab:blue", label="best so far")
     ax.set(xlabel="trial", ylabel="validation score", title="score by trial")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))   # trials are whole numbers, not 2.5
     for label, colour in legend_entries(records):
         ax.scatter([], [], c=colour, s=18, label=label)
     ax.legend(fontsize=7)
