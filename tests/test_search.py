@@ -173,7 +173,6 @@ def test_the_plot_s_legend_names_every_colour_it_shows():
     assert entries == [("stopped early (ASHA)", "grey"), ("failed, running (best score so far)", search.CUT_OFF_DOT)]
 
 
-@pytest.mark.slow   # about 1 s of matplotlib, and the fast tier is at its 90 s edge
 def test_the_plot_draws_every_kind_of_point(tmp_path):
     """The search's own test runs with --no_plot: here the plot is drawn, with a log axis, a choice axis and a
     point of each colour, and written whole."""
