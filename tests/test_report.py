@@ -27,7 +27,7 @@ from training.extensions.base import saved_flag
 from training.task_schema import BUILTIN_TASKS
 from training.tools.bootstrap import resample_counts, weighted_metric
 from training.tools.grid import compatible, grid_rows, together
-from training.tools.report import (collect_runs, columns, compare_to_baselines, csv_columns, main,
+from training.tools.report import (collect_runs, columns, compare_to_baselines, csv_columns, forest_panels, main,
                                    render_markdown, seed_group_key, write_csv)
 
 COLUMNS = columns()
@@ -842,6 +842,20 @@ def test_baseline_names_the_row_every_average_is_compared_with(seeds, capsys):
     assert "Δ vs ablate-mean-ucl = average minus that of ablate-mean-ucl" in footer
     header = markdown_rows(render_markdown(list(rows.values()), baseline="ablate-mean-ucl"))[0]
     assert "Δ vs ablate-mean-ucl" in header and "Δ vs FT" not in header
+    # each task against the named row too (issue 59: "no task lower beyond its interval")
+    for task in ("sst", "qqp", "sts"):
+        expected = statistics.mean(dev_scores(seeds.pred["mean-preqqp", seed], seeds.gold)[task]
+                                   - dev_scores(seeds.pred["mean-ucl", seed], seeds.gold)[task] for seed in SEEDS)
+        assert rows["ablate-mean-preqqp"].vs_baseline[task].observed == pytest.approx(expected, abs=1e-12)
+        assert rows["ablate-mean-preqqp"].vs_baseline[task].low > 0           # skill 0.9 against 0.5: beyond
+        assert f"{task.upper()} Δ vs ablate-mean-ucl" in header
+    assert rows["ablate-mean-ucl"].vs_baseline == {} and rows["ablate-ft"].vs_baseline["sst"].low < 0 < \
+        rows["ablate-ft"].vs_baseline["sst"].high                              # the same skill: an interval over 0
+    assert "<TASK> Δ vs ablate-mean-ucl = that task's dev metric minus that of ablate-mean-ucl" in footer
+    panels = dict(forest_panels(list(rows.values()), "ablate-mean-ucl"))
+    assert set(dict(panels["Δ STS Pearson vs ablate-mean-ucl"])) == {"ablate-ft (3 seeds)", "ablate-mean-preqqp (3 seeds)",
+                                                                   "ablate-mean-smart (3 seeds)"}
+    assert compare_to_baselines(collect_runs(seeds.out), resamples=20, seed=0)[0].count("<TASK>") == 0   # FT: averages
     assert main([str(seeds.out), "--baseline", "no-such-row", "--bootstrap", "10"]) == 1
     assert "--baseline no-such-row: no finished row of that name" in capsys.readouterr().err
 

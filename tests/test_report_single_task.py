@@ -193,5 +193,5 @@ def test_other_dev_ids_leave_the_cell_blank_with_a_note(study, tmp_path, capsys)
     write_run(out, "st-sst", SEEDS[0], study["pred"]["st-sst", SEEDS[0]], gold, data)
     assert main([str(out), "--bootstrap", "50"]) == 0
     captured = capsys.readouterr()
-    assert "note: ft: no SST vs alone: not the same sst dev examples as its single-task row" in captured.err
+    assert "note: ft: no SST vs alone: not the same sst dev examples as its baseline" in captured.err
     assert "SST vs alone" not in captured.out and "Traceback" not in captured.err

@@ -112,7 +112,8 @@ def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 
     over its seeds drawn with replacement (``seed`` seeds those draws; ``same_seeds``: the two lists hold
     runs of the same seeds in the same order, drawn together); the interval is the resampled differences'
     central ``level`` percentile range. The overall score, or
-    ``task``'s metric alone (a multi-task row against that task's single-task row: a task's draws
+    ``task``'s metric alone (a multi-task row against that task's single-task row, or against the baseline row's
+    same task: a task's draws
     depend only on the seed, the task and its dev examples, so they pair across runs of other tasks)."""
     if task is None:
         if any(s.examples != baseline[0].examples for s in (*row, *baseline)):
@@ -121,7 +122,7 @@ def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 
     else:
         ids = dict(baseline[0].examples).get(task)
         if ids is None or any(dict(s.examples).get(task) != ids for s in (*row, *baseline)):
-            raise Unavailable(f"not the same {task} dev examples as its single-task row")
+            raise Unavailable(f"not the same {task} dev examples as its baseline")
         pairs = [[s.tasks[task] for s in seeds] for seeds in (row, baseline)]
     (row_observed, row_resampled), (base_observed, base_resampled) = (zip(*seeds) for seeds in pairs)
     observed = np.mean(row_observed) - np.mean(base_observed)

@@ -74,6 +74,11 @@ def alone_column(task: str) -> str:
     return f"{task.upper()} {ALONE}"
 
 
+def task_delta_column(task: str, baseline: str) -> str:
+    """"SST Δ vs ROW": a task's Δ against the ``--baseline`` row, with its interval."""
+    return f"{task.upper()} {delta_column(baseline)}"
+
+
 def delta_column(baseline: str | None = None) -> str:
     """"Δ vs FT", or "Δ vs ROW" when ``--baseline ROW`` names the row the averages are compared with."""
     return DELTA if baseline is None else f"Δ vs {baseline}"
@@ -115,6 +120,7 @@ class RunRow:
     average_std: float | None = None
     vs_ft: Difference | None = None
     vs_alone: dict[str, Difference] = field(default_factory=dict)   # task -> Δ against its ST row
+    vs_baseline: dict[str, Difference] = field(default_factory=dict)   # task -> Δ against the --baseline row's
     known_tasks: dict[str, Task] = field(default_factory=dict)        # the task rows its configuration declares
 
     @property
@@ -150,9 +156,9 @@ class Column:
 
 
 def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
-                  known: Mapping[str, Task] = BUILTIN_TASKS) -> list[Column]:
+                  known: Mapping[str, Task] = BUILTIN_TASKS, versus=()) -> list[Column]:
     """The table's columns in order, for runs of ``tasks`` (rows in ``known``) with a "vs alone" column for each
-    of ``alone``: the one list every view draws from. (A lambda made in a loop takes its task or idea as a
+    of ``alone`` and a "Δ vs ``baseline``" column for each of ``versus``: the one list every view draws from. (A lambda made in a loop takes its task or idea as a
     default, to keep its own.)"""
     delta, seeds = delta_column(baseline), lambda row: str(len(row.seed_runs)) if row.seed_runs else ""
     return [
@@ -179,6 +185,9 @@ def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
         *(Column(name, cell=lambda row, t=task: _difference(row.vs_alone.get(t)),
                  full=lambda row, t=task: _versus(row.vs_alone.get(t)), csv=(name, *(f"{name} {end}" for end in ENDS)),
                  terminal=name, aside=True) for task, name in zip(alone, map(alone_column, alone))),
+        *(Column(name, cell=lambda row, t=task: _difference(row.vs_baseline.get(t)),
+                 full=lambda row, t=task: _versus(row.vs_baseline.get(t)), csv=(name, *(f"{name} {end}" for end in ENDS)),
+                 terminal=name, aside=True) for task, name in ((t, task_delta_column(t, baseline)) for t in versus)),
         Column("wall (min)", cell=lambda row: "" if row.wall_minutes is None else f"{row.wall_minutes:.1f}",
                full=lambda row: [_full(row.wall_minutes)]),
         Column("status", RunRow.status_cell, terminal="status", align="---",
@@ -203,9 +212,15 @@ def alone_tasks(rows: list[RunRow]) -> list[str]:
     return [task for task in report_tasks(rows) if any(task in row.vs_alone for row in rows)]
 
 
+def versus_tasks(rows: list[RunRow]) -> list[str]:
+    """The tasks any row is compared with the ``--baseline`` row on, in task-table order."""
+    return [task for task in report_tasks(rows) if any(task in row.vs_baseline for row in rows)]
+
+
 def columns_of(rows: list[RunRow], baseline: str | None = None) -> list[Column]:
-    """The columns of a table of ``rows``: one for each of their tasks, and a "vs alone" one where they have it."""
-    return table_columns(table_tasks(rows), alone_tasks(rows), baseline, report_tasks(rows))
+    """The columns of a table of ``rows``: one for each of their tasks, and a "vs alone" or "Δ vs ROW" one for
+    each task where they have it."""
+    return table_columns(table_tasks(rows), alone_tasks(rows), baseline, report_tasks(rows), versus_tasks(rows))
 
 
 def collect_runs(folder: str | Path, sort: str = "average") -> list[RunRow]:
@@ -303,8 +318,8 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
                          data_dir: str | Path | None = None, baseline: str | None = None) -> tuple[str, list[str]]:
     """Set ``vs_ft`` of every finished multi-task row but the FT baselines (paired bootstrap against the FT
     row of the same pooling, else the first FT row by name; against the row named ``baseline`` instead, when
-    given) and ``vs_alone`` of every finished multi-task row, for each task that has an ST row (chosen the
-    same way); return the footer naming them and the notes on rows left without an interval. ``data_dir``
+    given, with ``vs_baseline``: each task's Δ against it) and ``vs_alone`` of every finished multi-task row, for
+    each task that has an ST row (chosen the same way); return the footer naming them and the notes on rows left without an interval. ``data_dir``
     replaces the runs' own data folders. A capped row (``--max_eval_examples``) is neither compared nor a
     baseline: its dev numbers are on a subset, so against a full-dev row they would measure the subset."""
     delta = delta_column(baseline)
@@ -329,11 +344,15 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     multitask = [row for row in done if row.baseline != "ST" and len(row.dev) >= 2]
     if not fts and not alone:
         return f"{delta} and {INTERVAL}: no finished FT row to compare with.", notes
-    pairs = [(row, _pick(fts, row), None) for row in multitask if fts and _pick(fts, row) is not row]
-    pairs += [(row, _pick(alone[task], row), task) for row in multitask for task in row.dev if task in alone]
+    pairs = [(row, _pick(fts, row), None, None) for row in multitask if fts and _pick(fts, row) is not row]
+    pairs += [(row, _pick(alone[task], row), task, row.vs_alone) for row in multitask for task in row.dev
+              if task in alone]
+    if baseline is not None:   # each task against the named row too: is any task lower beyond its interval?
+        pairs += [(row, fts[None], task, row.vs_baseline) for row in multitask if row is not fts[None]
+                  for task in row.dev if task in fts[None].dev]
     runs = {run.folder: DevSource(run.folder, str(data_dir) if data_dir else run.data_dir, tuple(run.dev),
                                     run.known_tasks or BUILTIN_TASKS)
-            for row, base, _ in pairs for run in (*row.seed_runs, *base.seed_runs)}
+            for row, base, *_ in pairs for run in (*row.seed_runs, *base.seed_runs)}
     scores, failed = score_runs(runs.values(), resamples, seed)
 
     def seed_scores(row: RunRow, role: str = ""):
@@ -341,22 +360,25 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
             if run.folder in failed:
                 raise Unavailable(f"{role}{failed[run.folder]}")
         return [scores[run.folder] for run in sorted(row.seed_runs, key=lambda run: str(run.seed))]
-    for row, base, task in pairs:
+    for row, base, task, by_task in pairs:
         same_seeds = sorted(str(run.seed) for run in row.seed_runs) == sorted(str(run.seed) for run in base.seed_runs)
         try:
             difference = paired_difference(seed_scores(row), seed_scores(base, f"baseline {base.run}: "), task=task,
                                            seed=seed, same_seeds=same_seeds)
         except Unavailable as err:
-            notes.append(f"note: {row.run}: no {delta if task is None else alone_column(task)}: {err}")
+            column = delta if task is None else alone_column(task) if by_task is row.vs_alone else \
+                task_delta_column(task, baseline)
+            notes.append(f"note: {row.run}: no {column}: {err}")
             continue
         if task is None:
             row.vs_ft = difference
         else:
-            row.vs_alone[task] = difference
-    return _footer(delta, (baseline or _named(fts, "FT")) if fts else None, alone, resamples, seed), notes
+            by_task[task] = difference
+    return _footer(delta, (baseline or _named(fts, "FT")) if fts else None, alone, resamples, seed,
+                   any(row.vs_baseline for row in multitask)), notes
 
 
-def _footer(delta: str, against: str | None, alone: dict, resamples: int, seed: int) -> str:
+def _footer(delta: str, against: str | None, alone: dict, resamples: int, seed: int, by_task: bool = False) -> str:
     """The sentences under the table: what ``compare_to_baselines`` compared the rows with, and how."""
     sentences = [f"{delta} = average minus that of {against}, both from the dev prediction files;"
                  if against else f"{delta}: no finished FT row to compare with.",
@@ -368,6 +390,9 @@ def _footer(delta: str, against: str | None, alone: dict, resamples: int, seed: 
         sentences.append(f"<TASK> {ALONE} = that task's dev metric minus that of its single-task row ("
                          + "; ".join(f"{task}: {_named(chosen, 'ST')}" for task, chosen in alone.items())
                          + "), with the same interval of that task's metric alone.")
+    if by_task:
+        sentences.append(f"<TASK> {delta} = that task's dev metric minus that of {against}, with the same interval "
+                         f"of that task's metric alone.")
     return " ".join(sentences)
 
 
@@ -463,13 +488,17 @@ def write_csv(rows: list[RunRow], path: str | Path, baseline: str | None = None)
 
 
 def forest_panels(rows: list[RunRow], baseline: str | None = None) -> list[tuple[str, list[tuple[str, Difference]]]]:
-    """The forest plot's panels, each (x-axis label, [(row, difference)]): the average's Δ vs FT, then each
-    task's Δ vs its single-task row, each with the rows that have it; empty panels left out."""
+    """The forest plot's panels, each (x-axis label, [(row, difference)]): the average's Δ vs FT (or the
+    ``baseline`` row), then each task's Δ vs its single-task row, then each task's Δ vs the ``baseline`` row, each
+    with the rows that have it; empty panels left out."""
     panels = [(f"Δ overall dev score vs {baseline or 'FT'}", [(seeds_label(row), row.vs_ft) for row in rows
                                                               if row.vs_ft is not None])]
     known = report_tasks(rows)
     panels += [(f"Δ {metric_column(task, known)} vs alone", [(seeds_label(row), row.vs_alone[task]) for row in rows
                                                              if task in row.vs_alone]) for task in alone_tasks(rows)]
+    panels += [(f"Δ {metric_column(task, known)} vs {baseline}", [(seeds_label(row), row.vs_baseline[task])
+                                                                  for row in rows if task in row.vs_baseline])
+               for task in versus_tasks(rows)]
     return [(label, lines) for label, lines in panels if lines]
 
 
@@ -610,8 +639,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sort", choices=["average", "name"], default="average",
                         help="order of the finished runs (default: average, highest first)")
     parser.add_argument("--baseline", default=None, metavar="ROW",
-                        help="the row (its name in the run column, seeds pooled) every average is compared with "
-                             "(default: the FT row of the same pooling)")
+                        help="the row (its name in the run column, seeds pooled) every average, and each task's "
+                             "metric, is compared with (default: the FT row of the same pooling, averages only)")
     parser.add_argument("--bootstrap", type=int, default=1000, metavar="N",
                         help="bootstrap resamples of the dev sets for the interval of Δ vs FT (default: 1000; 0: off)")
     parser.add_argument("--bootstrap_seed", type=int, default=0, help="seed of the resamples (default: 0)")
