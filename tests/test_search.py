@@ -2,7 +2,8 @@
 
 Fast tests check the space file, the validation split, the run's side of the scheduler's handshake and the
 usage errors. The slow test runs a real 3-trial search on the tiny fixture model with the dev files removed
-from its data folder, kills the driver half-way, and runs the same command again.
+from its data folder, kills the driver half-way, runs the same command again, then confirms the winner against
+the default on dev (``--confirm 1``).
 """
 import contextlib
 import io
@@ -295,6 +296,21 @@ def test_a_search_stops_the_bad_trial_survives_a_kill_and_never_reads_dev(tiny_m
     # the report reads the trials' run folders as any others
     from training.tools.report import collect_runs
     assert {row.run for row in collect_runs(out_dir)} >= set(records)
+    # --confirm 1 on the finished search: best.json and the default trained on the whole training files, scored on
+    # dev (the dev files back in the folder), then the report: best against default, overall and each task
+    for path in FIXTURE_DATA.glob("*-dev.csv"):
+        shutil.copy(path, data / path.name)
+    split = command.index("--")
+    confirmed = subprocess.run([*command[:split], "--confirm", "1", *command[split:]], capture_output=True, text=True,
+                               cwd=tmp_path, env=env(**mark), timeout=600)
+    assert confirmed.returncode == 0, confirmed.stdout + confirmed.stderr
+    for row in ("best", "default"):
+        run = json.loads((out_dir / "confirm" / f"{row}-s11711" / "metrics.json").read_text())
+        assert run["status"] == "finished" and "ids-sst-dev.csv" in run["inputs"]
+        assert run["config"]["data"]["val_fraction"] == 0 and run["config"]["train"]["lr"] == \
+            (best["lr"] if row == "best" else 1e-4)   # the default: the flags after -- alone
+    header = (out_dir / "confirm" / "confirm.csv").read_text().splitlines()[0]
+    assert "Δ vs default" in header and "SST Δ vs default" in header and "STS Δ vs default" in header
     # nothing of either part's Ray left (the killed driver's was ended by the second part; another test's Ray
     # may be running beside this one under pytest -n 2, hence this search's own mark). Ray's processes end a
     # little after ray.shutdown returns, later on a loaded machine: they get a minute.
