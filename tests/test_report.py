@@ -853,8 +853,8 @@ def test_baseline_names_the_row_every_average_is_compared_with(seeds, capsys):
         rows["ablate-ft"].vs_baseline["sst"].high                              # the same skill: an interval over 0
     assert "<TASK> Δ vs ablate-mean-ucl = that task's dev metric minus that of ablate-mean-ucl" in footer
     panels = dict(forest_panels(list(rows.values()), "ablate-mean-ucl"))
-    assert set(dict(panels["Δ STS Pearson vs ablate-mean-ucl"])) == {"ablate-ft (3 seeds)", "ablate-mean-preqqp (3 seeds)",
-                                                                   "ablate-mean-smart (3 seeds)"}
+    assert set(dict(panels["Δ STS Pearson vs ablate-mean-ucl"])) == {
+        "ablate-ft (3 seeds)", "ablate-mean-preqqp (3 seeds)", "ablate-mean-smart (3 seeds)"}
     assert compare_to_baselines(collect_runs(seeds.out), resamples=20, seed=0)[0].count("<TASK>") == 0   # FT: averages
     assert main([str(seeds.out), "--baseline", "no-such-row", "--bootstrap", "10"]) == 1
     assert "--baseline no-such-row: no finished row of that name" in capsys.readouterr().err

@@ -158,8 +158,8 @@ class Column:
 def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
                   known: Mapping[str, Task] = BUILTIN_TASKS, versus=()) -> list[Column]:
     """The table's columns in order, for runs of ``tasks`` (rows in ``known``) with a "vs alone" column for each
-    of ``alone`` and a "Δ vs ``baseline``" column for each of ``versus``: the one list every view draws from. (A lambda made in a loop takes its task or idea as a
-    default, to keep its own.)"""
+    of ``alone`` and a "Δ vs ``baseline``" column for each of ``versus``: the one list every view draws from.
+    (A lambda made in a loop takes its task or idea as a default, to keep its own.)"""
     delta, seeds = delta_column(baseline), lambda row: str(len(row.seed_runs)) if row.seed_runs else ""
     return [
         Column("run", lambda row: f"{row.run} ({row.baseline})" if row.baseline else row.run, terminal="run",
@@ -186,8 +186,9 @@ def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
                  full=lambda row, t=task: _versus(row.vs_alone.get(t)), csv=(name, *(f"{name} {end}" for end in ENDS)),
                  terminal=name, aside=True) for task, name in zip(alone, map(alone_column, alone))),
         *(Column(name, cell=lambda row, t=task: _difference(row.vs_baseline.get(t)),
-                 full=lambda row, t=task: _versus(row.vs_baseline.get(t)), csv=(name, *(f"{name} {end}" for end in ENDS)),
-                 terminal=name, aside=True) for task, name in ((t, task_delta_column(t, baseline)) for t in versus)),
+                 full=lambda row, t=task: _versus(row.vs_baseline.get(t)),
+                 csv=(name, *(f"{name} {end}" for end in ENDS)), terminal=name, aside=True)
+          for task, name in ((t, task_delta_column(t, baseline)) for t in versus)),
         Column("wall (min)", cell=lambda row: "" if row.wall_minutes is None else f"{row.wall_minutes:.1f}",
                full=lambda row: [_full(row.wall_minutes)]),
         Column("status", RunRow.status_cell, terminal="status", align="---",
@@ -319,8 +320,8 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     """Set ``vs_ft`` of every finished multi-task row but the FT baselines (paired bootstrap against the FT
     row of the same pooling, else the first FT row by name; against the row named ``baseline`` instead, when
     given, with ``vs_baseline``: each task's Δ against it) and ``vs_alone`` of every finished multi-task row, for
-    each task that has an ST row (chosen the same way); return the footer naming them and the notes on rows left without an interval. ``data_dir``
-    replaces the runs' own data folders. A capped row (``--max_eval_examples``) is neither compared nor a
+    each task that has an ST row (chosen the same way); return the footer naming them and the notes on rows left
+    without an interval. ``data_dir`` replaces the runs' own data folders. A capped row (``--max_eval_examples``) is neither compared nor a
     baseline: its dev numbers are on a subset, so against a full-dev row they would measure the subset."""
     delta = delta_column(baseline)
     if resamples == 0:
