@@ -1,7 +1,7 @@
 """minbert-search (training/tools/search.py): TPE and ASHA on the grid's engine, scored on a validation split.
 
 Fast tests check the space file, the validation split, the run's side of the scheduler's handshake and the
-usage errors. The slow test runs a real 3-trial search on the tiny fixture model with the dev files removed
+usage errors. The slow test runs a real 4-trial search on the tiny fixture model with the dev files removed
 from its data folder, kills the driver half-way, runs the same command again, then confirms the winner against
 the default on dev (``--confirm 1``).
 """
@@ -237,16 +237,16 @@ def train_and_test_only(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 def test_a_search_stops_the_bad_trial_survives_a_kill_and_never_reads_dev(tiny_model_dir, tmp_path):
-    """3 trials, one at a time: lr 1e-3 first, then lr 1.0 (clearly worse at its first evaluation on every task,
-    0.33 against 0.53 overall, with --head_lr 100 for both: ASHA stops it there, cleanly), then one of TPE's.
+    """4 trials, one at a time: lr 1e-3 first, then lr 1.0 (clearly worse at its first evaluation on every task,
+    0.33 against 0.53 overall, with --head_lr 100 for both: ASHA stops it there, cleanly), then two of TPE's.
     The driver is killed after two trials ended; the same command continues: the ended trials are kept as they
-    were, the third run (resumed if it had started), and 3 trials end in all."""
+    were, the unfinished run (resumed if it had started), and 4 trials end in all."""
     data = train_and_test_only(tmp_path)
     space = write(tmp_path / "space.json", json.dumps({
         "lr": {"log_uniform": [1e-4, 1.0]}, "hidden_dropout_prob": {"uniform": [0.0, 0.2]},
         "start_with": [{"lr": 1e-3}, {"lr": 1.0}]}))
     out_dir = tmp_path / "search"
-    command = [sys.executable, "-m", "training.tools.search", "--space", str(space), "--trials", "3", "--out_dir",
+    command = [sys.executable, "-m", "training.tools.search", "--space", str(space), "--trials", "4", "--out_dir",
                str(out_dir), "--max_concurrent", "1", "--val_fraction", "0.5", "--no_plot", "--",
                *tiny_flags(tiny_model_dir, data, "--epochs", "1", "--eval_every", "3", "--head_lr", "100")]
     mark = {"MINBERT_TEST_MARK": secrets.token_hex(8)}   # in the environment of every process of this search
@@ -271,7 +271,7 @@ def test_a_search_stops_the_bad_trial_survives_a_kill_and_never_reads_dev(tiny_m
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"{len(kept)} ended before" in again.stdout
     records = {r.name: r for r in search.read_trials(out_dir)}
-    assert len(records) == 3 and all(r.ended for r in records.values()), again.stdout
+    assert len(records) == 4 and all(r.ended for r in records.values()), again.stdout
     for name, metrics in kept.items():   # not run again: the same file, one command in its log
         assert (out_dir / name / "metrics.json").read_bytes() == metrics
         assert (out_dir / "logs" / f"{name}.log").read_text().count("$ run_multitask.py") == 1
@@ -288,7 +288,7 @@ def test_a_search_stops_the_bad_trial_survives_a_kill_and_never_reads_dev(tiny_m
         assert not [f for f in inputs if "-dev" in f] and "ids-sst-train.csv" in inputs
     # what comes out: the table, the best trial's flags as a --config file (no search-only flag)
     table = (out_dir / "trials.csv").read_text().splitlines()
-    assert table[0].startswith("#,trial,lr,hidden_dropout_prob,score") and len(table) == 4
+    assert table[0].startswith("#,trial,lr,hidden_dropout_prob,score") and len(table) == 5
     best = json.loads((out_dir / "best.json").read_text())
     winner = max((r for r in records.values() if r.score is not None), key=lambda r: r.score)
     assert best["lr"] == winner.params["lr"] and best["epochs"] == 1
