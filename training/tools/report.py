@@ -182,17 +182,25 @@ def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
         Column(INTERVAL, cell=lambda row: "" if row.vs_ft is None else _interval(row.vs_ft),
                full=lambda row: _versus(row.vs_ft)[1:], csv=tuple(f"{INTERVAL} {end}" for end in ENDS),
                terminal=INTERVAL),
-        *(Column(name, cell=lambda row, t=task: _difference(row.vs_alone.get(t)),
-                 full=lambda row, t=task: _versus(row.vs_alone.get(t)), csv=(name, *(f"{name} {end}" for end in ENDS)),
-                 terminal=name, aside=True) for task, name in zip(alone, map(alone_column, alone))),
-        *(Column(name, cell=lambda row, t=task: _difference(row.vs_baseline.get(t)),
-                 full=lambda row, t=task: _versus(row.vs_baseline.get(t)),
-                 csv=(name, *(f"{name} {end}" for end in ENDS)), terminal=name, aside=True)
-          for task, name in ((t, task_delta_column(t, baseline)) for t in versus)),
+        *by_task_columns(alone, alone_column, BY_TASK["alone"]),
+        *by_task_columns(versus, lambda task: task_delta_column(task, baseline), BY_TASK["baseline"]),
         Column("wall (min)", cell=lambda row: "" if row.wall_minutes is None else f"{row.wall_minutes:.1f}",
                full=lambda row: [_full(row.wall_minutes)]),
         Column("status", RunRow.status_cell, terminal="status", align="---",
                terminal_cell=lambda row: row.capped if row.complete else _shortened(row.status, MAX_STATUS_WIDTH))]
+
+
+# A row's per-task Δ of each kind (task -> Difference): against the task's single-task row, against --baseline's
+BY_TASK: dict[str, Callable[[RunRow], dict[str, Difference]]] = {"alone": lambda row: row.vs_alone,
+                                                                  "baseline": lambda row: row.vs_baseline}
+
+
+def by_task_columns(tasks, name_of: Callable[[str], str], differences) -> list[Column]:
+    """A column for each of ``tasks``: ``differences(row)[task]`` (a per-task Δ, ``BY_TASK``) with its interval."""
+    return [Column(name, cell=lambda row, t=task: _difference(differences(row).get(t)),
+                   full=lambda row, t=task: _versus(differences(row).get(t)),
+                   csv=(name, *(f"{name} {end}" for end in ENDS)), terminal=name, aside=True)
+            for task, name in zip(tasks, map(name_of, tasks))]
 
 
 def report_tasks(rows: list[RunRow]) -> dict[str, Task]:
@@ -208,20 +216,16 @@ def table_tasks(rows: list[RunRow]) -> list[str]:
     return [task for task in report_tasks(rows) if any(task in row.dev for row in rows)] or list(DEFAULT_TASKS)
 
 
-def alone_tasks(rows: list[RunRow]) -> list[str]:
-    """The tasks any row is compared with a single-task row on, in task-table order."""
-    return [task for task in report_tasks(rows) if any(task in row.vs_alone for row in rows)]
-
-
-def versus_tasks(rows: list[RunRow]) -> list[str]:
-    """The tasks any row is compared with the ``--baseline`` row on, in task-table order."""
-    return [task for task in report_tasks(rows) if any(task in row.vs_baseline for row in rows)]
+def compared_tasks(rows: list[RunRow], kind: str) -> list[str]:
+    """The tasks any row has a per-task Δ of ``kind`` (``BY_TASK``: "alone" or "baseline") on, in task-table order."""
+    return [task for task in report_tasks(rows) if any(task in BY_TASK[kind](row) for row in rows)]
 
 
 def columns_of(rows: list[RunRow], baseline: str | None = None) -> list[Column]:
     """The columns of a table of ``rows``: one for each of their tasks, and a "vs alone" or "Δ vs ROW" one for
     each task where they have it."""
-    return table_columns(table_tasks(rows), alone_tasks(rows), baseline, report_tasks(rows), versus_tasks(rows))
+    return table_columns(table_tasks(rows), compared_tasks(rows, "alone"), baseline, report_tasks(rows),
+                         compared_tasks(rows, "baseline"))
 
 
 def collect_runs(folder: str | Path, sort: str = "average") -> list[RunRow]:
@@ -321,8 +325,9 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     row of the same pooling, else the first FT row by name; against the row named ``baseline`` instead, when
     given, with ``vs_baseline``: each task's Δ against it) and ``vs_alone`` of every finished multi-task row, for
     each task that has an ST row (chosen the same way); return the footer naming them and the notes on rows left
-    without an interval. ``data_dir`` replaces the runs' own data folders. A capped row (``--max_eval_examples``) is neither compared nor a
-    baseline: its dev numbers are on a subset, so against a full-dev row they would measure the subset."""
+    without an interval. ``data_dir`` replaces the runs' own data folders. A capped row (``--max_eval_examples``)
+    is neither compared nor a baseline: its dev numbers are on a subset, so against a full-dev row they would
+    measure the subset."""
     delta = delta_column(baseline)
     if resamples == 0:
         return f"{delta} and {INTERVAL}: not computed (--bootstrap 0).", []
@@ -345,12 +350,13 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     multitask = [row for row in done if row.baseline != "ST" and len(row.dev) >= 2]
     if not fts and not alone:
         return f"{delta} and {INTERVAL}: no finished FT row to compare with.", notes
-    pairs = [(row, _pick(fts, row), None, None) for row in multitask if fts and _pick(fts, row) is not row]
-    pairs += [(row, _pick(alone[task], row), task, row.vs_alone) for row in multitask for task in row.dev
-              if task in alone]
+    # (row, its baseline, the task or None for the average, the kind of per-task Δ, the column's name)
+    pairs = [(row, _pick(fts, row), None, None, delta) for row in multitask if fts and _pick(fts, row) is not row]
+    pairs += [(row, _pick(alone[task], row), task, "alone", alone_column(task)) for row in multitask
+              for task in row.dev if task in alone]
     if baseline is not None:   # each task against the named row too: is any task lower beyond its interval?
-        pairs += [(row, fts[None], task, row.vs_baseline) for row in multitask if row is not fts[None]
-                  for task in row.dev if task in fts[None].dev]
+        pairs += [(row, fts[None], task, "baseline", task_delta_column(task, baseline)) for row in multitask
+                  if row is not fts[None] for task in row.dev if task in fts[None].dev]
     runs = {run.folder: DevSource(run.folder, str(data_dir) if data_dir else run.data_dir, tuple(run.dev),
                                     run.known_tasks or BUILTIN_TASKS)
             for row, base, *_ in pairs for run in (*row.seed_runs, *base.seed_runs)}
@@ -361,20 +367,18 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
             if run.folder in failed:
                 raise Unavailable(f"{role}{failed[run.folder]}")
         return [scores[run.folder] for run in sorted(row.seed_runs, key=lambda run: str(run.seed))]
-    for row, base, task, by_task in pairs:
+    for row, base, task, kind, column in pairs:
         same_seeds = sorted(str(run.seed) for run in row.seed_runs) == sorted(str(run.seed) for run in base.seed_runs)
         try:
             difference = paired_difference(seed_scores(row), seed_scores(base, f"baseline {base.run}: "), task=task,
                                            seed=seed, same_seeds=same_seeds)
         except Unavailable as err:
-            column = delta if task is None else alone_column(task) if by_task is row.vs_alone else \
-                task_delta_column(task, baseline)
             notes.append(f"note: {row.run}: no {column}: {err}")
             continue
         if task is None:
             row.vs_ft = difference
         else:
-            by_task[task] = difference
+            BY_TASK[kind](row)[task] = difference
     return _footer(delta, (baseline or _named(fts, "FT")) if fts else None, alone, resamples, seed,
                    any(row.vs_baseline for row in multitask)), notes
 
@@ -495,11 +499,11 @@ def forest_panels(rows: list[RunRow], baseline: str | None = None) -> list[tuple
     panels = [(f"Δ overall dev score vs {baseline or 'FT'}", [(seeds_label(row), row.vs_ft) for row in rows
                                                               if row.vs_ft is not None])]
     known = report_tasks(rows)
-    panels += [(f"Δ {metric_column(task, known)} vs alone", [(seeds_label(row), row.vs_alone[task]) for row in rows
-                                                             if task in row.vs_alone]) for task in alone_tasks(rows)]
-    panels += [(f"Δ {metric_column(task, known)} vs {baseline}", [(seeds_label(row), row.vs_baseline[task])
-                                                                  for row in rows if task in row.vs_baseline])
-               for task in versus_tasks(rows)]
+    for kind, against in (("alone", "alone"), ("baseline", baseline)):
+        differences = BY_TASK[kind]
+        panels += [(f"Δ {metric_column(task, known)} vs {against}", [(seeds_label(row), differences(row)[task])
+                                                                     for row in rows if task in differences(row)])
+                   for task in compared_tasks(rows, kind)]
     return [(label, lines) for label, lines in panels if lines]
 
 
