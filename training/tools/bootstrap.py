@@ -111,10 +111,9 @@ def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 
     """Row minus baseline, each the mean over its seeds, on the dev sets; on every resample, each the mean
     over its seeds drawn with replacement (``seed`` seeds those draws; ``same_seeds``: the two lists hold
     runs of the same seeds in the same order, drawn together); the interval is the resampled differences'
-    central ``level`` percentile range. The overall score, or
-    ``task``'s metric alone (a multi-task row against that task's single-task row, or against the baseline row's
-    same task: a task's draws
-    depend only on the seed, the task and its dev examples, so they pair across runs of other tasks)."""
+    central ``level`` percentile range. The overall score, or ``task``'s metric alone (a multi-task row against
+    that task's single-task row, or against the baseline row's same task: a task's draws depend only on the
+    seed, the task and its dev examples, so they pair across runs of other tasks)."""
     if task is None:
         if any(s.examples != baseline[0].examples for s in (*row, *baseline)):
             raise Unavailable("not the same tasks and dev examples as the baseline")
