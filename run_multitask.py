@@ -4,7 +4,7 @@
     python run_multitask.py --data_dir ../shared/data/multitask --pooling cls --para_head cosine
     python run_multitask.py --pre_qqp --pooling mean --smart --scl
 
-Flags come from the config dataclasses in ``training/config.py`` (one field, one flag).
+Flags come from the config dataclasses in ``training/configuration/sections.py`` (one field, one flag).
 """
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import argparse
 import json
 import sys
 
-from training.cli import run_command, usage_errors_once
-from training.config import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS
-from training.run_config import RunConfig
-from training.config_file import config_as_file, read_config_file
+from training.harness.cli import run_command, usage_errors_once
+from training.configuration.sections import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS
+from training.configuration.run_config import RunConfig
+from training.configuration.config_file import config_as_file, read_config_file
 from training import extensions as registry
-from training.flags import add_flags, add_refused, flag_fields, section_from_args
-from training.task_file import TaskFileError, check_agreement
-from training.trainer import run
+from training.configuration.flags import add_flags, add_refused, flag_fields, section_from_args
+from training.configuration.task_file import TaskFileError, check_agreement
+from training.harness.trainer import run
 
 EPILOG = """other tools:
   python -m training.tools.predict RUN --data_dir DIR --out DIR   predict files with a trained run

@@ -26,7 +26,7 @@ from scipy.stats import spearmanr
 
 from training.data.readers import resolve_data_dir
 from training import load_run
-from training.task_schema import BUILTIN_TASKS
+from training.learning.task_schema import BUILTIN_TASKS
 
 
 def main(argv=None) -> int:

@@ -20,11 +20,11 @@ same model trains on the same SST sentences three times, and only the batching d
 
 What each variant runs, exactly as ``run_multitask.py`` would with its defaults (the RunConfig
 comes from ``run_multitask.parse_config``): ``seed_everything(--seed)``; the model of
-``training.runs.build_model`` (pretrained encoder + freshly initialised heads, so every
+``training.harness.runs.build_model`` (pretrained encoder + freshly initialised heads, so every
 variant starts from identical weights); ``set_attention(--attention)``; our ``AdamW`` with the
 run's parameter groups (encoder at lr 5e-5, heads at 1e-3, weight decay 0.01); the SST training
 loader seeded as the run seeds it; one optimizer step per batch through the run's training loop
-(``training.loop``: SST's cross-entropy, zero_grad, backward, step, ``loss.item()``).
+(``training.learning.loop``: SST's cross-entropy, zero_grad, backward, step, ``loss.item()``).
 
 What is timed: the wall time of the whole training epoch, from building the loader (for ``bucket``
 that includes tokenising every sentence once more for its length key) through fetching and
@@ -38,7 +38,7 @@ initialisation are warm for every variant alike. The variants run one after the 
 Reported per variant: batches, padding = tokens after padding / real tokens (attention-mask ones)
 over the epoch's training batches, training seconds, training examples/s, speed-up over ``fixed``
 and over ``dynamic`` (their seconds over this variant's), the mean training loss, and SST dev
-accuracy after the epoch through ``training.evaluate.predict``, with the variant's own loader,
+accuracy after the epoch through ``training.learning.evaluate.predict``, with the variant's own loader,
 unshuffled (``fixed``: padded to ``--max_length``; ``bucket``: shortest sentences first — the
 accuracy does not depend on the order). ``--max_batches N`` caps both the training and the dev
 batches, for quick checks only: the epoch is then partial and the accuracy is on part of dev.
@@ -62,17 +62,17 @@ from training.data.readers import resolve_data_dir
 from minbert import BertTokenizer
 from minbert.atomic import write_text_atomic
 from minbert.weights import resolve_model_dir
-from training.adamw import ParamSet, build_adamw
-from training.config import DataConfig, ModelConfig, SpeedConfig, TrainConfig, add_flags
-from training.device import pick_device
-from training.evaluate import predict
-from training.loop import Objective, TrainingLoop
-from training.precision import Precision
-from training.run_log import RunLog
-from training.runs import build_model, tokenizer_for
-from training.task_loss import TaskLoss
-from training.task_schema import BUILTIN_TASKS
-from training.trainer import seed_everything
+from training.learning.adamw import ParamSet, build_adamw
+from training.configuration.sections import DataConfig, ModelConfig, SpeedConfig, TrainConfig, add_flags
+from training.learning.device import pick_device
+from training.learning.evaluate import predict
+from training.learning.loop import Objective, TrainingLoop
+from training.learning.precision import Precision
+from training.harness.run_log import RunLog
+from training.harness.runs import build_model, tokenizer_for
+from training.learning.task_loss import TaskLoss
+from training.learning.task_schema import BUILTIN_TASKS
+from training.harness.trainer import seed_everything
 
 VARIANTS = ("fixed", "dynamic", "bucket")
 TASK = BUILTIN_TASKS["sst"]

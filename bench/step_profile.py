@@ -18,7 +18,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from minbert.weights import resolve_model_dir
-from training.config import ModelConfig, add_flags
+from training.configuration.sections import ModelConfig, add_flags
 
 from .throughput import add_variant_flags, chosen_variants, make_sides, random_inputs
 

@@ -8,7 +8,7 @@ task's batch through the shared bottom and that task's top layers, its tower or 
 for the home task, so a tower should cost memory, not time); ``--side "--smart"`` etc. time an
 extension's step (its regularizer's extra passes included). Why in one process: whole runs
 (``bench.interleaved_runs``) carry start-up, tokenising and evaluation, whose run-to-run spread (±6 %
-at 40 rounds here) hides a few per cent; here every model is built once, as ``training/trainer.py``
+at 40 rounds here) hides a few per cent; here every model is built once, as ``training/harness/trainer.py``
 builds it (the run's AdamW groups, speed flags, sparse word-embedding rows, the extensions'
 regularizers), warmed up, and every round gives each side the same SST, QQP and STS batch, the side
 going first rotating from round to round. Only ``TrainingLoop.step`` is timed (forward, loss and
@@ -28,15 +28,15 @@ import run_multitask
 from bench import glued_sides
 from training.data.readers import resolve_data_dir
 from minbert.weights import resolve_model_dir
-from training.distributed import Distributed
-from training.loop import Objective, TrainingLoop
-from training.precision import Precision
-from training.run_log import RunLog
-from training.runs import build_model, tokenizer_for
-from training.task_loss import TaskLoss
-from training.task_schema import BUILTIN_TASKS
-from training.tasks import DEFAULT_TASKS
-from training.trainer import loader_for, run_adamw, run_regularizers, seed_everything, set_speed
+from training.harness.distributed import Distributed
+from training.learning.loop import Objective, TrainingLoop
+from training.learning.precision import Precision
+from training.harness.run_log import RunLog
+from training.harness.runs import build_model, tokenizer_for
+from training.learning.task_loss import TaskLoss
+from training.learning.task_schema import BUILTIN_TASKS
+from training.learning.tasks import DEFAULT_TASKS
+from training.harness.trainer import loader_for, run_adamw, run_regularizers, seed_everything, set_speed
 
 
 class Side(Objective):

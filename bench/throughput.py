@@ -55,8 +55,8 @@ import torch
 
 from minbert import AdamW, BertModel
 from minbert.weights import resolve_model_dir
-from training.config import ModelConfig, add_flags
-from training.memory import keep_freed_memory
+from training.configuration.sections import ModelConfig, add_flags
+from training.harness.memory import keep_freed_memory
 
 LR = 1e-5
 WEIGHT_DECAY = 0.01
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.keep_freed_memory:  # process-wide: every side, HF's included, allocates through it
-        print(f"keep_freed_memory (training/memory.py): {'applied' if keep_freed_memory() else 'not applied'}")
+        print(f"keep_freed_memory (training/harness/memory.py): {'applied' if keep_freed_memory() else 'not applied'}")
     model_dir = resolve_model_dir(args.model)
     sides = make_sides(model_dir, chosen_variants(args))
     config = sides[0].config

@@ -44,7 +44,7 @@ DRY_RUN=0
 LIST=0
 RESUME=0
 SEEDS=1
-FIRST_SEED=11711   # the default --seed (TrainConfig.seed in training/config.py; tests/test_report.py checks)
+FIRST_SEED=11711   # the default --seed (TrainConfig.seed in training/configuration/sections.py; tests/test_report.py checks)
 
 usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "ablate.sh: $*" >&2; exit 2; }

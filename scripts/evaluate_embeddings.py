@@ -24,12 +24,12 @@ from typing import Sequence
 
 from training.data.senteval import find_datasets
 from heads.pooling import TOKEN_REDUCTIONS, applied_reduction
-from training.cli import run_command
-from training.config import DataConfig, ModelConfig, TrainConfig, add_flags
-from training.device import pick_device
-from training.outputs import write_json
-from training.runs import LoadedRun, load_run, pretrained_run
-from training.similarity import DEFAULT_BATCH_SIZE, average_over_datasets, correlations, score_dataset
+from training.harness.cli import run_command
+from training.configuration.sections import DataConfig, ModelConfig, TrainConfig, add_flags
+from training.learning.device import pick_device
+from training.harness.outputs import write_json
+from training.harness.runs import LoadedRun, load_run, pretrained_run
+from training.learning.similarity import DEFAULT_BATCH_SIZE, average_over_datasets, correlations, score_dataset
 
 
 def main(argv: Sequence[str] | None = None) -> int:

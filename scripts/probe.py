@@ -30,11 +30,11 @@ from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
 
 from training.data.readers import DataError, Example, resolve_data_dir
 from scripts.evaluate_embeddings import add_encoder_flags, open_encoder
-from training.cli import run_command
-from training.config import DataConfig, TrainConfig, add_flags
-from training.outputs import write_json
-from training.task_schema import BUILTIN_TASKS
-from training.tasks import Task
+from training.harness.cli import run_command
+from training.configuration.sections import DataConfig, TrainConfig, add_flags
+from training.harness.outputs import write_json
+from training.learning.task_schema import BUILTIN_TASKS
+from training.learning.tasks import Task
 
 DEFAULT_SEED = TrainConfig.seed
 SPLITS = ("train", "dev")

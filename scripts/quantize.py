@@ -28,7 +28,7 @@ What is measured, in one run:
      the wall clock measures mostly how much CPU the scheduler gave us; CPU time measures the work
      (it sums all threads, so with ``--threads`` > 1 it is not the latency);
   3. dev metrics of the run's tasks (SST and QQP accuracy, STS Pearson, ...; the overall score)
-     with the project's own evaluation loop (``training.evaluate.predict``) on the dev sets (the
+     with the project's own evaluation loop (``training.learning.evaluate.predict``) on the dev sets (the
      first ``--max_dev`` examples of each when given), and how often the two models' predictions agree.
 The model is the run's own (``training.load_run``: the modules of the saved run configuration,
 the checkpoint's weights loaded strictly), evaluated on the run's tasks.
@@ -59,11 +59,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 from training.data.batching import make_loader  # noqa: E402
 from training.data.readers import DataError, resolve_data_dir  # noqa: E402
 from minbert.atomic import atomic_path, remove_stale_temporaries, write_text_atomic  # noqa: E402
-from training.cli import check_overwrite, run_command  # noqa: E402
-from training.config import DataConfig, add_flags  # noqa: E402
-from training.evaluate import predict  # noqa: E402
-from training.runs import load_run  # noqa: E402
-from training.tasks import Task, overall_score  # noqa: E402
+from training.harness.cli import check_overwrite, run_command  # noqa: E402
+from training.configuration.sections import DataConfig, add_flags  # noqa: E402
+from training.learning.evaluate import predict  # noqa: E402
+from training.harness.runs import load_run  # noqa: E402
+from training.learning.tasks import Task, overall_score  # noqa: E402
 
 INT8_WEIGHTS = "model-int8.pt"
 REPORT = "quantize-report.json"

@@ -10,12 +10,12 @@ Two objectives on the pooled sentence vector u = pool(BERT(x)) (``heads.pooling`
 
 - ``ce``: the task's head (its ``Task`` row: dropout + linear, ``heads.SentimentHead``) on u,
   cross-entropy against the class. The encoder learns at ``--lr``, the head at ``--head_lr``.
-- ``lcl``: no head; ``training.losses.label_contrastive_loss`` (its docstring has the equation) on the
+- ``lcl``: no head; ``training.learning.losses.label_contrastive_loss`` (its docstring has the equation) on the
   batch's pooled vectors: supervised contrastive learning (Khosla et al. 2020, §3.2) as Gunel et al.
   2021 (§2) fine-tune with it, here in its KL form and alone (they mix it with cross-entropy). Batches
   of fewer than two sentences have no pair to contrast and are skipped.
 
-It trains through the run's loop (``training/loop.py``) with the run's flags. The new ``--out`` folder
+It trains through the run's loop (``training/learning/loop.py``) with the run's flags. The new ``--out`` folder
 gets ``checkpoint/`` as a multi-task run writes it, so ``load_run`` and the embedding tools'
 ``--checkpoint`` read it (with ``ce`` the head as ``heads.<task>.*``; the tool's settings under "tool"
 in its run config), and ``metrics.json`` (settings, steps, the loss curve, wall and CPU seconds).
@@ -34,20 +34,20 @@ import torch.nn.functional as F
 from training.data.batching import make_loader
 from training.data.readers import resolve_data_dir
 from scripts.probe import TASK_CHOICES, read_split
-from training.adamw import ParamSet, build_adamw
-from training.checkpoint import save_checkpoint
-from training.cli import run_command
-from training.config import SPLIT_FLAGS, DataConfig, ModelConfig, TrainConfig, add_flags, section_from_args
-from training.run_config import RunConfig
-from training.device import pick_device, to_device
-from training.flags import add_refused
-from training.loop import CURVE_EVERY, Objective, TrainingLoop
-from training.losses import label_contrastive_loss
-from training.outputs import write_json
-from training.precision import Precision
-from training.run_log import RunLog
-from training.runs import pretrained_run, with_heads
-from training.task_schema import BUILTIN_TASKS
+from training.learning.adamw import ParamSet, build_adamw
+from training.harness.checkpoint import save_checkpoint
+from training.harness.cli import run_command
+from training.configuration.sections import SPLIT_FLAGS, DataConfig, ModelConfig, TrainConfig, add_flags, section_from_args
+from training.configuration.run_config import RunConfig
+from training.learning.device import pick_device, to_device
+from training.configuration.flags import add_refused
+from training.learning.loop import CURVE_EVERY, Objective, TrainingLoop
+from training.learning.losses import label_contrastive_loss
+from training.harness.outputs import write_json
+from training.learning.precision import Precision
+from training.harness.run_log import RunLog
+from training.harness.runs import pretrained_run, with_heads
+from training.learning.task_schema import BUILTIN_TASKS
 
 OBJECTIVES = ("ce", "lcl")
 

@@ -7,7 +7,7 @@ pooling, each setting one run of the stage alone, scored on STS dev as it trains
 
 Every setting is ``python run_multitask.py --ucl --epochs 0 --ucl_lr LR --cl_temp T --pooling P ...
 --out_dir OUT --run_name <setting> [flags after --]``, run one after the other in this process
-(run_multitask's own parser, ``training.trainer.run``): no interpreter and torch start per setting,
+(run_multitask's own parser, ``training.harness.trainer.run``): no interpreter and torch start per setting,
 the same numbers as the command, which the table lists so it can be rerun by hand. A finished setting
 is not run again and an interrupted one is resumed, so rerunning a stopped sweep continues it. What
 ``OUT/simcse_sweep.{md,csv,json,png}`` hold: docs/embeddings.md, "Unsupervised SimCSE alone, and the sweep".
@@ -26,15 +26,15 @@ from typing import Sequence
 import run_multitask  # the command's own parser: a setting is exactly its command line
 from heads import POOLING_MODES
 from minbert.atomic import atomic_path, make_folder, write_text_atomic
-from training.cli import run_command
-from training.config import SPLIT_FLAGS, OutputConfig, add_flags
-from training.run_config import RunConfig
-from training.curves import MatplotlibMissing, pyplot
+from training.harness.cli import run_command
+from training.configuration.sections import SPLIT_FLAGS, OutputConfig, add_flags
+from training.configuration.run_config import RunConfig
+from training.harness.curves import MatplotlibMissing, pyplot
 from training.extensions.ucl import UclConfig
-from training.flags import add_refused
-from training.outputs import read_metrics, write_json
-from training.resume import list_checkpoints
-from training.trainer import run
+from training.configuration.flags import add_refused
+from training.harness.outputs import read_metrics, write_json
+from training.harness.resume import list_checkpoints
+from training.harness.trainer import run
 
 # The study's grid. SimCSE chose its learning rate among the same three values on STS-B dev (Gao et al.
 # 2021, Appendix A); its example script scores every 125 steps and truncates to 32 word pieces.

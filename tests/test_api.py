@@ -12,7 +12,7 @@ import torch
 
 from test_predict_embed import train
 from training import load_run
-from training.task_schema import BUILTIN_TASKS
+from training.learning.task_schema import BUILTIN_TASKS
 
 SENTENCES = ["a fine film .", "dull and long .", "a mess ."]
 PAIRS = [("A man plays.", "A man is playing."), ("A cat.", "A stock market.")]

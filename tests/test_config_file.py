@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import run_multitask
-from training.config import REFERENCE_SPEED
-from training.run_config import RunConfig
+from training.configuration.sections import REFERENCE_SPEED
+from training.configuration.run_config import RunConfig
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
@@ -174,9 +174,9 @@ def test_print_config_checks_as_a_run_does_and_refuses_resume(tmp_path, capsys):
 def test_a_file_is_read_through_the_flags_fields_not_argparse_internals():
     """Issue 60: --config read argparse's private ``_actions``; now each value goes through its field's type."""
     root = Path(__file__).resolve().parents[1]
-    for path in (root / "run_multitask.py", root / "training" / "config_file.py"):
+    for path in (root / "run_multitask.py", root / "training" / "configuration" / "config_file.py"):
         assert "_actions" not in path.read_text(), path
-    from training.config_file import ConfigFileError, typed
+    from training.configuration.config_file import ConfigFileError, typed
     fields = run_multitask.all_flag_fields()
     assert typed(fields["lr"], "1e-4", "x") == 1e-4 and typed(fields["max_grad_norm"], None, "x") is None
     assert typed(fields["task_batch_sizes"], [32, 86, 32], "x") == "32,86,32"

@@ -1,6 +1,6 @@
 """The cosine paraphrase head's threshold b in (cos(u, v) − b)/τ starts from the data
-(``heads.PairHead.calibrate``, ``training.calibration``): the best cut against hand-computed cases, the
-start against cosines computed independently with ``training.encoding.encode``, heads without a threshold
+(``heads.PairHead.calibrate``, ``training.learning.calibration``): the best cut against hand-computed cases, the
+start against cosines computed independently with ``training.learning.encoding.encode``, heads without a threshold
 left alone, and a resumed stage never started again."""
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,11 +14,11 @@ import run_multitask
 from training.data.batching import make_loader
 from heads.tasks import PairHead, best_threshold
 from minbert import BertModel
-from training import stages
-from training.calibration import CALIBRATION_PAIRS, calibrate_heads
-from training.encoding import encode
-from training.runs import tokenizer_for, with_heads
-from training.task_schema import BUILTIN_TASKS
+from training.learning import stages
+from training.learning.calibration import CALIBRATION_PAIRS, calibrate_heads
+from training.learning.encoding import encode
+from training.harness.runs import tokenizer_for, with_heads
+from training.learning.task_schema import BUILTIN_TASKS
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 

@@ -37,8 +37,8 @@ def test_without_matplotlib_the_run_says_so_once_and_finishes(tmp_path, tiny_mod
 def test_curves_are_redrawn_at_most_once_a_minute_during_training_and_always_at_the_end(tmp_path, monkeypatch):
     """Drawing takes about a second, as long as a tiny run's whole epoch: during training the plot waits
     until REDRAW_SECONDS have passed since the last drawing (or the run's start); the final one always comes."""
-    from training import outputs
-    from training.run_log import RunLog
+    from training.harness import outputs
+    from training.harness.run_log import RunLog
     drawn, now = [], [1000.0]
     monkeypatch.setattr(outputs, "plot_curves", lambda metrics, path: drawn.append(metrics["step"]))
     monkeypatch.setattr(outputs.time, "monotonic", lambda: now[0])
@@ -67,7 +67,7 @@ def test_every_panel_is_drawn_and_the_kept_evaluation_is_marked(tmp_path, monkey
     """Two loss kinds and no stage: the top row has two panels, not three with one blank; the dev
     panels mark the evaluation whose weights the run kept (the first of two equal best scores)."""
     pytest.importorskip("matplotlib")
-    from training.curves import plot_curves
+    from training.harness.curves import plot_curves
     drawn = drawn_figures(monkeypatch)
     epochs = [{"epoch": e, "dev": {"sst": 0.3, "sts": 0.5}, "dev_overall": score, "dev_loss": {"sst": 1.0, "sts": 2.0},
                "run_step": 10 * e} for e, score in ((1, 0.40), (2, 0.45), (3, 0.45))]

@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 import run_multitask
 from test_resume import argv, assert_same_run, command, env, final_state, resume_after_cut
 from training.extensions.distill import TeacherTargets, mix
-from training.resume import list_checkpoints
-from training.task_schema import BUILTIN_TASKS
+from training.harness.resume import list_checkpoints
+from training.learning.task_schema import BUILTIN_TASKS
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 FLAGS = ["--epochs", "2", "--distill"]
@@ -115,7 +115,7 @@ def test_a_teacher_stopped_midway_is_resumed_by_the_next_sitting(tmp_path, tiny_
     saved configuration, whatever the paths of this sitting."""
     from test_resume_inputs import stop_midway
     from training.extensions.distill import teacher_config, train_teachers
-    from training.trainer import run as train
+    from training.harness.trainer import run as train
 
     config = run_multitask.parse_config(["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir),
                                          "--batch_size", "4", "--max_length", "24", "--tasks", "sst", "--quiet",

@@ -13,7 +13,7 @@ import run_multitask
 from test_report import SEEDS, predictions, write_dev_files, write_run
 from training.tools import predict as predict_tool
 from training.tools.report import collect_runs, compare_to_baselines, read_run, render_compact, render_markdown
-from training.run_folder import resumed_config
+from training.harness.run_folder import resumed_config
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 CAP = 3

@@ -12,8 +12,8 @@ import run_multitask
 from safetensors.torch import load_file
 
 from test_resume import OUTPUTS, argv, assert_same_run, command, env, resume_after_cut
-from training.resume import list_checkpoints
-from training.tensorboard import Scalars
+from training.harness.resume import list_checkpoints
+from training.harness.tensorboard import Scalars
 
 
 def final_state(run_dir) -> dict:

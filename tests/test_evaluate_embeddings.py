@@ -14,12 +14,12 @@ from scipy.stats import pearsonr, spearmanr
 from training.data.readers import DataError
 from training.data.senteval import file_layout, find_datasets, load_dataset, read_senteval_sts, read_sick, read_stsb
 from minbert import BertModel, BertTokenizer
-from training.checkpoint import save_checkpoint
-from training.config import ModelConfig
-from training.run_config import RunConfig
-from training.encoding import encode
-from training.runs import build_model
-from training.similarity import average_over_datasets, correlations
+from training.harness.checkpoint import save_checkpoint
+from training.configuration.sections import ModelConfig
+from training.configuration.run_config import RunConfig
+from training.learning.encoding import encode
+from training.harness.runs import build_model
+from training.learning.similarity import average_over_datasets, correlations
 from scripts.evaluate_embeddings import main, render_table
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import run_multitask
-from training.checkpoint import load_checkpoint
+from training.harness.checkpoint import load_checkpoint
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 BUDGET = ["--epochs", "1", "--max_steps_per_epoch", "3", "--batch_size", "4", "--max_length", "24"]

@@ -71,7 +71,7 @@ def test_no_top_level_data_package():
 
 def test_the_checker_sees_a_wrong_import(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("import os\nimport run_multitask\nfrom training.trainer import run\nfrom . import sibling\n")
+    module.write_text("import os\nimport run_multitask\nfrom training.harness.trainer import run\nfrom . import sibling\n")
     assert project_imports(module) == [(2, "run_multitask"), (3, "training")]
 
 
@@ -83,7 +83,7 @@ def layout_block(readme: str) -> list[str]:
 
 def unmapped_modules(block: list[str], modules: list[str]) -> list[str]:
     """The modules (paths from the root) that no line of the layout block names. A line names the paths it
-    starts with: ``training/precision.py, device.py`` (a bare name is in the first path's folder) or a
+    starts with: ``training/learning/precision.py, device.py`` (a bare name is in the first path's folder) or a
     folder, ``training/extensions/``, which names every module in it."""
     named = set()
     for line in block:
@@ -107,10 +107,10 @@ def test_the_readme_layout_names_every_library_module():
 
 
 def test_the_layout_check_sees_a_module_left_out():
-    block = ["minbert/model.py   BertModel", "training/precision.py, device.py --amp; devices",
+    block = ["minbert/model.py   BertModel", "training/learning/precision.py, device.py --amp; devices",
              "training/extensions/   one module per extension", "                 a continued description"]
-    assert unmapped_modules(block, ["minbert/model.py", "training/device.py", "training/extensions/smart.py",
-                                    "training/memory.py", "minbert/config.py"]) == ["training/memory.py",
+    assert unmapped_modules(block, ["minbert/model.py", "training/learning/device.py", "training/extensions/smart.py",
+                                    "training/harness/memory.py", "minbert/config.py"]) == ["training/harness/memory.py",
                                                                                     "minbert/config.py"]
 
 
@@ -173,10 +173,10 @@ def test_the_training_modules_import_each_other_without_a_cycle():
 
 def test_the_configuration_sections_import_no_extension():
     """Issue 60: config.py imported the registry; the sections are a leaf under it, and ``RunConfig`` is
-    assembled above it (training/run_config.py)."""
+    assembled above it (training/configuration/run_config.py)."""
     graph = module_graph(ROOT, "training")
-    assert not {m for m in graph["training.config"] if m.startswith(("training.extensions", "training.run_config"))}
-    assert "training.extensions" in graph["training.run_config"]
+    assert not {m for m in graph["training.configuration.sections"] if m.startswith(("training.extensions", "training.configuration.run_config"))}
+    assert "training.extensions" in graph["training.configuration.run_config"]
 
 
 def test_the_cycle_check_sees_a_deferred_import_and_a_registry(tmp_path):

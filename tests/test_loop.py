@@ -1,11 +1,11 @@
-"""training/loop.py: one step equals the written-out step, the clipping and schedule hooks match
+"""training/learning/loop.py: one step equals the written-out step, the clipping and schedule hooks match
 torch's own, epochs log and record their figures, and loss curves keep their windows."""
 import pytest
 import torch
 
-from training.loop import CURVE_EVERY, LossCurve, Objective, TrainingLoop, clip_grad_norm, warmup_then_linear_decay
-from training.precision import Precision
-from training.run_log import RunLog
+from training.learning.loop import CURVE_EVERY, LossCurve, Objective, TrainingLoop, clip_grad_norm, warmup_then_linear_decay
+from training.learning.precision import Precision
+from training.harness.run_log import RunLog
 
 CPU = torch.device("cpu")
 

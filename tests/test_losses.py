@@ -1,4 +1,4 @@
-"""training.losses against numbers worked out by hand.
+"""training.learning.losses against numbers worked out by hand.
 
 InfoNCE uses 2-D vectors whose cosines are exact: with a1 = (1, 0), a2 = (0, 1), p1 = (1, 0),
 p2 = (0.6, 0.8), h1 = (0, 1), h2 = (-1, 0) the cosines are
@@ -13,9 +13,9 @@ import math
 import pytest
 import torch
 
-from training.losses import (AdaptiveWeighting, FixedWeighting, LearnedWeighting, LossWeighting,
+from training.learning.losses import (AdaptiveWeighting, FixedWeighting, LearnedWeighting, LossWeighting,
                              info_nce, make_loss_weighting)
-from training.task_schema import BUILTIN_TASKS
+from training.learning.task_schema import BUILTIN_TASKS
 
 A = torch.tensor([[2.0, 0.0], [0.0, 0.5]])      # directions (1, 0), (0, 1)
 P = torch.tensor([[3.0, 0.0], [3.0, 4.0]])      # directions (1, 0), (0.6, 0.8)
@@ -249,7 +249,7 @@ def test_factory_kinds_share_the_interface():
 # KL(T_i || softmax_j≠i(cos(e_i, e_j)/τ)), T_i uniform over row i's same-class neighbours, averaged
 # over the rows that have one. The expected values below are written out from the definition.
 
-from training.losses import label_contrastive_loss  # noqa: E402
+from training.learning.losses import label_contrastive_loss  # noqa: E402
 
 
 def test_label_contrastive_three_examples_one_class_appears_once():

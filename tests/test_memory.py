@@ -1,9 +1,9 @@
-"""training/memory.py: glibc accepts the malloc settings; a user's own MALLOC_* settings win."""
+"""training/harness/memory.py: glibc accepts the malloc settings; a user's own MALLOC_* settings win."""
 import platform
 
 import pytest
 
-from training.memory import keep_freed_memory
+from training.harness.memory import keep_freed_memory
 
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")

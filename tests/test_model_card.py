@@ -1,4 +1,4 @@
-"""training.model_card: the README.md of a run's checkpoint/, made from metrics.json, on runs made by
+"""training.harness.model_card: the README.md of a run's checkpoint/, made from metrics.json, on runs made by
 the real entry point (tiny random BERT, fixture data): its command line trains the same
 configuration, its dev table and heads list are the run's, a run of stages alone has no heads."""
 import copy
@@ -11,8 +11,8 @@ import pytest
 from safetensors import safe_open
 
 import run_multitask
-from training.run_config import RunConfig
-from training.model_card import command, model_card, write_model_card
+from training.configuration.run_config import RunConfig
+from training.harness.model_card import command, model_card, write_model_card
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 # flags of every kind: a choice, a switch on and one off (default on), a number, "none", an extension

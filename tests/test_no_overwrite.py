@@ -12,7 +12,7 @@ import pytest
 from minbert import BertConfig
 from test_predict_embed import train
 from test_quantize import quantize
-from training.checkpoint import load_checkpoint, save_checkpoint
+from training.harness.checkpoint import load_checkpoint, save_checkpoint
 from training.tools import embed, predict, report
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,9 +14,9 @@ import torch
 import run_multitask
 from training.data.readers import FileLayout, read_examples
 from heads import ClassesScorer, PairHead
-from training import task_file
-from training.runs import load_run
-from training import sts_losses, task_schema
+from training.configuration import task_file
+from training.harness.runs import load_run
+from training.learning import sts_losses, task_schema
 from training.tools import predict as predict_tool
 from training.tools import report
 
@@ -138,8 +138,8 @@ def test_predict_data_dir_mode_and_the_report_know_the_task(runs, capsys):
 @pytest.mark.slow
 def test_resume_reads_the_saved_declaration(runs):
     """``--resume`` builds its configuration from the saved one: the task is known again, no file needed."""
-    from training.run_config import RunConfig
-    from training.run_folder import resumed_config
+    from training.configuration.run_config import RunConfig
+    from training.harness.run_folder import resumed_config
     saved = json.loads((runs / "runs" / "alone" / "metrics.json").read_text(encoding="utf-8"))["config"]
     flags = RunConfig.defaults()
     flags.output.resume = str(runs / "runs" / "alone")

@@ -97,8 +97,8 @@ def test_what_pcgrad_cannot_take_is_one_line_before_the_run_folder(tmp_path, tin
 
 
 def test_pcgrad_under_torchrun_is_refused_before_the_run_folder(tmp_path, tiny_model_dir, monkeypatch):
-    from training import trainer
-    from training.distributed import Distributed
+    from training.harness import trainer
+    from training.harness.distributed import Distributed
     monkeypatch.setattr(trainer, "init_distributed", lambda device: (Distributed(rank=0, world_size=2), device))
     config = run_multitask.parse_config(["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir),
                                          "--out_dir", str(tmp_path), "--pcgrad", "--batch_size", "4"])

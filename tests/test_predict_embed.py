@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 import run_multitask
 from minbert import BertConfig, BertModel
 from training import load_run
-from training.checkpoint import load_checkpoint, save_checkpoint
+from training.harness.checkpoint import load_checkpoint, save_checkpoint
 from training.tools import embed, predict
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -100,7 +100,7 @@ def test_a_saved_run_is_a_model_to_start_from(run_dir, tmp_path):
 
 
 def test_tools_take_a_saved_run_as_their_model(run_dir):
-    from training.runs import pretrained_run
+    from training.harness.runs import pretrained_run
     encoder = pretrained_run(run_dir, pooling="cls")
     assert list(encoder.model.heads) == [] and encoder.model.pooling == "cls"
     trained = load_run(run_dir).model.bert.state_dict()
@@ -108,7 +108,7 @@ def test_tools_take_a_saved_run_as_their_model(run_dir):
 
 
 def test_the_tokenizer_follows_do_lower_case(run_dir, tiny_model_dir, tmp_path):
-    from training.runs import tokenizer_for
+    from training.harness.runs import tokenizer_for
     cased = tmp_path / "cased"
     shutil.copytree(tiny_model_dir, cased)
     (cased / "tokenizer_config.json").write_text('{"do_lower_case": false}')

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from training.checkpoint import save_checkpoint
-from training.config import ModelConfig, TrainConfig
-from training.run_config import RunConfig
-from training.runs import build_model
+from training.harness.checkpoint import save_checkpoint
+from training.configuration.sections import ModelConfig, TrainConfig
+from training.configuration.run_config import RunConfig
+from training.harness.runs import build_model
 from scripts.probe import TASK_CHOICES, build_parser, cluster_scores, main, probe_scores, subsample
 
 CFIMDB = Path(__file__).resolve().parent / "fixtures" / "cfimdb"

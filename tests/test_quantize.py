@@ -12,11 +12,11 @@ from torch import nn
 from training.data.batching import make_loader
 from training.data.readers import read_examples
 from minbert import BertConfig, BertModel, default_model_dir
-from training.checkpoint import save_checkpoint
-from training.config import DataConfig, ModelConfig
-from training.run_config import RunConfig
-from training.runs import build_model, load_run
-from training.task_schema import BUILTIN_TASKS
+from training.harness.checkpoint import save_checkpoint
+from training.configuration.sections import DataConfig, ModelConfig
+from training.configuration.run_config import RunConfig
+from training.harness.runs import build_model, load_run
+from training.learning.task_schema import BUILTIN_TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = ROOT / "tests" / "fixtures" / "data"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from training.run_lock import is_live
+from training.harness.run_lock import is_live
 from training.tools import ray_grid
 from training.tools.grid import NAMED_GRIDS, grid_rows
 

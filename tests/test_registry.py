@@ -19,11 +19,11 @@ from safetensors.torch import load_file
 import run_multitask
 import training.extensions
 import training.tools.grid
-from training.config import CORE_SECTIONS
-from training.run_config import RunConfig
+from training.configuration.sections import CORE_SECTIONS
+from training.configuration.run_config import RunConfig
 from training.extensions import EXTENSIONS
 from training.extensions.base import Extension
-from training.flags import flag
+from training.configuration.flags import flag
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 

@@ -20,9 +20,9 @@ from safetensors.torch import load_file, save_file
 import run_multitask
 from scripts import evaluate_embeddings
 from test_bad_input import RUN_NAME, box, snapshot  # noqa: F401 (box: the fixture)
-from training.loop import per_second
-from training.runs import pretrained_run
-from training.resume import Checkpoint, TrainingClock, TrainingDiverged, latest_checkpoint, list_checkpoints
+from training.learning.loop import per_second
+from training.harness.runs import pretrained_run
+from training.harness.resume import Checkpoint, TrainingClock, TrainingDiverged, latest_checkpoint, list_checkpoints
 from training.tools import embed, predict, report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,7 +188,7 @@ def sigterm_interrupts():
 def test_sigterm_while_a_checkpoint_is_written_lets_it_finish_then_stops(tmp_path, monkeypatch, sigterm_interrupts):
     """The signal comes in the middle of writing the weights: the checkpoint is still renamed into
     place whole, the old one pruned, no temporary folder is left, and only then the run stops."""
-    from training import resume
+    from training.harness import resume
     model = torch.nn.Linear(2, 2)
     clock = TrainingClock(model, tmp_path, {}, save_every=1, keep=1)
     clock.step_done()
@@ -212,7 +212,7 @@ def test_sigterm_while_a_tensorboard_scalar_is_queued_leaves_the_writer_closable
     run would wait for it forever. The scalar is queued first, then the run stops, and close() returns."""
     import queue
     import threading
-    from training.tensorboard import Scalars
+    from training.harness.tensorboard import Scalars
     scalars = Scalars(tmp_path)
     scalars.add("warm", 0.0, 0)
     original_put, queues = queue.Queue.put, []
@@ -263,7 +263,7 @@ def test_log_file_that_cannot_be_opened(box, capsys):
 def test_full_disk_while_saving_a_checkpoint_fails_the_run_in_one_line(box, capsys, monkeypatch):
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr("training.resume.save_file", no_space)
+    monkeypatch.setattr("training.harness.resume.save_file", no_space)
     assert box.main("--save_every", "1") == 1
     one_line_error(capsys, "No space left on device")
     assert status(box.run_dir) == "failed"

@@ -23,8 +23,8 @@ from minbert.atomic import atomic_path
 from test_bad_input import box  # noqa: F401 (box: the fixture)
 from test_quantize import FIXTURE_DATA, checkpoint, quantize  # noqa: F401 (checkpoint: the fixture)
 from test_resume import argv as resume_argv
-from training.resume import TrainingClock, list_checkpoints
-from training.tensorboard import Scalars
+from training.harness.resume import TrainingClock, list_checkpoints
+from training.harness.tensorboard import Scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,7 +106,7 @@ def test_a_failed_run_is_marked_failed_even_when_closing_tensorboard_raises(box,
 
 def test_curves_png_that_cannot_be_written_warns_once_and_the_run_finishes(box, capsys, monkeypatch):
     """A full disk under curves.png used to fail the whole run at its end."""
-    from training import outputs
+    from training.harness import outputs
 
     def disk_full(metrics, path):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -155,7 +155,7 @@ def test_ctrl_c_in_the_body_of_atomic_path_stops_it_at_once_and_leaves_nothing(t
 @pytest.mark.slow
 def test_ctrl_c_while_embed_encodes_stops_it_at_once(box, tmp_path, monkeypatch, capsys):
     """embed used to go on encoding for a minute after Ctrl-C, then write its file anyway."""
-    from training import runs
+    from training.harness import runs
     from training.tools import embed
     assert box.main("--quiet") == 0
     sentences = tmp_path / "sentences.txt"

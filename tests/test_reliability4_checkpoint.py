@@ -10,7 +10,7 @@ import pytest
 
 import run_multitask
 from minbert import WeightsError
-from training.runs import load_run
+from training.harness.runs import load_run
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 

@@ -10,8 +10,8 @@ import pytest
 from safetensors import SafetensorError
 
 import run_multitask
-import training.checkpoint
-import training.resume
+import training.harness.checkpoint
+import training.harness.resume
 from minbert.atomic import atomic_path
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -53,7 +53,7 @@ def run(tmp_path, tiny_model_dir, *flags):
 def test_a_full_disk_under_checkpoint_is_one_line(tmp_path, tiny_model_dir, capsys, monkeypatch):
     def full(*args, **kwargs):
         raise SAYINGS[0]
-    monkeypatch.setattr(training.checkpoint, "save_file", full)
+    monkeypatch.setattr(training.harness.checkpoint, "save_file", full)
     assert run(tmp_path, tiny_model_dir) == 1
     err = capsys.readouterr().err
     assert err == f"error: {tmp_path / 'run' / 'checkpoint' / 'model.safetensors'}: {NO_SPACE}\n"
@@ -63,7 +63,7 @@ def test_a_full_disk_under_checkpoint_is_one_line(tmp_path, tiny_model_dir, caps
 def test_a_full_disk_under_a_step_checkpoint_is_one_line(tmp_path, tiny_model_dir, capsys, monkeypatch):
     def full(*args, **kwargs):
         raise SAYINGS[1]
-    monkeypatch.setattr(training.resume.torch, "save", full)
+    monkeypatch.setattr(training.harness.resume.torch, "save", full)
     assert run(tmp_path, tiny_model_dir, "--save_every", "1") == 1
     err = capsys.readouterr().err
     assert err == f"error: {tmp_path / 'run' / 'checkpoints' / 'step-00000001'}: {NO_SPACE}\n"

@@ -1,5 +1,5 @@
 """Reliability round 4, item 4: a run folder knows it is live. The training process holds RUN/.lock
-(training/run_lock.py); ``--resume RUN`` while another process holds it is one line naming that
+(training/harness/run_lock.py); ``--resume RUN`` while another process holds it is one line naming that
 process, and touches nothing in the folder (its clean-up of temporary files included); a lock left by a
 process that ended (a stale file) does not stop a resume; a finished run holds no lock file."""
 import fcntl
@@ -62,7 +62,7 @@ def test_a_lock_file_left_by_a_killed_run_does_not_stop_a_resume(tmp_path, tiny_
 def test_a_training_run_holds_its_lock(tmp_path, tiny_model_dir, monkeypatch):
     """While a run trains, its folder's lock is taken (checked from another open file, as a second
     process would see it)."""
-    from training import stages
+    from training.learning import stages
     seen = []
     original = stages.TaskObjective.start
 
@@ -82,7 +82,7 @@ def test_a_training_run_holds_its_lock(tmp_path, tiny_model_dir, monkeypatch):
 
 
 def test_is_live_sees_a_held_lock_not_a_stale_file_and_writes_nothing(tmp_path):
-    from training.run_lock import LOCK, RunLock, is_live
+    from training.harness.run_lock import LOCK, RunLock, is_live
     assert not is_live(tmp_path) and not (tmp_path / LOCK).exists()   # no lock file: not live, none made
     lock = RunLock(tmp_path).acquire()
     try:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import run_multitask
-from training.run_config import RunConfig
-from training.outputs import abandoned_claim, claim_run_dir
+from training.configuration.run_config import RunConfig
+from training.harness.outputs import abandoned_claim, claim_run_dir
 
 from test_resume import argv, command, env
 
@@ -88,7 +88,7 @@ def test_a_run_killed_at_random_in_its_first_seconds_resumes_or_reruns(tiny_mode
 def test_a_command_prints_a_warning_as_one_line():
     """Issue 61: predict on an unfinished run printed Python's two-line UserWarning with its source line."""
     import warnings
-    from training.cli import run_command
+    from training.harness.cli import run_command
     shown = []
     assert run_command(lambda: shown.append(warnings.formatwarning("the run is\nunfinished", UserWarning,
                                                                    "runs.py", 314))) == 0
@@ -98,12 +98,12 @@ def test_a_command_prints_a_warning_as_one_line():
 
 @pytest.mark.slow   # two Python starts (7 s)
 def test_a_data_py_in_the_working_folder_shadows_nothing(tmp_path):
-    """Issue 61: from a folder holding a data.py, ``python -m training.tools.report`` and ``from training.runs
+    """Issue 61: from a folder holding a data.py, ``python -m training.tools.report`` and ``from training.harness.runs
     import load_run`` failed ('data' is not a package): the readers were a top-level package named data."""
     root = Path(__file__).resolve().parents[1]
     (tmp_path / "data.py").write_text("raise SystemExit('the data.py of the working folder was imported')\n")
     environment = {**env(), "PYTHONPATH": str(root)}
-    loaded = subprocess.run([sys.executable, "-c", "from training.runs import load_run; import training.tools.report"],
+    loaded = subprocess.run([sys.executable, "-c", "from training.harness.runs import load_run; import training.tools.report"],
                             cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0, loaded.stderr
     report = subprocess.run([sys.executable, "-m", "training.tools.report", str(tmp_path)], cwd=tmp_path,

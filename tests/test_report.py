@@ -21,10 +21,10 @@ import pytest
 from scipy.stats import pearsonr
 
 import run_multitask
-from training.config import TrainConfig
+from training.configuration.sections import TrainConfig
 from training.extensions import EXTENSIONS, ideas
 from training.extensions.base import saved_flag
-from training.task_schema import BUILTIN_TASKS
+from training.learning.task_schema import BUILTIN_TASKS
 from training.tools.bootstrap import resample_counts, weighted_metric
 from training.tools.grid import compatible, grid_rows, together
 from training.tools.report import (collect_runs, columns, compare_to_baselines, csv_columns, forest_panels, main,
@@ -312,7 +312,7 @@ def predictions(gold: dict, skill: float, seed: int) -> dict:
 
 
 def dev_scores(pred: dict, gold: dict) -> dict:
-    """Accuracy by numpy, Pearson by scipy: independent of training.tasks."""
+    """Accuracy by numpy, Pearson by scipy: independent of training.learning.tasks."""
     return {"sst": float(np.mean(pred["sst"] == gold["sst"][1])), "qqp": float(np.mean(pred["qqp"] == gold["qqp"][1])),
             "sts": float(pearsonr(pred["sts"], gold["sts"][1])[0])}
 
@@ -490,7 +490,7 @@ def test_weighted_metric_is_the_task_metric_on_the_drawn_examples():
             assert pearson[r, b] == pytest.approx(BUILTIN_TASKS["sts"].metric(runs[r][picked], gold[picked]), abs=1e-9)
             assert accuracy[r, b] == pytest.approx(np.mean(guesses[r][picked] == labels[picked]), abs=1e-12)
         assert pearson[0, b] == pytest.approx(pearsonr(runs[0][picked], gold[picked])[0], abs=1e-9)
-    assert (pearson[2] == 0).all()   # a constant side has no r: 0, as training.tasks.pearson
+    assert (pearson[2] == 0).all()   # a constant side has no r: 0, as training.learning.tasks.pearson
 
 
 def read_csv_rows(path: Path) -> dict[str, dict[str, str]]:

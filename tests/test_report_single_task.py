@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from test_report import N_DEV, SEEDS, dev_scores, markdown_rows, predictions, write_dev_files
-from training.task_schema import BUILTIN_TASKS
+from training.learning.task_schema import BUILTIN_TASKS
 from training.tools.bootstrap import resample_counts
 from training.tools.report import collect_runs, columns, compare_to_baselines, forest_panels, main, render_markdown
 

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 import run_multitask
 from test_reliability import stderr_after_exit
-from training.resume import Checkpoint, ResumeError, latest_checkpoint, list_checkpoints, rng_state, set_rng_state
+from training.harness.resume import Checkpoint, ResumeError, latest_checkpoint, list_checkpoints, rng_state, set_rng_state
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -198,13 +198,13 @@ def test_resumable_state_finds_every_stateful_part_without_registration():
     holds them), and neither is anything inside a plain object of another package."""
     from types import SimpleNamespace
 
-    from training.loop import TrainingLoop
-    from training.precision import Precision
-    from training.resume import resumable_state
-    from training.run_log import RunLog
-    from training.stages import Run
+    from training.learning.loop import TrainingLoop
+    from training.learning.precision import Precision
+    from training.harness.resume import resumable_state
+    from training.harness.run_log import RunLog
+    from training.learning.stages import Run
     from training.extensions.smart import SmartConfig, SmartRegularizer
-    from training.task_loss import TaskLoss
+    from training.learning.task_loss import TaskLoss
 
     model, weighting = torch.nn.Linear(2, 2), torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -10,7 +10,7 @@ import pytest
 
 import run_multitask
 from test_resume import FIXTURE_DATA, argv, assert_same_run, final_state
-from training.resume import list_checkpoints
+from training.harness.resume import list_checkpoints
 
 
 def stop_midway(run_dir: Path) -> None:

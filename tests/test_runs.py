@@ -1,4 +1,4 @@
-"""training.runs: ``load_run`` on a run made by the real entry point (tiny random BERT, fixture data),
+"""training.harness.runs: ``load_run`` on a run made by the real entry point (tiny random BERT, fixture data),
 the one ``encode`` loop against encoding each sentence alone, and one-line errors for bad paths."""
 import csv
 import json
@@ -17,12 +17,12 @@ from training.data.readers import read_examples
 from heads import MultitaskBert
 from heads.pooling import pool
 from minbert import BertModel, BertTokenizer, WeightsError
-from training.run_config import RunConfig
-from training.evaluate import predict
-from training.checkpoint import load_checkpoint
-from training.encoding import encode
-from training.runs import load_run, pretrained_run
-from training.task_schema import BUILTIN_TASKS
+from training.configuration.run_config import RunConfig
+from training.learning.evaluate import predict
+from training.harness.checkpoint import load_checkpoint
+from training.learning.encoding import encode
+from training.harness.runs import load_run, pretrained_run
+from training.learning.task_schema import BUILTIN_TASKS
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 SENTENCES = ["a short one", "a much longer sentence than the others in this list, with a clause", "mid length text",

@@ -1,4 +1,4 @@
-"""training.schedule.RoundRobinScheduler over tiny stand-in loaders (batches of one integer), and one
+"""training.learning.schedule.RoundRobinScheduler over tiny stand-in loaders (batches of one integer), and one
 ``--rr proportional`` run."""
 import json
 import math
@@ -10,8 +10,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import run_multitask
-from training.run_config import RunConfig
-from training.schedule import RoundRobinScheduler
+from training.configuration.run_config import RunConfig
+from training.learning.schedule import RoundRobinScheduler
 
 
 def _loader(n, shuffle=False, seed=0):

@@ -19,8 +19,8 @@ import pytest
 
 from training.data.holdout import hold_out
 from training.data.readers import Example
-from training import trial_control
-from training.run_lock import is_live
+from training.harness import trial_control
+from training.harness.run_lock import is_live
 from training.tools import search
 
 from test_ray_grid import FIXTURE_DATA, assert_none_left, env, status, status_or_none, tiny_flags, wait_for
@@ -134,7 +134,7 @@ def test_a_trial_resumed_by_hand_runs_on_its_own(tmp_path):
     """A trial saves --wait_after_eval; resumed without it (a user's --resume of a trial folder) it must not
     wait on stdin after each evaluation, and the search's own --resume gives it again."""
     from run_multitask import parse_config
-    from training.run_folder import resumed_config
+    from training.harness.run_folder import resumed_config
     saved = parse_config(["--wait_after_eval", "--val_fraction", "0.1"]).to_dict()
     for flags, waits in ((["--resume", str(tmp_path)], False), (["--resume", str(tmp_path), "--wait_after_eval"], True)):
         config = resumed_config(parse_config(flags), saved, tmp_path / "metrics.json")
@@ -218,7 +218,7 @@ def test_a_run_stopped_by_the_scheduler_ends_clean_and_loads(tiny_model_dir, tmp
     assert metrics["status"] == "stopped early" and metrics["early_stopped"]["by"] == "scheduler"
     assert len(metrics["evaluations"]) == 1 and not (tmp_path / "stopped" / ".lock").exists()
     assert "sst-test-output.csv" not in metrics["prediction_files"]
-    from training.runs import load_run
+    from training.harness.runs import load_run
     assert load_run(tmp_path / "stopped").model is not None
     cut = subprocess.run([*run, "--run_name", "cut"], input="", capture_output=True, text=True, env=env())
     assert cut.returncode == 130 and status(tmp_path / "cut") == "interrupted"   # the search's part 2 resumes it

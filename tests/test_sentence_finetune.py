@@ -17,7 +17,7 @@ from minbert import BertModel
 from scripts import probe
 from scripts.sentence_finetune import main
 from training import load_run
-from training.checkpoint import load_checkpoint
+from training.harness.checkpoint import load_checkpoint
 
 SST_ROWS = [  # (sentence, sentiment 0..4)
     ("a dull , lifeless mess .", 0), ("tedious and far too long .", 0), ("it never finds its footing .", 1),
@@ -116,14 +116,14 @@ def test_missing_file_and_used_folder_are_one_line_errors(tiny_model_dir, data_d
 
 
 def test_the_loop_trains_as_a_written_out_loop(tiny_model_dir, data_dir, tmp_path):
-    """The tool's objective through training/loop.py takes the same steps as the plain loop:
+    """The tool's objective through training/learning/loop.py takes the same steps as the plain loop:
     zero_grad, backward, AdamW step on each bucketed batch."""
     from training.data.batching import make_loader
     from heads import MultitaskBert
     from minbert import AdamW, BertTokenizer, decay_groups
-    from training.losses import label_contrastive_loss
+    from training.learning.losses import label_contrastive_loss
     from scripts.probe import read_split
-    from training.task_schema import BUILTIN_TASKS
+    from training.learning.task_schema import BUILTIN_TASKS
 
     assert _run(tiny_model_dir, data_dir, tmp_path / "run", "--task", "sst", "--loss", "lcl", "--epochs", "2") == 0
     model = MultitaskBert(BertModel.from_pretrained(tiny_model_dir), {}, "mean").train()

@@ -10,11 +10,11 @@ import torch
 from safetensors.torch import load_file
 
 import run_multitask
-from training.checkpoint import load_checkpoint
-from training.run_config import RunConfig
-from training.resume import list_checkpoints
-from training.runs import build_model, load_run, model_directory
-from training.contrastive import ContrastiveObjective
+from training.harness.checkpoint import load_checkpoint
+from training.configuration.run_config import RunConfig
+from training.harness.resume import list_checkpoints
+from training.harness.runs import build_model, load_run, model_directory
+from training.learning.contrastive import ContrastiveObjective
 from scripts import evaluate_embeddings, simcse_sweep
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -1,4 +1,4 @@
-"""training.smart: the SMART divergence, adversarial regulariser and Bregman proximal term.
+"""training.learning.smart: the SMART divergence, adversarial regulariser and Bregman proximal term.
 
 The divergences are checked against values worked out by hand with ``math``; the regulariser and
 the proximal term on a tiny random ``MultitaskBert`` in float64 with dropout off, so the clean and
@@ -11,8 +11,8 @@ import torch
 
 from heads import MultitaskBert, PairHead, SentimentHead
 from minbert import BertConfig, BertModel
-from training.smart import Ascent, BregmanProximal, EmbeddingNoise, divergence, smart_loss
-from training.task_schema import BUILTIN_TASKS
+from training.learning.smart import Ascent, BregmanProximal, EmbeddingNoise, divergence, smart_loss
+from training.learning.task_schema import BUILTIN_TASKS
 
 
 def _model() -> MultitaskBert:

@@ -11,9 +11,9 @@ import torch
 
 import run_multitask
 from minbert import BertModel
-from training.checkpoint import load_checkpoint
-from training.config import SpeedConfig
-from training.precision import Precision
+from training.harness.checkpoint import load_checkpoint
+from training.configuration.sections import SpeedConfig
+from training.learning.precision import Precision
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 

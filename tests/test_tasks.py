@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 
 import run_multitask
-from training.run_config import RunConfig
+from training.configuration.run_config import RunConfig
 from training.extensions.joint_loss import loss_weights
 from training.extensions.lcl import lcl_task
-from training.task_schema import (BUILTIN_DECLARATIONS, BUILTIN_TASKS, OPTIONAL, REQUIRED, check_declaration,
+from training.learning.task_schema import (BUILTIN_DECLARATIONS, BUILTIN_TASKS, OPTIONAL, REQUIRED, check_declaration,
                                   task_from_declaration)
-from training.tasks import format_metrics, overall_score, parse_tasks, pearson
+from training.learning.tasks import format_metrics, overall_score, parse_tasks, pearson
 
 CFIMDB_DATA = Path(__file__).parent / "fixtures" / "cfimdb"
 # a row's fields that are data (the others are functions, made anew by each build)
@@ -20,7 +20,7 @@ ROW_DATA = ("name", "description", "files", "text_columns", "label_column", "lab
 
 
 def test_pearson_gives_scipys_bits():
-    """training.tasks.pearson repeats scipy.stats.pearsonr's arithmetic in numpy (scipy.stats is a slow
+    """training.learning.tasks.pearson repeats scipy.stats.pearsonr's arithmetic in numpy (scipy.stats is a slow
     import): the same float, bit for bit, on float32 predictions against float64 gold scores (as a run
     scores STS), float64 on both sides, shifted and scaled data, and two points; 0 where r is undefined."""
     import numpy as np
@@ -48,7 +48,7 @@ def test_scoring_sts_does_not_import_scipy_stats():
     import subprocess
     import sys
 
-    code = ("import sys, numpy as np; from training.tasks import pearson; "
+    code = ("import sys, numpy as np; from training.learning.tasks import pearson; "
             "print(round(pearson(np.array([1., 2., 4.]), np.array([1., 3., 2.])), 6), 'scipy.stats' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             cwd=Path(__file__).resolve().parents[1])

@@ -7,9 +7,9 @@ import pytest
 
 import run_multitask
 from minbert import BertModel
-from training.run_config import RunConfig
+from training.configuration.run_config import RunConfig
 from training.extensions import lcl, ucl
-from training.runs import with_heads
+from training.harness.runs import with_heads
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 

@@ -3,7 +3,7 @@
 
 def __getattr__(name: str):
     if name in ("load_run", "LoadedRun"):  # lazily: importing one training module need not load the model code
-        from . import runs
+        from .harness import runs
         return getattr(runs, name)
     raise AttributeError(f"module 'training' has no attribute {name!r}")
 

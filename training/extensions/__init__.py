@@ -12,7 +12,7 @@ from .base import Extension, Idea
 from .core import CORE_IDEAS
 
 if TYPE_CHECKING:
-    from ..config import RunSettings
+    from ..configuration.sections import RunSettings
 
 # in stage order: the stages run in this order before multi-task training
 EXTENSIONS: tuple[Extension, ...] = tuple(import_module(f"{__name__}.{name}").EXTENSION for name in (

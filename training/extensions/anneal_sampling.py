@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ..flags import flag
+from ..configuration.flags import flag
 from .base import Extension
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ..gradients import GradientSurgery   # the hook's base class lives beside the loop's gradients
+from ..learning.gradients import GradientSurgery   # the hook's base class lives beside the loop's gradients
 
 if TYPE_CHECKING:   # annotations only
-    from ..config import RunSettings
-    from ..stages import Run
+    from ..configuration.sections import RunSettings
+    from ..learning.stages import Run
 
 
 class Idea:
@@ -97,7 +97,7 @@ class Extension(Idea):
     stage = None   # or a method ``stage(run: Run) -> dict`` run before multi-task training, in registry order
 
     def loss_weighting(self, config: RunSettings):
-        """A ``training.losses.LossWeighting`` that makes each multi-task step one batch of every task
+        """A ``training.learning.losses.LossWeighting`` that makes each multi-task step one batch of every task
         with the weighted sum of their losses, or None."""
         return None
 

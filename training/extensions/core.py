@@ -1,17 +1,17 @@
 """Core settings that the ablation grid varies and the results table tells apart from FT, as ``Idea``
-objects beside the extensions: their flags live in ``training/config.py`` (they are no extension), but
+objects beside the extensions: their flags live in ``training/configuration/sections.py`` (they are no extension), but
 their grid rows and their label come from here, so the grid and the report name no idea.
 """
 from __future__ import annotations
 
 from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS
 
-from ..sts_losses import DEFAULT_STS_LOSS
+from ..learning.sts_losses import DEFAULT_STS_LOSS
 from .base import Idea, saved_flag
 
 
 class RoundRobin(Idea):
-    """``--rr``: the epoch's length and mix of task batches (``training/schedule.py``)."""
+    """``--rr``: the epoch's length and mix of task batches (``training/learning/schedule.py``)."""
     name = "rr"
     variants = (("mean-rr-exhaust", ["--rr", "exhaust"]), ("mean-rr-proportional", ["--rr", "proportional"]))
 

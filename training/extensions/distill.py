@@ -20,17 +20,17 @@ import torch.nn.functional as F
 from training.data.batching import make_loader
 from training.data.readers import DataError
 
-from ..evaluate import predict
-from ..flags import flag
-from ..outputs import write_json
-from ..resume import list_checkpoints, rng_state, set_rng_state
-from ..checkpoint import saved_run_config
-from ..encoding import model_max_length
+from ..learning.evaluate import predict
+from ..configuration.flags import flag
+from ..harness.outputs import write_json
+from ..harness.resume import list_checkpoints, rng_state, set_rng_state
+from ..harness.checkpoint import saved_run_config
+from ..learning.encoding import model_max_length
 from .base import Extension, saved_flag
 
 if TYPE_CHECKING:
-    from ..config import RunSettings
-    from ..loaded_run import LoadedRun
+    from ..configuration.sections import RunSettings
+    from ..harness.loaded_run import LoadedRun
 
 
 @dataclass

@@ -1,13 +1,13 @@
 """The joint loss: each multi-task step takes one batch of every task and one optimizer step on the
 weighted sum of their losses, instead of one step per task batch. The weights are fixed, adaptive
-(from the last epoch's dev scores) or learned (uncertainty weighting): ``training/losses.py``.
+(from the last epoch's dev scores) or learned (uncertainty weighting): ``training/learning/losses.py``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..flags import flag, per_task
-from ..losses import make_loss_weighting
+from ..configuration.flags import flag, per_task
+from ..learning.losses import make_loss_weighting
 from .base import Extension
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contrastive import ContrastiveStage, budget_checks, train_contrastive
-from ..flags import flag, optional_int
-from ..losses import label_contrastive_loss
+from ..learning.contrastive import ContrastiveStage, budget_checks, train_contrastive
+from ..configuration.flags import flag, optional_int
+from ..learning.losses import label_contrastive_loss
 from .base import Extension
 
 

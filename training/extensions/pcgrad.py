@@ -3,7 +3,7 @@ multi-task step takes one batch of every task; where two tasks' gradients on the
 conflict (negative dot product), a task's gradient is projected onto the normal plane of the other's,
 g_i ← g_i − (g_i·g_j)/‖g_j‖² g_j, over the other tasks in random order; the projected gradients are
 summed. A task's private layers and head keep their own gradient. The surgery is the loop's per-task
-gradient hook (``Extension.gradient_surgery``, ``training/gradients.py``).
+gradient hook (``Extension.gradient_surgery``, ``training/learning/gradients.py``).
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..flags import flag
-from ..gradients import GradientSurgery
+from ..configuration.flags import flag
+from ..learning.gradients import GradientSurgery
 from .base import Extension
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..flags import flag, optional_int
-from ..stages import TaskObjective
+from ..configuration.flags import flag, optional_int
+from ..learning.stages import TaskObjective
 from .base import Extension
 
 

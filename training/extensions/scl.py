@@ -11,9 +11,9 @@ from pathlib import Path
 from training.data.contrastive import read_triples, triples_from_pairs
 from training.data.readers import DataError
 
-from ..contrastive import ContrastiveStage, budget_checks, train_contrastive
-from ..flags import flag, optional_int
-from ..losses import info_nce
+from ..learning.contrastive import ContrastiveStage, budget_checks, train_contrastive
+from ..configuration.flags import flag, optional_int
+from ..learning.losses import info_nce
 from .base import Extension
 
 

@@ -1,13 +1,13 @@
 """SMART (Jiang et al. 2020): the smoothness-inducing adversarial regulariser (§3.1) added to every
 task loss, and optionally the momentum Bregman proximal term (§3.2). The maths is in
-``training/smart.py``; this module is the extension: its flags, checks and the term the task loss adds.
+``training/learning/smart.py``; this module is the extension: its flags, checks and the term the task loss adds.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..flags import flag
-from ..smart import Ascent, BregmanProximal, smart_loss
+from ..configuration.flags import flag
+from ..learning.smart import Ascent, BregmanProximal, smart_loss
 from .base import Extension
 
 

@@ -14,13 +14,13 @@ from training.data.contrastive import read_sentences, sentences_from_examples
 from training.data.readers import DataError
 from training.data.senteval import PairDataset, load_dataset
 
-from ..contrastive import ContrastiveStage, budget_checks, train_contrastive
-from ..flags import flag, optional_int
-from ..losses import info_nce
-from ..resume import rng_state, set_rng_state
-from ..encoding import encode
-from ..similarity import DEFAULT_BATCH_SIZE, correlations, score_dataset
-from ..task_schema import BUILTIN_TASKS
+from ..learning.contrastive import ContrastiveStage, budget_checks, train_contrastive
+from ..configuration.flags import flag, optional_int
+from ..learning.losses import info_nce
+from ..harness.resume import rng_state, set_rng_state
+from ..learning.encoding import encode
+from ..learning.similarity import DEFAULT_BATCH_SIZE, correlations, score_dataset
+from ..learning.task_schema import BUILTIN_TASKS
 from .base import Extension
 
 STS_DEV_FILE = BUILTIN_TASKS["sts"].files["dev"]   # --ucl_eval_every scores this file of the data directory by default

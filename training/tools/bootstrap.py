@@ -30,10 +30,10 @@ from training.data.readers import DataError
 from minbert.atomic import atomic_path
 from minbert.errors import describe
 
-from ..curves import pyplot
-from ..outputs import prediction_path
-from ..task_schema import BUILTIN_TASKS
-from ..tasks import Task, overall_score
+from ..harness.curves import pyplot
+from ..harness.outputs import prediction_path
+from ..learning.task_schema import BUILTIN_TASKS
+from ..learning.tasks import Task, overall_score
 
 CHUNK = 100   # resamples drawn at once: memory is CHUNK × (dev examples of a task) counts
 
@@ -151,7 +151,7 @@ def resample_counts(seed: int, task: str, n: int, resamples: int):
 
 
 def weighted_metric(metric: str, predictions: np.ndarray, gold: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``training.tasks`` ``metric`` of every run (rows of ``predictions``) on every resample (rows of
+    """``training.learning.tasks`` ``metric`` of every run (rows of ``predictions``) on every resample (rows of
     ``counts``), shape (runs, resamples): what ``Task.metric`` gives on the drawn examples."""
     n = gold.size
     if metric == "accuracy":

@@ -20,9 +20,9 @@ import numpy as np
 from training.data.readers import DataError, read_utf8
 from minbert.atomic import atomic_path
 
-from ..cli import check_overwrite, run_command
-from ..config import DataConfig, TrainConfig, add_flags
-from ..runs import load_run
+from ..harness.cli import check_overwrite, run_command
+from ..configuration.sections import DataConfig, TrainConfig, add_flags
+from ..harness.runs import load_run
 
 
 def main(argv: Sequence[str] | None = None) -> int:

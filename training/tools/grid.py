@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .. import extensions
 from ..extensions.base import Extension
-from ..tasks import DEFAULT_TASKS
+from ..learning.tasks import DEFAULT_TASKS
 
 # The multi-task budget of every run (the extensions add theirs): one epoch of 30 round-robin rounds.
 BUDGET = {"--epochs": "1", "--max_steps_per_epoch": "30"}

@@ -28,11 +28,11 @@ from typing import Sequence
 from training.data.readers import DataError, guess_delimiter, read_examples, read_header, resolve_data_dir
 from minbert.atomic import check_folder, make_folder
 
-from ..cli import check_overwrite, run_command
-from ..config import DataConfig, TrainConfig, add_flags
-from ..outputs import prediction_path, write_json, write_predictions
-from ..runs import load_run
-from ..tasks import Task, format_metrics, parse_tasks
+from ..harness.cli import check_overwrite, run_command
+from ..configuration.sections import DataConfig, TrainConfig, add_flags
+from ..harness.outputs import prediction_path, write_json, write_predictions
+from ..harness.runs import load_run
+from ..learning.tasks import Task, format_metrics, parse_tasks
 
 METRICS = "metrics.json"
 

@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..outputs import read_metrics
-from ..run_lock import is_live
-from ..trial_control import STOPPED_EARLY
+from ..harness.outputs import read_metrics
+from ..harness.run_lock import is_live
+from ..harness.trial_control import STOPPED_EARLY
 from .grid import NAMED_GRIDS, budget, grid_rows, stage_steps_flags
 
 ROOT = Path(__file__).resolve().parents[2]    # where run_multitask.py is, in the clone or installed

@@ -10,7 +10,7 @@ PREFIX`` is given: then the whole table as ``PREFIX.md`` and ``PREFIX.csv`` (ful
 and interval end in a column of its own), and ``PREFIX-forest.png`` (replaced if they exist).
 
 Columns: run, pooling, one on/off column per extension (``Idea.column``), seeds, one dev metric per task, the average
-(``training.tasks.overall_score``), Δ vs FT with its 95 % interval (``training.tools.bootstrap``),
+(``training.learning.tasks.overall_score``), Δ vs FT with its 95 % interval (``training.tools.bootstrap``),
 "<TASK> vs alone" where the folder has single-task rows, wall time and status. How seeds are pooled,
 which row is a PT, FT or ST baseline and what the intervals mean: docs/ablation.md, "Reading the
 table: seeds and intervals"; each rule is also in the docstring of the function that applies it. A run
@@ -35,14 +35,14 @@ import numpy as np
 
 from minbert.atomic import write_text_atomic
 
-from ..cli import run_command
-from ..run_config import RunConfig
-from ..curves import MatplotlibMissing
+from ..harness.cli import run_command
+from ..configuration.run_config import RunConfig
+from ..harness.curves import MatplotlibMissing
 from .. import extensions
 from ..extensions.base import saved_flag
-from ..task_file import saved_tasks
-from ..task_schema import BUILTIN_TASKS
-from ..tasks import DEFAULT_TASKS, Task, overall_score
+from ..configuration.task_file import saved_tasks
+from ..learning.task_schema import BUILTIN_TASKS
+from ..learning.tasks import DEFAULT_TASKS, Task, overall_score
 from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
 
 ON, OFF = "✓", "×"

@@ -18,7 +18,7 @@ The space file (JSON, or YAML): one entry per ``run_multitask.py`` flag (its nam
     start_with: [{lr: 1.0e-4}]                # optional: trials to run first (the other flags: their defaults)
 
 ASHA's clock is the run's evaluations (``--eval_every``, or one an epoch): after each, the run waits
-(``--wait_after_eval``, training/trial_control.py) while the scheduler decides, so where a trial stops does
+(``--wait_after_eval``, training/harness/trial_control.py) while the scheduler decides, so where a trial stops does
 not depend on timing. A stopped trial ends cleanly, status "stopped early", with its best weights.
 The same command again continues the search: ended trials (finished, stopped early, failed) are told to
 TPE as they scored and not run again; a trial cut off (Ctrl-C, ``--time_budget``, a kill) resumes its run
@@ -43,10 +43,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..outputs import read_metrics, scored_evaluations, write_json
-from ..run_lock import is_live
-from ..settings_file import read_settings_file
-from ..trial_control import MARK, STOPPED_EARLY
+from ..harness.outputs import read_metrics, scored_evaluations, write_json
+from ..harness.run_lock import is_live
+from ..configuration.settings_file import read_settings_file
+from ..harness.trial_control import MARK, STOPPED_EARLY
 from .ray_grid import (EXIT_INTERRUPTED, FINISHED, ROOT, GridLock, Stop, die_with_parent, first_refused, next_step,
                        positive, ray_session, set_aside, split_at_dashes, stop_file, wait_until_free)
 

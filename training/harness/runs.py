@@ -1,5 +1,5 @@
 """A run's model: built from a ``RunConfig`` for training (``build_model``), or loaded back from a
-finished run (``load_run``, which every tool uses) as a ``LoadedRun`` (training/loaded_run.py). Both make
+finished run (``load_run``, which every tool uses) as a ``LoadedRun`` (training/harness/loaded_run.py). Both make
 the heads with ``with_heads``, so a loaded run has exactly the modules the training run had.
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ from minbert.model import set_attention
 from minbert.weights import resolve_model_dir
 
 from .checkpoint import EXPORTED_TOWER, RUN_CONFIG, load_checkpoint, saved_run_config
-from .config import ModelConfig
-from .run_config import RunConfig
-from .device import pick_device
+from ..configuration.sections import ModelConfig
+from ..configuration.run_config import RunConfig
+from ..learning.device import pick_device
 from .loaded_run import LoadedRun
 from .outputs import scored_evaluations
 from .trial_control import STOPPED_EARLY
@@ -95,7 +95,7 @@ def load_run(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
     config_file, weights = directory / "config.json", directory / "model.safetensors"
     state, saved = load_checkpoint(directory)   # each unreadable file: a WeightsError naming it
     if not isinstance(saved, dict) or not isinstance(saved.get("bert"), dict) or not isinstance(saved.get("run"), dict):
-        raise WeightsError(f"{directory}: no {RUN_CONFIG}, so not a run's checkpoint (training/checkpoint.py); "
+        raise WeightsError(f"{directory}: no {RUN_CONFIG}, so not a run's checkpoint (training/harness/checkpoint.py); "
                            "an HF-format BERT directory is a --model, not a run")
     run_file = directory / RUN_CONFIG if (directory / RUN_CONFIG).is_file() else config_file   # the older layout: one file
     try:
@@ -134,7 +134,7 @@ def model_directory(model: str | Path | None) -> Path:
 
 
 def is_checkpoint(path: Path) -> bool:
-    """A folder written by ``training/checkpoint.py`` (either layout)."""
+    """A folder written by ``training/harness/checkpoint.py`` (either layout)."""
     return saved_run_config(path) is not None
 
 
@@ -163,7 +163,7 @@ def checkpoint_dir(path: Path) -> Path:
     for name in ("config.json", "model.safetensors"):
         if not (path / name).is_file():
             raise WeightsError(f"checkpoint file {path / name} not found (expected a run folder or its "
-                               "checkpoint/ folder, as written by training/checkpoint.py)")
+                               "checkpoint/ folder, as written by training/harness/checkpoint.py)")
     return path
 
 
@@ -183,7 +183,7 @@ def warn_if_unfinished(directory: Path) -> None:
     if status in (None, "finished", STOPPED_EARLY) or directory.name != "checkpoint":   # its weights are final
         return
     when = ""
-    try:  # the first evaluation with the best overall dev score, as the trainer keeps it (training/stages.py)
+    try:  # the first evaluation with the best overall dev score, as the trainer keeps it (training/learning/stages.py)
         metrics = json.loads((directory.parent / "metrics.json").read_text(encoding="utf-8"))
         best = max(scored_evaluations(metrics), key=lambda e: e["dev_overall"], default=None)
         if best is not None:

@@ -3,7 +3,7 @@
 A file is a recipe, not a run: a run's ``checkpoint/run_config.json`` or ``metrics.json`` (in sections), or a
 file of one's own, flat or in sections, JSON or YAML. Where a run is and what it resumes come from the command
 line (``NOT_FROM_FILE``, said in a note when a file holds them), but for a recipe's own ``run_name``: honoured. Each value goes through its flag's own type and choices
-(the field of its settings dataclass, ``training/flags.py``), so YAML 1.1's ``1e-4`` (text) is a number and
+(the field of its settings dataclass, ``training/configuration/flags.py``), so YAML 1.1's ``1e-4`` (text) is a number and
 ``none`` / null is None where the flag takes none; older names are read through ``RENAMED``, removed settings
 read when off and refused when on. Every problem is a ``ConfigFileError``: one line naming the file and the key.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from minbert.errors import first_line
 
-from .config import REMOVED, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, saved_values
+from .sections import REMOVED, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, saved_values
 from .run_config import RunConfig
 from .flags import converter, is_switch
 from .settings_file import read_settings_file

@@ -13,7 +13,7 @@ import torch
 from minbert import AdamW, decay_groups
 
 if TYPE_CHECKING:
-    from .config import RunSettings
+    from ..configuration.sections import RunSettings
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """A task as one ``Task`` row: everything the code needs to know about a task (files, columns, head, loss,
 metric, prediction column, SMART divergence), so one training loop, one evaluation loop and one prediction
-writer serve them all. Rows are built from declarations (``training/task_schema.py``: the built-in SST,
+writer serve them all. Rows are built from declarations (``training/learning/task_schema.py``: the built-in SST,
 QQP, STS and CFIMDB, and a ``--task_file``'s); ``--tasks`` picks the rows a run trains.
 """
 from __future__ import annotations

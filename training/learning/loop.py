@@ -2,7 +2,7 @@
 ``TrainingLoop.train(objective)``. An *objective* says what is trained (batches, loss, optimizer,
 what happens at an epoch's end); the loop owns how, once for all: the resume clock (steps done
 before a crash replayed without computing, checkpoints every ``--save_every`` steps and at epoch
-ends; ``training/resume.py``), the step (autocast, backward, the scaled optimizer step and the hooks
+ends; ``training/harness/resume.py``), the step (autocast, backward, the scaled optimizer step and the hooks
 between them: the objective's own, gradient clipping, the learning-rate schedule), and the loss
 curves, timing, progress bar and epoch log lines.
 """
@@ -17,9 +17,9 @@ from tqdm.auto import tqdm
 
 from .gradients import TaskGradients
 from .precision import Precision
-from .resume import TrainingClock, TrainingDiverged
-from .run_log import RunLog
-from .tensorboard import Scalars
+from ..harness.resume import TrainingClock, TrainingDiverged
+from ..harness.run_log import RunLog
+from ..harness.tensorboard import Scalars
 
 CURVE_EVERY = 10  # batches per point of a logged loss curve; steps per point of the learning-rate curve
 
@@ -187,7 +187,7 @@ class TrainingLoop:
 
     def step(self, objective: Objective, *batches) -> dict[str, float]:
         """One optimizer step on the gradients of ``batches`` (several: accumulation); returns each part's mean.
-        With the objective's ``surgery``, each task's loss is backpropagated alone (``training/gradients.py``)."""
+        With the objective's ``surgery``, each task's loss is backpropagated alone (``training/learning/gradients.py``)."""
         precision, optimizer = self.precision, objective.optimizer
         optimizer.zero_grad(set_to_none=True)
         self.grad_norm = None   # the global gradient norm before clipping, for TensorBoard

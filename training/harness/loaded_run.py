@@ -1,4 +1,4 @@
-"""A run as a model: ``LoadedRun``, what ``load_run`` (training/runs.py) gives back, with ``encode`` and
+"""A run as a model: ``LoadedRun``, what ``load_run`` (training/harness/runs.py) gives back, with ``encode`` and
 ``predict`` taking their inputs as sentence-transformers' ``encode`` does (a str, a list, a pandas Series or
 a numpy array). It sits below the registry of extensions, so a stage (knowledge distillation's teachers) may
 hold one.
@@ -18,10 +18,10 @@ from training.data.readers import Example
 from heads import MultitaskBert
 from minbert import BertTokenizer
 
-from .config import RunSettings
-from .encoding import encode, model_max_length
-from .evaluate import TaskPredictions, predict
-from .tasks import Task
+from ..configuration.sections import RunSettings
+from ..learning.encoding import encode, model_max_length
+from ..learning.evaluate import TaskPredictions, predict
+from ..learning.tasks import Task
 
 
 @dataclass

@@ -14,8 +14,8 @@ import torch
 
 from minbert.errors import first_line
 
-from .config import REMOVED_IN, WHERE_A_RUN_IS, removed_settings
-from .run_config import RunConfig
+from ..configuration.sections import REMOVED_IN, WHERE_A_RUN_IS, removed_settings
+from ..configuration.run_config import RunConfig
 from .distributed import Distributed, shutdown
 from .fingerprint import check_unchanged, fingerprint, input_files
 from .model_card import write_model_card
@@ -24,7 +24,7 @@ from .resume import Checkpoint, ResumeError, latest_checkpoint, list_checkpoints
     remove_training_state
 from .run_lock import RunLock
 from .run_log import RunLog
-from .task_file import check_agreement
+from ..configuration.task_file import check_agreement
 from .tensorboard import Scalars
 from .trial_control import STOPPED_EARLY
 
@@ -38,7 +38,7 @@ class RunFolder:
     def __init__(self, config: RunConfig, resume: Checkpoint | None, place: Distributed, started: float,
                  log: RunLog, lock: RunLock | None = None):
         self.config, self.resume, self.place, self.started, self.log = config, resume, place, started, log
-        self.lock = lock   # held from here to the end: the folder is live (training/run_lock.py)
+        self.lock = lock   # held from here to the end: the folder is live (training/harness/run_lock.py)
         self.metrics: dict | None = None
         # --resume of a run stopped before its first checkpoint: it starts again in its own folder
         self.restart = resume is None and bool(config.output.resume)

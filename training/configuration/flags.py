@@ -1,7 +1,7 @@
 """Settings dataclasses whose fields are command-line flags. A field made with ``flag`` carries its
 help (and ``choices`` / ``type``); ``add_flags`` turns a dataclass into one argparse group and
 ``section_from_args`` fills it back, so a flag has exactly one home: a field of one settings
-dataclass (``training/config.py`` for the core, the extension's own module for an extension).
+dataclass (``training/configuration/sections.py`` for the core, the extension's own module for an extension).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def optional_int(text: str) -> int | None:
 def device_name(text: str) -> str:
     """A ``--device`` value: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (N a GPU's index, written as torch
     writes it), checked as the flag is parsed, so a typo is a usage line before anything starts; whether
-    that GPU exists is ``training.device.pick_device``'s question."""
+    that GPU exists is ``training.learning.device.pick_device``'s question."""
     found = re.fullmatch(r"(auto|cpu|cuda)(?::([0-9]+))?", text.strip())
     if found is None or (found[2] is not None and found[1] != "cuda"):
         raise argparse.ArgumentTypeError(f"{text!r}: give auto, cpu, cuda or cuda:N (N a GPU's index, e.g. cuda:1)")

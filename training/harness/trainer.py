@@ -20,25 +20,25 @@ from heads import MultitaskBert
 from minbert import BertConfig, BertTokenizer
 from minbert.model import set_attention, set_dropout
 
-from .adamw import ParamSet, build_adamw
+from ..learning.adamw import ParamSet, build_adamw
 from .checkpoint import save_checkpoint
-from .run_config import RunConfig
-from .flags import absolute_paths
-from .device import pick_device
+from ..configuration.run_config import RunConfig
+from ..configuration.flags import absolute_paths
+from ..learning.device import pick_device
 from .distributed import Distributed, check_batch_size, init_distributed, wrap_model
-from .evaluate import predict
-from .extensions import check_hooks, data_files_needed, enabled, enabled_stages, provider, splits_needed
-from .loop import TrainingLoop, per_second, warmup_then_linear_decay
+from ..learning.evaluate import predict
+from ..extensions import check_hooks, data_files_needed, enabled, enabled_stages, provider, splits_needed
+from ..learning.loop import TrainingLoop, per_second, warmup_then_linear_decay
 from .memory import keep_freed_memory
-from .precision import Precision
+from ..learning.precision import Precision
 from .resume import Checkpoint, TrainingClock, TrainingDiverged
 from .run_folder import RunFolder, resume_from
 from .run_log import RunLog
-from .schedule import RoundRobinScheduler
+from ..learning.schedule import RoundRobinScheduler
 from .runs import build_model, load_run, model_directory, tokenizer_for
-from .stages import Run, multitask_stage
-from .task_loss import TaskLoss
-from .tasks import Task, format_metrics, overall_score
+from ..learning.stages import Run, multitask_stage
+from ..learning.task_loss import TaskLoss
+from ..learning.tasks import Task, format_metrics, overall_score
 from .trial_control import STOPPED_EARLY
 
 
@@ -46,7 +46,7 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     """Train and evaluate one configuration; return the metrics of ``metrics.json`` (``RunFolder``)."""
     if not config.output.resume:   # a resumed run's saved configuration is validated by resume_from
         config.validate()
-    keep_freed_memory()  # fewer page faults per step; changes no number (training/memory.py)
+    keep_freed_memory()  # fewer page faults per step; changes no number (training/harness/memory.py)
     started = time.time()
     config, resume, stale, lock = resume_from(config)
     try:

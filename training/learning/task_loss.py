@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from .device import to_device
-from .distributed import Distributed, average_gradients
+from ..harness.distributed import Distributed, average_gradients
 from .losses import LossWeighting
 from .tasks import Task, loss_of
 

@@ -18,12 +18,12 @@ from minbert.atomic import check_folder, write_text_atomic
 from minbert.errors import describe
 
 from .curves import MatplotlibMissing, plot_curves
-from .evaluate import TaskPredictions
+from ..learning.evaluate import TaskPredictions
 from .run_log import RunLog
-from .tasks import Task
+from ..learning.tasks import Task
 
 if TYPE_CHECKING:
-    from .config import RunSettings
+    from ..configuration.sections import RunSettings
 
 
 def claim_run_dir(config: RunSettings, claim: bool = True) -> Path:

@@ -1,6 +1,6 @@
 """What the contrastive stages share (unsupervised and supervised SimCSE, label-contrastive): the
 encoder alone is trained, by its own AdamW, on a loss over the sentence vectors of a batch
-(``training/losses.py``); the other sentences of the batch are the negatives.
+(``training/learning/losses.py``); the other sentences of the batch are the negatives.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Sentences into pooled vectors with an encoder (``encode``), the one pass that the API
 (``LoadedRun.encode``), the embedding tools and the unsupervised SimCSE stage's STS curve share.
-It needs no run configuration, so an extension can use it without importing ``training.config``."""
+It needs no run configuration, so an extension can use it without importing ``training.configuration.sections``."""
 from __future__ import annotations
 
 from typing import Sequence

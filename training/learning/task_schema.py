@@ -222,7 +222,7 @@ def _pair_regression(common: dict, low: float, high: float) -> Task:
 
 
 BUILTIN_TASKS: Mapping[str, Task] = MappingProxyType(
-    {d["name"]: task_from_declaration(check_declaration(d, "training/task_schema.py", reserved=()))
+    {d["name"]: task_from_declaration(check_declaration(d, "training/learning/task_schema.py", reserved=()))
      for d in BUILTIN_DECLARATIONS})
 
 

@@ -1,4 +1,4 @@
-"""``RunConfig``: a run's whole configuration, the core sections of ``training/config.py`` and each enabled
+"""``RunConfig``: a run's whole configuration, the core sections of ``training/configuration/sections.py`` and each enabled
 or not extension's section from the registry (``training/extensions``), checked as a whole (``validate``) and
 read back from any version's saved form (``from_dict``). It sits above the registry, so the sections below
 import no extension; what the run's parts read of it is ``config.RunSettings``, below the registry.
@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import extensions as registry   # the registry's one list, read where it is (tests extend it)
-from .config import ABSENT_MEANS, CORE_SECTIONS, REMOVED_IN, RENAMED, RunSettings, saved_values
+from .. import extensions as registry   # the registry's one list, read where it is (tests extend it)
+from .sections import ABSENT_MEANS, CORE_SECTIONS, REMOVED_IN, RENAMED, RunSettings, saved_values
 from .task_file import read_task_file
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# What a head outputs, as each task's row names it (``Task.divergence`` in training/tasks.py):
+# What a head outputs, as each task's row names it (``Task.divergence`` in training/learning/tasks.py):
 # class logits, one log-odds per example, or a score.
 KINDS = ("multiclass", "binary", "regression")
 

@@ -18,11 +18,11 @@ from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS, Cl
 from minbert.atomic import write_text_atomic
 
 from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
-from .run_config import RunConfig
-from .sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
-from .task_file import saved_tasks
-from .task_schema import STS_SCALE
-from .tasks import Task
+from ..configuration.run_config import RunConfig
+from ..learning.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
+from ..configuration.task_file import saved_tasks
+from ..learning.task_schema import STS_SCALE
+from ..learning.tasks import Task
 
 EMBEDDED = "the embedded all-MiniLM-L6-v2"
 README = "README.md"
@@ -224,7 +224,7 @@ def _number(value) -> str:
 
 def _loading(checkpoint_dir: Path, pooling: str | None, tasks: list[str], known: dict[str, Task]) -> str:
     path = json.dumps(str(checkpoint_dir.resolve()))   # the snippets work from any folder
-    ours = ["from training.runs import load_run", f"run = load_run({path})",
+    ours = ["from training.harness.runs import load_run", f"run = load_run({path})",
             'vectors = run.encode(["A sentence.", "Another one."])']
     if tasks:
         name = "sst" if "sst" in tasks else tasks[0]

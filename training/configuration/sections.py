@@ -1,8 +1,8 @@
-"""Run configuration: one dataclass per concern, each field one command-line flag (``training/flags.py``).
+"""Run configuration: one dataclass per concern, each field one command-line flag (``training/configuration/flags.py``).
 The core sections are here, with what reads a configuration saved by any version (renamed, removed and
 absent settings); each extension's section lives in its own module (``training/extensions``).
 ``RunSettings`` is a run's sections together, what the run's parts read. This module imports no extension:
-``training/run_config.py``'s ``RunConfig``, above the registry, adds the extensions' defaults, the checks and
+``training/configuration/run_config.py``'s ``RunConfig``, above the registry, adds the extensions' defaults, the checks and
 the reading of a saved configuration.
 """
 from __future__ import annotations
@@ -15,10 +15,10 @@ from heads import POOLING_MODES
 from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 
 from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
-from .schedule import STRATEGIES
-from .sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
-from .task_schema import BUILTIN_TASKS, task_table
-from .tasks import DEFAULT_TASKS, Task, parse_tasks
+from ..learning.schedule import STRATEGIES
+from ..learning.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
+from ..learning.task_schema import BUILTIN_TASKS, task_table
+from ..learning.tasks import DEFAULT_TASKS, Task, parse_tasks
 
 
 @dataclass
@@ -27,7 +27,7 @@ class ModelConfig:
                                    "saved run (its folder or checkpoint/) to start from its encoder; default: the "
                                    "embedded all-MiniLM-L6-v2", type=str)
     pooling: str = flag("mean", "sentence vector from the encoder", choices=sorted(POOLING_MODES))
-    # the choices are the parts' registries (heads/pair_parts.py, training/sts_losses.py), read when parsed
+    # the choices are the parts' registries (heads/pair_parts.py, training/learning/sts_losses.py), read when parsed
     para_head: str = flag(PAIR_DEFAULTS["para_head"], "paraphrase (QQP) head: linear on [u; v; |u-v|]; "
                           "(cos(u, v) - b)/tau with b learned, started from the data (tau: --head_temp); or linear "
                           "on u + v", choices=SCORERS)
@@ -74,7 +74,7 @@ class DataConfig:
                                     "not read: how minbert-search scores its trials (0: train on the whole file, "
                                     "evaluate on dev)")
     # not a flag: the checked declarations of --task_file, saved with the run so that it reloads, resumes
-    # and predicts without the file (training/task_file.py)
+    # and predicts without the file (training/configuration/task_file.py)
     own_tasks: list = field(default_factory=list)
 
 
@@ -152,7 +152,7 @@ REFERENCE_SPEED = {"attention": "manual", "adamw": "loop", "bucket": False, "dro
 
 
 # settings that say where a run is and how it is driven, not what it trains: a configuration file never
-# sets them (training/config_file.py), a resumed run takes them from its command line (training/run_folder.py)
+# sets them (training/configuration/config_file.py), a resumed run takes them from its command line (training/harness/run_folder.py)
 WHERE_A_RUN_IS = ("run_name", "resume", "resume_fallback", "log_file", "wait_after_eval")
 
 
@@ -174,7 +174,7 @@ class OutputConfig:
                                         "off, dev predictions only (a quicker smoke run)")
     wait_after_eval: bool = flag(False, "after each evaluation print an EVALUATION line and wait for 'continue' or "
                                         "'stop' on stdin: a search's scheduler steps the run (minbert-search; "
-                                        "training/trial_control.py)")
+                                        "training/harness/trial_control.py)")
     quiet: bool = flag(False, "no progress bars; only one line per epoch and the final summary")
     log_file: str | None = flag(None, "also append every log line to this file", type=str)
 
@@ -205,7 +205,7 @@ ABSENT_MEANS = {"warmup_ratio": None, "decay_bias_norm": True, "max_grad_norm": 
 RENAMED = {"no_decay_bias_norm": (("decay_bias_norm",), lambda no_decay: not no_decay),
            "temp": (("head_temp", "cl_temp"), lambda temp: temp)}   # one τ for the head and the contrastive losses
 
-# Flags that are gone, refused by the parsers with what to give instead (``training.flags.add_refused``).
+# Flags that are gone, refused by the parsers with what to give instead (``training.configuration.flags.add_refused``).
 SPLIT_FLAGS = {"--temp": "--temp was split: give --head_temp (the cosine paraphrase head's tau) and/or --cl_temp "
                          "(the contrastive losses' tau)"}
 
@@ -221,7 +221,7 @@ CORE_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
 @dataclass
 class RunSettings:
     """A run's settings: the core sections and each extension's (name -> its dataclass). What the run's parts
-    read, typed here below the registry; ``RunConfig`` (training/run_config.py) is the one that is made, with
+    read, typed here below the registry; ``RunConfig`` (training/configuration/run_config.py) is the one that is made, with
     every extension's section filled, checked and read back from a saved form."""
     model: ModelConfig
     data: DataConfig

@@ -1,4 +1,4 @@
-"""Training objectives beyond the per-task losses of ``training.tasks``: SimCSE's InfoNCE, the
+"""Training objectives beyond the per-task losses of ``training.learning.tasks``: SimCSE's InfoNCE, the
 label-contrastive loss, and the joint loss's task weightings, each behind one interface
 (``LossWeighting``, chosen by name with ``make_loss_weighting``) so the trainer has one code path.
 """
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.tasks import Task
+from training.learning.tasks import Task
 
 
 def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float = 0.05,
@@ -155,7 +155,7 @@ class AdaptiveWeighting(LossWeighting):
     """Σ_t w_t L_t, the weights re-set after each epoch from the dev scores: the weaker task gets more.
 
     Each task's dev metric becomes a score s_t in [0, 1]: accuracy as it is, a Pearson r as
-    (r + 1) / 2 (the normalisation of ``training.tasks.overall_score``). With base weights b_t,
+    (r + 1) / 2 (the normalisation of ``training.learning.tasks.overall_score``). With base weights b_t,
 
         w_t = b_t (1 - s_t) · (Σ_k b_k) / (Σ_k b_k (1 - s_k))
 

@@ -1,7 +1,7 @@
 """A user's own tasks, declared in a small JSON (or YAML) file and trained with no code change:
 ``--task_file my_tasks.json --tasks sst,mytask`` (docs/own-tasks.md).
 
-A declaration is in the schema the built-in tasks are declared in (``training/task_schema.py``) and
+A declaration is in the schema the built-in tasks are declared in (``training/learning/task_schema.py``) and
 becomes a ``Task`` row by the same function. The run saves the checked declarations in its
 configuration (``DataConfig.own_tasks``), and its task table (``RunConfig.known_tasks``) is built from
 them: ``load_run``, ``--resume``, predict and the report work without the original file.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .settings_file import read_settings_file
-from .task_schema import TaskFileError, check_declaration, task_table
-from .tasks import Task
+from ..learning.task_schema import TaskFileError, check_declaration, task_table
+from ..learning.tasks import Task
 
 
 def read_task_file(path: str | Path) -> list[dict]:

@@ -1,6 +1,6 @@
 """The parts every stage shares, and the multi-task stage. A run is a sequence of stages, each an
-*objective* trained by the one loop (``training/loop.py``): the extensions' stages (in the registry's
-order), then multi-task training. ``Run`` is everything a stage needs, built once by ``training/trainer.py``.
+*objective* trained by the one loop (``training/learning/loop.py``): the extensions' stages (in the registry's
+order), then multi-task training. ``Run`` is everything a stage needs, built once by ``training/harness/trainer.py``.
 """
 from __future__ import annotations
 
@@ -17,16 +17,16 @@ from minbert import BertTokenizer
 from .calibration import calibrate_heads
 from .evaluate import TaskPredictions, predict
 from .loop import Objective, TrainingLoop
-from .run_log import RunLog
+from ..harness.run_log import RunLog
 from .schedule import RoundRobinScheduler
 from .task_loss import TaskLoss
 from .tasks import format_metrics, overall_score
-from .trial_control import ask_scheduler
+from ..harness.trial_control import ask_scheduler
 
 if TYPE_CHECKING:   # annotations only
-    from .config import RunSettings
+    from ..configuration.sections import RunSettings
     from .gradients import GradientSurgery
-    from .loaded_run import LoadedRun
+    from ..harness.loaded_run import LoadedRun
 
 
 class BatchOrder(Protocol):
