@@ -12,13 +12,14 @@ import argparse
 import json
 import sys
 
-from training.harness.cli import run_command, usage_errors_once
+from training.tools.command import run_command, usage_errors_once
 from training.configuration.sections import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS
 from training.configuration.run_config import RunConfig
 from training.configuration.config_file import config_as_file, read_config_file
 from training import extensions as registry
 from training.configuration.flags import add_flags, add_refused, flag_fields, section_from_args
 from training.configuration.task_file import TaskFileError, check_agreement
+from training.harness.memory import keep_freed_memory
 from training.harness.trainer import run
 
 EPILOG = """other tools:
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
         config, printing = parse_command(argv)
     if printing:
         return run_command(lambda: print_config(config))
+    keep_freed_memory()   # process-wide malloc thresholds: fewer page faults per step, no number changed
     return run_command(lambda: run(config) and None)
 
 

@@ -72,7 +72,7 @@ from training.harness.run_log import RunLog
 from training.harness.runs import build_model, tokenizer_for
 from training.learning.task_loss import TaskLoss
 from training.learning.task_schema import BUILTIN_TASKS
-from training.harness.trainer import seed_everything
+from training.learning.rng import seed_everything
 
 VARIANTS = ("fixed", "dynamic", "bucket")
 TASK = BUILTIN_TASKS["sst"]

@@ -28,7 +28,6 @@ import run_multitask
 from bench import glued_sides
 from training.data.readers import resolve_data_dir
 from minbert.weights import resolve_model_dir
-from training.harness.distributed import Distributed
 from training.learning.loop import Objective, TrainingLoop
 from training.learning.precision import Precision
 from training.harness.run_log import RunLog
@@ -36,7 +35,9 @@ from training.harness.runs import build_model, tokenizer_for
 from training.learning.task_loss import TaskLoss
 from training.learning.task_schema import BUILTIN_TASKS
 from training.learning.tasks import DEFAULT_TASKS
-from training.harness.trainer import loader_for, run_adamw, run_regularizers, seed_everything, set_speed
+from training.extensions import plugins
+from training.learning.recipe import loader_for, run_adamw, set_speed
+from training.learning.rng import seed_everything
 
 
 class Side(Objective):
@@ -49,8 +50,8 @@ class Side(Objective):
         seed_everything(t.seed)
         self.model = build_model(self.config, model_dir).to(device)
         self.optimizer = run_adamw(self.config, self.model)
-        forward_model = set_speed(self.model, self.config, Distributed(), device)
-        self.task_loss = TaskLoss(self.model, self.config.tasks(), device, run_regularizers(self.config, self.model),
+        forward_model = set_speed(self.model, self.config)
+        self.task_loss = TaskLoss(self.model, self.config.tasks(), device, plugins(self.config).regularizers(self.model),
                                   forward_model=forward_model)
         self.loop = TrainingLoop(Precision("off", device), RunLog(quiet=True), max_grad_norm=t.max_grad_norm)
         self.model.train()
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = resolve_model_dir(probe.model.model)
     device = torch.device("cpu")
     sides = {side: Side([*common, *shlex.split(side)], model_dir, device) for side in flags}
-    loader = loader_for(probe, tokenizer_for(model_dir), Distributed())
+    loader = loader_for(probe, tokenizer_for(model_dir))
     batches = {}
     for name in DEFAULT_TASKS:
         examples, _ = BUILTIN_TASKS[name].read(data_dir / BUILTIN_TASKS[name].files["train"])

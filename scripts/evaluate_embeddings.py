@@ -24,7 +24,7 @@ from typing import Sequence
 
 from training.data.senteval import find_datasets
 from heads.pooling import TOKEN_REDUCTIONS, applied_reduction
-from training.harness.cli import run_command
+from training.tools.command import run_command
 from training.configuration.sections import DataConfig, ModelConfig, TrainConfig, add_flags
 from training.learning.device import pick_device
 from training.harness.outputs import write_json

@@ -30,7 +30,7 @@ from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
 
 from training.data.readers import DataError, Example, resolve_data_dir
 from scripts.evaluate_embeddings import add_encoder_flags, open_encoder
-from training.harness.cli import run_command
+from training.tools.command import run_command
 from training.configuration.sections import DataConfig, TrainConfig, add_flags
 from training.harness.outputs import write_json
 from training.learning.task_schema import BUILTIN_TASKS

@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 from training.data.batching import make_loader  # noqa: E402
 from training.data.readers import DataError, resolve_data_dir  # noqa: E402
 from minbert.atomic import atomic_path, remove_stale_temporaries, write_text_atomic  # noqa: E402
-from training.harness.cli import check_overwrite, run_command  # noqa: E402
+from training.tools.command import check_overwrite, run_command  # noqa: E402
 from training.configuration.sections import DataConfig, add_flags  # noqa: E402
 from training.learning.evaluate import predict  # noqa: E402
 from training.harness.runs import load_run  # noqa: E402

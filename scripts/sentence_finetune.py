@@ -36,7 +36,7 @@ from training.data.readers import resolve_data_dir
 from scripts.probe import TASK_CHOICES, read_split
 from training.learning.adamw import ParamSet, build_adamw
 from training.harness.checkpoint import save_checkpoint
-from training.harness.cli import run_command
+from training.tools.command import run_command
 from training.configuration.sections import SPLIT_FLAGS, DataConfig, ModelConfig, TrainConfig, add_flags, section_from_args
 from training.configuration.run_config import RunConfig
 from training.learning.device import pick_device, to_device

@@ -26,7 +26,7 @@ from typing import Sequence
 import run_multitask  # the command's own parser: a setting is exactly its command line
 from heads import POOLING_MODES
 from minbert.atomic import atomic_path, make_folder, write_text_atomic
-from training.harness.cli import run_command
+from training.tools.command import run_command
 from training.configuration.sections import SPLIT_FLAGS, OutputConfig, add_flags
 from training.configuration.run_config import RunConfig
 from training.harness.curves import MatplotlibMissing, pyplot

@@ -292,7 +292,6 @@ FAILING = {
         "--loss_weights has no effect without --joint_loss: add --joint_loss, or drop it"]),
     "SMART flags without --smart": flag_case(["--smart_bregman", "--smart_mu", "2"], [
         "--smart_bregman, --smart_mu have no effect without --smart"]),
-    "--teachers without --distill": flag_case(["--teachers", "sst=a,qqp=b,sts=c"], ["--teachers has no effect"]),
 }
 
 # Failures found only after trainer.run has made the run folder: it resolves the data directory and

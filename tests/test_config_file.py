@@ -2,13 +2,16 @@
 (sections or flat, JSON or YAML) sets the flags; flags on the command line override it; what names a
 run (run_name, resume, log_file) is never taken from a file; bad files are argparse's usage error."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 import run_multitask
+from minbert.weights import WeightsError
 from training.configuration.sections import REFERENCE_SPEED
 from training.configuration.run_config import RunConfig
+from training.harness.runs import load_run
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
@@ -81,6 +84,7 @@ def test_yaml(tmp_path):
     ('{"quiet": "no"}', "quiet: 'no': give true or false"),
     ('{"smart": 1}', "smart: 1: give true or false"),
     ('{"lp_steps": 50}', "lp_steps was removed after commit 4be10e6"),
+    ('{"distill": {"distill": true, "teachers": "auto"}}', "this run used --distill, which was removed after commit"),
 ])
 def test_a_bad_file_is_a_usage_error_naming_it(tmp_path, capsys, text, message):
     file = tmp_path / "bad.json"
@@ -182,3 +186,41 @@ def test_a_file_is_read_through_the_flags_fields_not_argparse_internals():
     assert typed(fields["task_batch_sizes"], [32, 86, 32], "x") == "32,86,32"
     with pytest.raises(ConfigFileError, match="x: 'no': give true or false"):
         typed(fields["quiet"], "no", "x")
+
+
+DISTILL_REFUSED = ("this run used --distill, which was removed after commit df5eb5b (issue 73; docs/ablation.md keeps "
+                   "its numbers): `git checkout df5eb5b` runs it, or train again without it")
+
+
+def test_a_saved_run_that_used_the_removed_distill_is_refused_in_one_line(saved_run, tmp_path, capsys):
+    """Issue 73: --distill is gone (its code: commit df5eb5b). A saved configuration with its section on is
+    refused in one line saying so, whether read back, loaded, resumed or given to --config; with the section
+    off (every run of an earlier version that did not use it) it reads as before."""
+    saved = json.loads((saved_run / "checkpoint" / "run_config.json").read_text())
+    off, on = ({**saved, "distill": {"distill": used, "teachers": "auto"}} for used in (False, True))
+    assert RunConfig.from_dict(off) == RunConfig.from_dict(saved)
+    with pytest.raises(ValueError) as refused:
+        RunConfig.from_dict(on)
+    assert str(refused.value) == DISTILL_REFUSED
+    # copies under the run's own folder name (a run's saved run_name is not a recipe's)
+    off_run, on_run = tmp_path / "off" / saved_run.name, tmp_path / "on" / saved_run.name
+    for config, run in ((off, off_run), (on, on_run)):
+        shutil.copytree(saved_run, run)
+        (run / "checkpoint" / "run_config.json").write_text(json.dumps(config))
+        metrics = json.loads((run / "metrics.json").read_text())
+        (run / "metrics.json").write_text(json.dumps({**metrics, "config": config}))
+    assert run_multitask.parse_config(["--config", str(off_run / "metrics.json")]) == \
+        run_multitask.parse_config(["--config", str(saved_run / "metrics.json")])
+    assert load_run(off_run).config == load_run(saved_run).config
+    with pytest.raises(WeightsError) as refused:
+        load_run(on_run)
+    assert str(refused.value).endswith(f": {DISTILL_REFUSED}") and "\n" not in str(refused.value)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        run_multitask.parse_config(["--config", str(on_run / "metrics.json")])
+    assert f"--config {on_run / 'metrics.json'}: {DISTILL_REFUSED}" in capsys.readouterr().err
+    # as if stopped before its first checkpoint: --resume starts it again with the configuration it saved
+    (on_run / "metrics.json").write_text(json.dumps({**metrics, "config": on, "status": "interrupted"}))
+    assert run_multitask.main(["--resume", str(on_run), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: {on_run / 'metrics.json'}: {DISTILL_REFUSED}\n"

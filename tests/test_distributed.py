@@ -17,7 +17,7 @@ from training.data.batching import make_loader
 from training.data.readers import Example
 from minbert import BertTokenizer
 from run_multitask import parse_config
-from training.harness.cli import usage_errors_once
+from training.tools.command import usage_errors_once
 from training.harness.distributed import Distributed, check_batch_size
 from training.harness.resume import list_checkpoints
 
@@ -106,7 +106,7 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, extra):
         assert metrics["dev"][task] == pytest.approx(value, abs=1e-3)
 
 
-# ---- how a multi-process run ends: training/tools/launch.py, training/harness/cli.py ------------------------------------
+# ---- how a multi-process run ends: training/tools/launch.py, training/tools/command.py ------------------------------------
 
 def failure(tmp_path, rank: int, exitcode: int, line: str | None = None, code: int = 1):
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from test_resume import OUTPUTS, argv, assert_same_run, command, env, resume_after_cut
 from training.harness.resume import list_checkpoints
-from training.harness.tensorboard import Scalars
+from training.harness.tensorboard import TensorBoardScalars
 
 
 def final_state(run_dir) -> dict:
@@ -99,7 +99,7 @@ def test_tensorboard_lists_each_run_by_its_folder(tmp_path):
     keeps its folder, so that a --resume appends to the same TensorBoard run."""
     (tmp_path / "old" / "tensorboard").mkdir(parents=True)
     for name in ("new", "old"):
-        scalars = Scalars(tmp_path / name)
+        scalars = TensorBoardScalars(tmp_path / name)
         scalars.add("loss", 1.0, 1)
         scalars.close()
     assert tensorboard_runs(tmp_path) == ["new", "old/tensorboard"]

@@ -2,6 +2,8 @@
 minbert; training/data/ (the readers and batching) sits below the rest of training and imports only
 minbert (its batches use the tokenizer) and itself; nothing in the library imports the command, the studies
 (scripts/) or the benchmarks (bench/); no top-level ``data`` package (./data holds the CSVs).
+Inside training/, the learning kernel (training/learning/) never reaches the harness or the tools, the harness
+never the tools; no module below the entry points changes process-wide state.
 And the map of those layers, the README's Layout section, names every module of the library."""
 from __future__ import annotations
 
@@ -195,3 +197,95 @@ def test_the_cycle_check_sees_a_deferred_import_and_a_registry(tmp_path):
     (package / "plugins" / "one.py").write_text("from typing import TYPE_CHECKING\n")
     assert import_cycles(module_graph(tmp_path, "pkg")) == []
 
+
+
+def resolved_imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import of ``path``, anywhere in it (inside functions and ``if
+    TYPE_CHECKING:`` blocks too), relative ones resolved against the file's package."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    package = parts[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found += [(node.lineno, f"{module}.{alias.name}" if not node.module else module) for alias in node.names]
+    return found
+
+
+# layer of training/ -> the project's modules (prefixes) it may import; the kernel's rule is issue 73's
+TRAINING_LAYERS = {
+    "learning": ("minbert", "heads", "training.data", "training.configuration", "training.learning"),
+    "harness": ("minbert", "heads", "training.data", "training.configuration", "training.learning",
+                "training.extensions", "training.harness"),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(TRAINING_LAYERS))
+def test_a_training_layer_imports_only_what_lies_below_it(layer):
+    """The learning kernel imports minbert, heads, training/data, the configuration and itself: never the harness
+    (run folder, resume, outputs, ends), the tools or the command; the harness never the tools."""
+    files = sorted((ROOT / "training" / layer).rglob("*.py"))
+    assert len(files) > 10, layer
+    allowed = TRAINING_LAYERS[layer]
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}" for path in files
+             for line, module in resolved_imports(path) if module.split(".")[0] in PROJECT | {"training"}
+             and not any(module == prefix or module.startswith(prefix + ".") for prefix in allowed)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_import_resolver_sees_relative_and_deferred_imports(tmp_path):
+    module = tmp_path / "training" / "learning" / "m.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("from . import loop\nfrom ..harness.resume import TrainingClock\n"
+                      "def f():\n    from training.tools import grid\n")
+    assert resolved_imports(module, tmp_path) == [(1, "training.learning.loop"), (2, "training.harness.resume"),
+                                                  (4, "training.tools")]
+
+
+# Process-wide state a module may change only from a command-line entry point (run_multitask.py, training/tools/).
+PROCESS_WIDE_ASSIGNMENTS = {"excepthook", "formatwarning", "showwarning", "unraisablehook"}
+PROCESS_WIDE_CALLS = {"signal.signal", "keep_freed_memory", "torch.set_num_threads", "warnings.simplefilter",
+                      "warnings.filterwarnings", "sys.setrecursionlimit"}
+# minbert/atomic.py's signals_deferred holds Ctrl-C and SIGTERM around a file's rename and puts the handlers
+# found back before it returns (a scope, not a change); it is the one call of signal.signal below the entry points
+SCOPED = {("minbert/atomic.py", "signal.signal")}
+
+
+def process_wide_changes(path: Path, name: str) -> list[str]:
+    """``name:line what`` for each change of process-wide state in ``path``, in line order."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        for target in (t for tuple_ in targets for t in (tuple_.elts if isinstance(tuple_, ast.Tuple) else [tuple_])):
+            if isinstance(target, ast.Attribute) and target.attr in PROCESS_WIDE_ASSIGNMENTS:
+                found.append((node.lineno, f"sets {ast.unparse(target)}"))
+            if isinstance(target, ast.Subscript) and ast.unparse(target.value) == "os.environ":
+                found.append((node.lineno, f"sets {ast.unparse(target)}"))
+        if isinstance(node, ast.Call):
+            called = ast.unparse(node.func)
+            if called in PROCESS_WIDE_CALLS and (name, called) not in SCOPED:
+                found.append((node.lineno, f"calls {called}"))
+    return [f"{name}:{line} {what}" for line, what in sorted(found)]
+
+
+def test_no_library_module_changes_process_wide_state():
+    """Issue 73: excepthooks, warning formatters, signal handlers, malloc settings, environment variables are the
+    entry points' to change (a notebook or a test that imports the library keeps its own)."""
+    files = [path for layer in ("minbert", "heads", "training") for path in sorted((ROOT / layer).rglob("*.py"))
+             if "tools" not in path.relative_to(ROOT).parts]
+    assert len(files) > 60
+    wrong = [line for path in files for line in process_wide_changes(path, str(path.relative_to(ROOT)))]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_process_state_check_sees_each_kind(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import sys, threading, warnings, signal, os\nthreading.excepthook = print\n"
+                      "old, warnings.formatwarning = warnings.formatwarning, str\nsignal.signal(2, print)\n"
+                      "os.environ['X'] = '1'\nkeep_freed_memory()\nx = sys.excepthook\n")
+    assert [line.split(" ", 1)[1] for line in process_wide_changes(module, "m.py")] == [
+        "sets threading.excepthook", "sets warnings.formatwarning", "calls signal.signal", "sets os.environ['X']",
+        "calls keep_freed_memory"]

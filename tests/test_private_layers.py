@@ -146,12 +146,3 @@ def test_a_stopped_run_resumes_exactly(tmp_path, tiny_model_dir):
     assert any(k.startswith("towers.") for k in load_file(str(list_checkpoints(clean)[-1] / "model.safetensors")))
     heads = [load_file(str(run / "checkpoint" / "heads.safetensors")) for run in (stopped, clean)]
     assert heads[0].keys() == heads[1].keys() and all(torch.equal(heads[0][k], heads[1][k]) for k in heads[0])
-
-
-@pytest.mark.slow
-def test_auto_teachers_of_a_student_with_private_layers_share_every_layer(tmp_path, tiny_model_dir):
-    run_dir = train(tmp_path, tiny_model_dir, "student", "--epochs", "1", "--private_layers", "1", "--distill")
-    for task in ("sst", "qqp", "sts"):
-        teacher = json.loads((run_dir / "teachers" / task / "metrics.json").read_text())
-        assert teacher["status"] == "finished" and teacher["config"]["model"]["private_layers"] == 0
-    assert set(load_run(run_dir).model.towers) == {"sst", "qqp"}

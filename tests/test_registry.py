@@ -204,7 +204,7 @@ def test_two_extensions_deciding_one_hook_are_refused_before_the_run(monkeypatch
 TOY_MODULE = '''"""A toy extension: a batch order and a gradient surgery, written as one module."""
 from dataclasses import dataclass
 
-from ..flags import flag
+from ..configuration.flags import flag
 from .base import Extension
 
 

@@ -22,7 +22,8 @@ from scripts import evaluate_embeddings
 from test_bad_input import RUN_NAME, box, snapshot  # noqa: F401 (box: the fixture)
 from training.learning.loop import per_second
 from training.harness.runs import pretrained_run
-from training.harness.resume import Checkpoint, TrainingClock, TrainingDiverged, latest_checkpoint, list_checkpoints
+from training.harness.resume import Checkpoint, TrainingClock, latest_checkpoint, list_checkpoints
+from training.learning.loop import TrainingDiverged
 from training.tools import embed, predict, report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,8 +213,8 @@ def test_sigterm_while_a_tensorboard_scalar_is_queued_leaves_the_writer_closable
     run would wait for it forever. The scalar is queued first, then the run stops, and close() returns."""
     import queue
     import threading
-    from training.harness.tensorboard import Scalars
-    scalars = Scalars(tmp_path)
+    from training.harness.tensorboard import TensorBoardScalars
+    scalars = TensorBoardScalars(tmp_path)
     scalars.add("warm", 0.0, 0)
     original_put, queues = queue.Queue.put, []
 

@@ -24,7 +24,7 @@ from test_bad_input import box  # noqa: F401 (box: the fixture)
 from test_quantize import FIXTURE_DATA, checkpoint, quantize  # noqa: F401 (checkpoint: the fixture)
 from test_resume import argv as resume_argv
 from training.harness.resume import TrainingClock, list_checkpoints
-from training.harness.tensorboard import Scalars
+from training.harness.tensorboard import TensorBoardScalars
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def umask_022():
 
 def test_tensorboard_folder_deleted_under_the_writer_warns_once_and_nothing_raises(tmp_path, capfd):
     """The writer's thread used to print a traceback, and every later add() and close() raised."""
-    scalars = Scalars(tmp_path / "run")
+    scalars = TensorBoardScalars(tmp_path / "run")
     scalars.add("loss", 1.0, 0)
     thread = scalars.writer.file_writer.event_writer._async_writer._worker
     scalars.writer.flush()
@@ -66,7 +66,7 @@ def test_tensorboard_folder_deleted_under_the_writer_warns_once_and_nothing_rais
 
 def test_tensorboard_folder_that_cannot_be_made_warns_and_writes_nothing(tmp_path, capsys):
     (tmp_path / "run").write_text("a file where the folder goes")
-    scalars = Scalars(tmp_path / "run")
+    scalars = TensorBoardScalars(tmp_path / "run")
     scalars.add("loss", 1.0, 0)
     scalars.close()
     assert capsys.readouterr().err.count("warning: TensorBoard scalars stopped") == 1
@@ -98,8 +98,8 @@ def test_a_failed_run_is_marked_failed_even_when_closing_tensorboard_raises(box,
     def fail(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error", "tensorboard/events")
 
-    monkeypatch.setattr(Scalars, "add", lambda self, tag, value, step: fail() if self.writer is not None else None)
-    monkeypatch.setattr(Scalars, "close", fail)
+    monkeypatch.setattr(TensorBoardScalars, "add", lambda self, tag, value, step: fail() if self.writer is not None else None)
+    monkeypatch.setattr(TensorBoardScalars, "close", fail)
     assert box.main("--quiet") == 1
     assert status(box.run_dir) == "failed"
 

@@ -88,7 +88,7 @@ def test_a_run_killed_at_random_in_its_first_seconds_resumes_or_reruns(tiny_mode
 def test_a_command_prints_a_warning_as_one_line():
     """Issue 61: predict on an unfinished run printed Python's two-line UserWarning with its source line."""
     import warnings
-    from training.harness.cli import run_command
+    from training.tools.command import run_command
     shown = []
     assert run_command(lambda: shown.append(warnings.formatwarning("the run is\nunfinished", UserWarning,
                                                                    "runs.py", 314))) == 0

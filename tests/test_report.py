@@ -66,11 +66,11 @@ def rows():
 
 
 def test_columns_are_the_extensions_seeds_tasks_comparison_wall_time_and_status(rows):
-    assert COLUMNS == ["run", "pooling", "U-CL", "S-CL", "LCL", "pre-QQP", "joint-loss", "SMART", "distill", "PCGrad",
-                       "anneal", "seeds", "SST acc", "QQP acc", "STS Pearson", "average", "Δ vs FT", "95% CI",
+    assert COLUMNS == ["run", "pooling", "U-CL", "S-CL", "LCL", "pre-QQP", "joint-loss", "SMART", "PCGrad", "anneal",
+                       "seeds", "SST acc", "QQP acc", "STS Pearson", "average", "Δ vs FT", "95% CI",
                        "wall (min)", "status"]
     assert columns(["cfimdb"])[-7:] == ["seeds", "CFIMDB acc", "average", "Δ vs FT", "95% CI", "wall (min)", "status"]
-    assert csv_columns() == [*COLUMNS[:12], "SST acc", "SST acc std", "QQP acc", "QQP acc std", "STS Pearson",
+    assert csv_columns() == [*COLUMNS[:11], "SST acc", "SST acc std", "QQP acc", "QQP acc std", "STS Pearson",
                              "STS Pearson std", "average", "average std", "Δ vs FT", "95% CI low", "95% CI high",
                              "95% CI excludes 0", "wall (min)", "status"]
     table = markdown_rows(render_markdown(rows))
@@ -417,17 +417,21 @@ def test_seeds_saved_before_a_field_existed_pool_with_later_ones_and_files_stand
     assert seed_group_key(older) != seed_group_key(moved)   # without hashes the folder is all there is
 
 
-def test_distilled_seeds_pool_when_each_has_its_own_seeds_teachers():
-    def distilled(seed, teachers):
-        return {"train": {"seed": seed}, "distill": {"distill": True, "teachers": teachers}}
-    def own(seed, root="/tmp/runs"):
-        return f"sst=st-sst-s{seed},qqp={root}/st-qqp-s{seed},sts=st-sts-s{seed}"
-    assert seed_group_key(distilled(1, own(1))) == seed_group_key(distilled(2, own(2, "/elsewhere")))
-    # another seed's teachers, another teacher recipe, or trained teachers: not the same row
-    assert seed_group_key(distilled(2, own(1))) != seed_group_key(distilled(1, own(1)))
-    assert seed_group_key(distilled(1, own(1).replace("st-sst", "big-sst"))) != seed_group_key(distilled(1, own(1)))
-    assert seed_group_key(distilled(1, "auto")) == seed_group_key(distilled(2, "auto")) != \
-        seed_group_key(distilled(1, own(1)))
+def test_a_run_of_the_removed_distill_is_a_row_saying_so_neither_pooled_nor_a_baseline(tmp_path):
+    """Issue 73: --distill is gone; its saved runs (docs/runs/full) would otherwise read as FT. One with the
+    section off is an FT run as before."""
+    ft = json.loads((RUNS / "ablate-ft" / "metrics.json").read_text())
+    for name, seed, distill in (("distill-s1", 1, True), ("distill-s2", 2, True), ("off", 3, False)):
+        config = {**ft["config"], "train": {**ft["config"]["train"], "seed": seed},
+                  "distill": {"distill": distill, "teachers": "auto"}}
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps({**ft, "run_name": name, "config": config}))
+    rows = by_run(collect_runs(tmp_path))
+    assert sorted(rows) == ["distill-s1", "distill-s2", "off"]
+    for name in ("distill-s1", "distill-s2"):
+        assert rows[name].status.startswith("refused: this run used --distill, which was removed after commit ")
+        assert not rows[name].complete and rows[name].baseline == ""
+    assert rows["off"].complete and rows["off"].baseline == "FT"
 
 
 def test_bootstrap_excludes_zero_for_a_better_row_and_not_for_an_equal_one(seeds):

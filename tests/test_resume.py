@@ -17,7 +17,9 @@ from safetensors.torch import load_file
 
 import run_multitask
 from test_reliability import stderr_after_exit
-from training.harness.resume import Checkpoint, ResumeError, latest_checkpoint, list_checkpoints, rng_state, set_rng_state
+from training.harness.resume import Checkpoint, ResumeError, TrainingClock, latest_checkpoint, list_checkpoints
+from training.learning.callbacks import StepClock
+from training.learning.rng import rng_state, set_rng_state
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -192,16 +194,40 @@ def test_checkpoint_folder_is_complete_and_pruned(tiny_model_dir, tmp_path):
     assert json.loads((found[-1] / "state.json").read_text())["step"] == 48
 
 
-def test_resumable_state_finds_every_stateful_part_without_registration():
-    """Optimizers, modules and the gradient scaler anywhere under the Run are found by attribute
-    path, once each; the model and a wrapper sharing its parameters are not (model.safetensors
-    holds them), and neither is anything inside a plain object of another package."""
-    from types import SimpleNamespace
+def attribute_walk(roots: dict[str, object], model: torch.nn.Module | None) -> dict[str, object]:
+    """The reference: how checkpoints named their states until issue 73 (``resume.resumable_state`` of commit
+    df5eb5b, a walk over the attributes of the project's own objects). Every object with ``state_dict`` and
+    ``load_state_dict`` reachable from ``roots``, by attribute path, once, at its first path; the model and
+    modules sharing its parameters left out."""
+    model_params = {id(p) for p in model.parameters()} if model is not None else set()
+    found: dict[str, object] = {}
+    seen: set[int] = {id(model)}
 
+    def visit(path: str, obj) -> None:
+        if obj is None or id(obj) in seen or isinstance(obj, (StepClock, type)):
+            return
+        seen.add(id(obj))
+        if hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"):
+            if not (isinstance(obj, torch.nn.Module) and any(id(p) in model_params for p in obj.parameters())):
+                found[path] = obj
+            return
+        if isinstance(obj, tuple):
+            for i, value in enumerate(obj):
+                visit(f"{path}.{i}", value)
+        elif type(obj).__module__.split(".")[0] in ("training", "heads", "minbert") and hasattr(obj, "__dict__"):
+            for name, value in vars(obj).items():
+                visit(f"{path}.{name}", value)
+
+    for name, root in roots.items():
+        visit(name, root)
+    return found
+
+
+def test_run_states_lists_every_stateful_part_by_its_path():
+    """Optimizers, the loss weighting, SMART's average and the gradient scaler, by the paths checkpoints use;
+    the model's weights are not among them (model.safetensors holds them)."""
     from training.learning.loop import TrainingLoop
     from training.learning.precision import Precision
-    from training.harness.resume import resumable_state
-    from training.harness.run_log import RunLog
     from training.learning.stages import Run
     from training.extensions.smart import SmartConfig, SmartRegularizer
     from training.learning.task_loss import TaskLoss
@@ -213,12 +239,43 @@ def test_resumable_state_finds_every_stateful_part_without_registration():
     smart = SmartRegularizer(model, SmartConfig(smart=True, smart_bregman=True, smart_beta=0.9), {})
     task_loss = TaskLoss(model, {}, torch.device("cpu"), [smart], weighting)
     run = Run(config=None, model=model, forward_model=torch.nn.Sequential(model), splits={}, loader=None,
-              device=None, log=None, optimizer=optimizer, task_loss=task_loss,
-              loop=TrainingLoop(precision, RunLog(quiet=True)))
-    assert resumable_state({"run": run}, model) == {
-        "run.optimizer": optimizer, "run.task_loss.weighting": weighting,
-        "run.task_loss.regularizers.0.bregman.ema": smart.bregman.ema, "run.loop.precision.scaler": precision.scaler}
-    assert resumable_state({"run": SimpleNamespace(optimizer=optimizer)}, model) == {}
+              device=None, log=None, optimizer=optimizer, task_loss=task_loss, loop=TrainingLoop(precision))
+    expected = {"optimizer": optimizer, "task_loss.weighting": weighting,
+                "task_loss.regularizers.0.bregman.ema": smart.bregman.ema, "loop.precision.scaler": precision.scaler}
+    assert run.states() == expected
+    assert attribute_walk({"run": run}, model) == {f"run.{k}": v for k, v in expected.items()}
+
+
+STATE_RUNS = {"default": [], "joint-learned": ["--joint_loss", "--loss_weighting", "learned"],
+              "smart-bregman": ["--smart", "--smart_bregman"], "pcgrad": ["--pcgrad"],
+              "ucl-curve": ["--ucl", "--ucl_steps", "2", "--ucl_eval_every", "1"], "scl": ["--scl", "--scl_steps", "2"],
+              "lcl": ["--lcl", "--lcl_steps", "2"], "pre_qqp-anneal": ["--pre_qqp", "--pre_qqp_steps", "2",
+                                                                       "--anneal_sampling"]}
+
+
+@pytest.mark.parametrize("name", sorted(STATE_RUNS))
+def test_a_checkpoint_saves_what_the_attribute_walk_found(name, tmp_path, tiny_model_dir, monkeypatch):
+    """At every checkpoint of a real run (each stage's objective, the schedule, each extension's state) the
+    explicit list ``Run.states`` names the same objects as the attribute walk checkpoints were written with:
+    runs saved before issue 73 resume."""
+    compared = []
+    track, save = TrainingClock.track, TrainingClock.save
+
+    def tracking(clock, run):
+        clock.tracked = run
+        track(clock, run)
+
+    def saving(clock):
+        walked = attribute_walk({"run": clock.tracked}, clock.model)
+        listed = clock.states()
+        assert listed.keys() == walked.keys() and all(listed[k] is walked[k] for k in walked), (listed, walked)
+        compared.append(sorted(listed))
+        return save(clock)
+    monkeypatch.setattr(TrainingClock, "track", tracking)
+    monkeypatch.setattr(TrainingClock, "save", saving)
+    flags = ["--epochs", "1", "--max_steps_per_epoch", "2", *STATE_RUNS[name]]
+    assert run_multitask.main(argv(tiny_model_dir, tmp_path, name, *flags)) == 0
+    assert compared and all("run.optimizer" in names for names in compared)
 
 
 def test_rng_state_round_trip():

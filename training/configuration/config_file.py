@@ -16,7 +16,7 @@ from pathlib import Path
 
 from minbert.errors import first_line
 
-from .sections import REMOVED, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, saved_values
+from .sections import REMOVED, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, removed_extension_settings, saved_values
 from .run_config import RunConfig
 from .flags import converter, is_switch
 from .settings_file import read_settings_file
@@ -43,7 +43,7 @@ def read_config_file(path: str | Path, fields: dict[str, dataclasses.Field]) -> 
     named = {**saved_values({k: v for k, v in data.items() if isinstance(v, dict)}),
              **{k: v for k, v in data.items() if not isinstance(v, dict)}}
     unknown = sorted(name for name in named if name not in fields and name not in RENAMED
-                     and name not in SAVED_ONLY and name not in REMOVED)
+                     and name not in SAVED_ONLY and name not in REMOVED and name not in removed_extension_settings())
     if unknown:
         raise ConfigFileError(f"--config {file}: unknown settings {', '.join(unknown)}")
     for name, off in REMOVED.items():   # a setting whose code is gone: read when off, refused when on

@@ -13,9 +13,8 @@ from pathlib import Path
 
 
 def flag(default, help: str, choices=None, type=None, path=None):
-    """A dataclass field that is also a command-line flag. ``path``: the value names a file or folder
-    (True), or is NAME=PATH pairs separated by commas ("pairs"); the run saves it absolute
-    (``absolute_paths``), so it resumes and reloads from any working directory."""
+    """A dataclass field that is also a command-line flag. ``path=True``: the value names a file or folder;
+    the run saves it absolute (``absolute_paths``), so it resumes and reloads from any working directory."""
     meta = {"help": help, "choices": choices, "type": type, "path": path}
     return field(default=default, metadata={key: value for key, value in meta.items() if value is not None})
 
@@ -24,13 +23,7 @@ def absolute_paths(section) -> None:
     """Each path flag of the settings dataclass ``section`` (``flag(..., path=...)``) made absolute, in place."""
     for item in dataclasses.fields(section):
         kind, value = item.metadata.get("path"), getattr(section, item.name)
-        if kind is None or not isinstance(value, str):
-            continue
-        if kind == "pairs":
-            parts = [part.partition("=") for part in value.split(",")]
-            if all(sep and target for _, sep, target in parts):   # else a word such as "auto"
-                setattr(section, item.name, ",".join(f"{name}={Path(target).resolve()}" for name, _, target in parts))
-        else:
+        if kind is not None and isinstance(value, str):
             setattr(section, item.name, str(Path(value).resolve()))
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import extensions as registry   # the registry's one list, read where it is (tests extend it)
-from .sections import ABSENT_MEANS, CORE_SECTIONS, REMOVED_IN, RENAMED, RunSettings, saved_values
+from .sections import (ABSENT_MEANS, CORE_SECTIONS, REMOVED_IN, RENAMED, RunSettings, removed_extension,
+                       saved_values)
 from .task_file import read_task_file
 
 
@@ -27,8 +28,11 @@ class RunConfig(RunSettings):
         """Inverse of ``to_dict``, the one reader of a saved configuration. A field is found by name in
         whichever section it was saved (flag names are unique), so other versions' layouts read too;
         unknown names are ignored, an absent field takes ``ABSENT_MEANS`` (what the saving version
-        did), else its default, and an older name is read through ``RENAMED``."""
+        did), else its default, and an older name is read through ``RENAMED``. A run that used a removed
+        extension is refused in one line (``REMOVED_EXTENSIONS``)."""
         values = saved_values(data)
+        if refused := removed_extension(values):
+            raise ValueError(refused)
         for old, (names, convert) in RENAMED.items():
             if old in values:
                 value = convert(values.pop(old))

@@ -213,6 +213,25 @@ SPLIT_FLAGS = {"--temp": "--temp was split: give --head_temp (the cosine paraphr
 REMOVED = {"lp_steps": 0, "task_lr_scales": None}
 REMOVED_IN = "was removed after commit 4be10e6 (docs/defaults.md); `git checkout 4be10e6` runs it"
 
+# Extensions measured and removed: its switch -> (the commit that holds its code, where its numbers are kept, the
+# other settings of its section). A saved run with the switch on is refused in one line (``removed_extension``,
+# ``RunConfig.from_dict``); with it off, its section is read and ignored.
+REMOVED_EXTENSIONS = {"distill": ("df5eb5b", "issue 73; docs/ablation.md keeps its numbers", ("teachers",))}
+
+
+def removed_extension(values: dict) -> str | None:
+    """The line refusing a saved configuration (``saved_values``) that used a removed extension, or None."""
+    for name, (commit, kept, _) in REMOVED_EXTENSIONS.items():
+        if values.get(name) not in (None, False):
+            return (f"this run used --{name}, which was removed after commit {commit} ({kept}): "
+                    f"`git checkout {commit}` runs it, or train again without it")
+    return None
+
+
+def removed_extension_settings() -> set[str]:
+    """Every setting of the removed extensions' sections (what a saved configuration may hold of them)."""
+    return {name for switch, (_, _, others) in REMOVED_EXTENSIONS.items() for name in (switch, *others)}
+
 # The core sections of a RunConfig: field name -> dataclass (the first flag groups of run_multitask.py).
 CORE_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "speed": SpeedConfig,
                  "output": OutputConfig}

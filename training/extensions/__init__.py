@@ -8,6 +8,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Callable
 
+from ..learning.recipe import Plugins
 from .base import Extension, Idea
 from .core import CORE_IDEAS
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 # in stage order: the stages run in this order before multi-task training
 EXTENSIONS: tuple[Extension, ...] = tuple(import_module(f"{__name__}.{name}").EXTENSION for name in (
-    "ucl", "scl", "lcl", "pre_qqp", "joint_loss", "smart", "distill", "pcgrad", "anneal_sampling",
+    "ucl", "scl", "lcl", "pre_qqp", "joint_loss", "smart", "pcgrad", "anneal_sampling",
 ))
 
 
@@ -49,6 +50,19 @@ def check_hooks(config: RunSettings) -> None:
 def providers(config: RunSettings, hook: str) -> list[Extension]:
     """The enabled extensions that override the method ``hook`` of ``Extension``."""
     return [e for e in enabled(config) if getattr(type(e), hook) is not getattr(Extension, hook)]
+
+
+def plugins(config: RunSettings) -> Plugins:
+    """What the enabled extensions add to the kernel's multi-task recipe (``learning.recipe.build_run``): the
+    loss weighting, the regularizers, joint steps, the batch order, the gradient surgery."""
+    on = enabled(config)
+    weightings = [w for w in (e.loss_weighting(config) for e in on) if w is not None]
+    surgeon = provider(config, "gradient_surgery")
+    return Plugins(weighting=weightings[0] if weightings else None,
+                   regularizers=lambda model: tuple(r for r in (e.regularizer(config, model) for e in on)
+                                                    if r is not None),
+                   joint=any(e.joint for e in on), batch_order=provider(config, "batch_order"),
+                   surgery=None if surgeon is None else lambda model: surgeon.gradient_surgery(config, model))
 
 
 def enabled_stages(config: RunSettings) -> list[tuple[str, Callable]]:

@@ -16,7 +16,6 @@ from ..learning.gradients import GradientSurgery   # the hook's base class lives
 
 if TYPE_CHECKING:   # annotations only
     from ..configuration.sections import RunSettings
-    from ..learning.stages import Run
 
 
 class Idea:
@@ -104,12 +103,6 @@ class Extension(Idea):
     def regularizer(self, config: RunSettings, model):
         """An object with ``add(loss, task, inputs, output) -> loss`` (and ``after_step()``) that adds a
         term to every task loss, or None."""
-        return None
-
-    def targets(self, run: Run):
-        """An object with ``__call__(task, batch, labels) -> targets`` (and ``after_step()``) that
-        replaces the gold labels of every task batch by the targets the task loss is taken against
-        (e.g. mixed with a teacher's predictions), or None. Made once the run's parts exist."""
         return None
 
     def batch_order(self, config: RunSettings, epoch: int, sizes: dict[str, int], steps: int) -> list[str] | None:

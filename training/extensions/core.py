@@ -23,8 +23,7 @@ class PrivateLayers(Idea):
     """``--private_layers K``: each task's own copy of the top K layers (docs/flags.md, "Private layers").
     Every grid row not about it trains one shared encoder, as the extensions' papers do."""
     name = "private_layers"
-    variants = (("mean-private2", ["--private_layers", "2"]),
-                ("mean-distill-private2", ["--distill", "--private_layers", "2"]))
+    variants = (("mean-private2", ["--private_layers", "2"]),)
     pinned = ("--private_layers", "0")
 
     def on(self, saved: dict) -> bool:

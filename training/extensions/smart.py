@@ -50,6 +50,10 @@ class SmartRegularizer:
         self.bregman = (BregmanProximal(model, mu=settings.smart_mu, beta=settings.smart_beta)
                         if settings.smart_bregman else None)
 
+    def states(self) -> dict[str, object]:
+        """What a checkpoint saves: the Bregman term's moving average of the weights, θ̃."""
+        return {"bregman.ema": self.bregman.ema} if self.bregman is not None else {}
+
     def add(self, loss, task: str, inputs: list[dict], output):
         s, kind = self.settings, self.divergence[task]
         loss = loss + smart_loss(self.model, task, inputs, output, kind, s.smart_weight, self.ascent)

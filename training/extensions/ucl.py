@@ -17,7 +17,7 @@ from training.data.senteval import PairDataset, load_dataset
 from ..learning.contrastive import ContrastiveStage, budget_checks, train_contrastive
 from ..configuration.flags import flag, optional_int
 from ..learning.losses import info_nce
-from ..harness.resume import rng_state, set_rng_state
+from ..learning.rng import rng_state, set_rng_state
 from ..learning.encoding import encode
 from ..learning.similarity import DEFAULT_BATCH_SIZE, correlations, score_dataset
 from ..learning.task_schema import BUILTIN_TASKS
@@ -114,6 +114,10 @@ class StsDevCurve:
         self.best = EncoderSnapshot()
         self.data: dict = {}
 
+    def states(self) -> dict[str, object]:
+        """What a checkpoint saves: the best step's encoder."""
+        return {"best": self.best}
+
     def start(self, data: dict) -> None:
         """Take the curve's state (the saved one when resuming); a fresh curve scores step 0."""
         self.data = data
@@ -161,7 +165,7 @@ class StsDevCurve:
 
 class EncoderSnapshot:
     """A copy of the encoder's weights on the CPU. Having ``state_dict``, it is saved with every
-    training checkpoint (``resume.resumable_state``) and restored on resume."""
+    training checkpoint (``StsDevCurve.states``) and restored on resume."""
 
     def __init__(self):
         self.weights: dict[str, torch.Tensor] = {}

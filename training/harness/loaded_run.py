@@ -1,7 +1,6 @@
 """A run as a model: ``LoadedRun``, what ``load_run`` (training/harness/runs.py) gives back, with ``encode`` and
 ``predict`` taking their inputs as sentence-transformers' ``encode`` does (a str, a list, a pandas Series or
-a numpy array). It sits below the registry of extensions, so a stage (knowledge distillation's teachers) may
-hold one.
+a numpy array). It sits below the registry of extensions, so a stage may hold one.
 """
 from __future__ import annotations
 

@@ -13,14 +13,12 @@ from __future__ import annotations
 import errno
 import json
 import os
-import random
 import re
 import shutil
 import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -28,6 +26,9 @@ from safetensors.torch import load_file, save_file
 from minbert.atomic import disk_full, signals_deferred, usual_mode
 from minbert.errors import first_line
 
+from ..learning.callbacks import StepClock
+from ..learning.loop import TrainingDiverged
+from ..learning.rng import rng_state, set_rng_state
 from .checkpoint import ENCODER, HEADS, model_state
 
 CHECKPOINTS = "checkpoints"
@@ -39,15 +40,11 @@ class ResumeError(Exception):
     """A --resume folder without a usable checkpoint (one line, names the folder or file)."""
 
 
-class TrainingDiverged(Exception):
-    """Training produced a non-finite loss or non-finite weights. The run stops; no checkpoint of
-    the bad state is written, so the checkpoints already there are the last good ones."""
-
-
-class TrainingClock:
-    """Counts optimizer steps across all stages, saves training checkpoints, and replays from ``resume``.
-    Besides the model, a checkpoint holds the state of every object reachable from ``components`` that has
-    one (``resumable_state``): nothing is registered by hand, so nothing can be forgotten."""
+class TrainingClock(StepClock):
+    """The kernel's step clock (``training/learning/callbacks.py``) as exact resume: counts optimizer steps
+    across all stages, saves training checkpoints, and replays from ``resume``.
+    Besides the model, a checkpoint holds the states the tracked run lists (``track``, ``Run.states``): its
+    optimizers, loss weighting, regularizers' averages, gradient scaler, learning-rate schedule."""
 
     def __init__(self, model: torch.nn.Module | None, run_dir: Path | None, config: dict, save_every: int = 0,
                  keep: int = 2, resume: "Checkpoint | None" = None, enabled: bool = True,
@@ -55,17 +52,17 @@ class TrainingClock:
         self.model, self.run_dir, self.config = model, run_dir, config
         self.save_every, self.keep, self.enabled, self.log = save_every, keep, enabled, log
         self.best_dir = run_dir / "checkpoint" if run_dir is not None else None   # copied into checkpoints
-        self.components: dict[str, object] = {}   # roots of the resumable state, e.g. {"run": run}
-        self.step, self.stage, self.progress = 0, None, {}
+        self.states: Callable[[], dict[str, object]] = dict   # name -> object with state_dict (``track``)
+        super().__init__()
         self.finished_stages: dict[str, dict] = resume.state["finished_stages"] if resume else {}
         self.resume = resume          # set to None once the replay has caught up with it
         self.checkpoint = resume      # kept (the best epoch's weights are read from it)
         self.resume_step = resume.step if resume else 0
 
-    @classmethod
-    def off(cls) -> "TrainingClock":
-        """A clock that only counts: no checkpoints, no resume (a tool's training)."""
-        return cls(None, None, {}, enabled=False)
+    def track(self, run) -> None:
+        """Save and restore what ``run.states()`` lists (a ``learning.stages.Run``), each named ``run.<path>``
+        as checkpoints always have."""
+        self.states = lambda: {f"run.{name}": state for name, state in run.states().items()}
 
     def finished_stage(self, name: str) -> dict | None:
         """A stage that had finished before the crash: its log, and the clock moves past its steps."""
@@ -101,7 +98,7 @@ class TrainingClock:
         """Restore the checkpoint's state if the replay has just reached it (call before any
         computation that is not a step, e.g. an evaluation)."""
         if self.resume is not None and self.step >= self.resume_step:
-            self.resume.restore(self.model, resumable_state(self.components, self.model))
+            self.resume.restore(self.model, self.states())
             self.log(f"resumed at step {self.step} from {self.resume.path}")
             self.resume = None
 
@@ -142,7 +139,7 @@ class TrainingClock:
             for source, copy in ((ENCODER, BEST_ENCODER), (HEADS, BEST_HEADS)):
                 if self.best_dir is not None and (self.best_dir / source).is_file():
                     shutil.copyfile(self.best_dir / source, tmp / copy)  # a copy of its own, see _write's docstring
-            objects = resumable_state(self.components, self.model)
+            objects = self.states()
             optimizers = {k for k, o in objects.items() if isinstance(o, torch.optim.Optimizer)}
             torch.save({"optimizers": {k: o.state_dict() for k, o in objects.items() if k in optimizers},
                         "modules": {k: o.state_dict() for k, o in objects.items() if k not in optimizers},
@@ -163,6 +160,9 @@ class TrainingClock:
             raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def saved_best_state(self) -> dict[str, torch.Tensor] | None:
+        return self.checkpoint.best_state() if self.checkpoint is not None else None
 
     def last_good(self) -> str:
         """Where the last good state is, for a message that stops the run."""
@@ -206,7 +206,7 @@ class Checkpoint:
         return self.state["config"]
 
     def restore(self, model: torch.nn.Module, objects: dict[str, object]) -> None:
-        """Load the model, the named objects' states (``resumable_state``) and the RNG states."""
+        """Load the model, the named objects' states (``TrainingClock.track``) and the RNG states."""
         missing, unexpected = model.load_state_dict(self.weights(), strict=False)
         if missing or unexpected:
             raise ResumeError(f"{self.path / 'model.safetensors'}: does not match the model "
@@ -276,59 +276,6 @@ def remove_temporary_files(run_dir: Path) -> list[Path]:
         else:
             path.unlink(missing_ok=True)
     return stale
-
-
-def resumable_state(roots: dict[str, object], model: torch.nn.Module | None) -> dict[str, object]:
-    """Every object with ``state_dict`` and ``load_state_dict`` reachable from ``roots`` through the
-    attributes of this project's own classes and tuples (not lists or dicts), by attribute path
-    (``run.task_loss.weighting``), once, at its first path. The model (model.safetensors) and modules
-    sharing its parameters (a DistributedDataParallel wrapper) are left out."""
-    model_params = {id(p) for p in model.parameters()} if model is not None else set()
-    found: dict[str, object] = {}
-    seen: set[int] = {id(model)}
-
-    def visit(path: str, obj) -> None:
-        if obj is None or id(obj) in seen or isinstance(obj, (TrainingClock, type)):
-            return
-        seen.add(id(obj))
-        if hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"):
-            if not (isinstance(obj, torch.nn.Module) and any(id(p) in model_params for p in obj.parameters())):
-                found[path] = obj
-            return
-        if isinstance(obj, tuple):   # e.g. the task loss's regularizers
-            for i, value in enumerate(obj):
-                visit(f"{path}.{i}", value)
-        elif type(obj).__module__.split(".")[0] in OWN_PACKAGES and hasattr(obj, "__dict__"):
-            for name, value in vars(obj).items():
-                visit(f"{path}.{name}", value)
-
-    for name, root in roots.items():
-        visit(name, root)
-    return found
-
-
-OWN_PACKAGES = ("training", "heads", "minbert", "data")
-
-
-def rng_state() -> dict:
-    """Python, NumPy and torch (CPU and CUDA) generator states as plain tensors and lists."""
-    version, mt, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    numpy = [torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]
-    state = {"python": [version, list(mt), gauss], "numpy": numpy, "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    version, mt, gauss = state["python"]
-    random.setstate((version, tuple(mt), gauss))
-    keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def _fsync(path: Path) -> None:

@@ -14,7 +14,7 @@ import torch
 
 from minbert.errors import first_line
 
-from ..configuration.sections import REMOVED_IN, WHERE_A_RUN_IS, removed_settings
+from ..configuration.sections import REMOVED_IN, WHERE_A_RUN_IS, removed_extension, removed_settings, saved_values
 from ..configuration.run_config import RunConfig
 from .distributed import Distributed, shutdown
 from .fingerprint import check_unchanged, fingerprint, input_files
@@ -25,7 +25,7 @@ from .resume import Checkpoint, ResumeError, latest_checkpoint, list_checkpoints
 from .run_lock import RunLock
 from .run_log import RunLog
 from ..configuration.task_file import check_agreement
-from .tensorboard import Scalars
+from .tensorboard import TensorBoardScalars
 from .trial_control import STOPPED_EARLY
 
 
@@ -43,7 +43,7 @@ class RunFolder:
         # --resume of a run stopped before its first checkpoint: it starts again in its own folder
         self.restart = resume is None and bool(config.output.resume)
         self.dir = Path(config.output.resume) if config.output.resume else None
-        self.tensorboard = Scalars()
+        self.tensorboard = TensorBoardScalars()
 
     def __enter__(self) -> "RunFolder":
         if self.resume is None and not self.restart:
@@ -89,9 +89,9 @@ class RunFolder:
     def seconds(self) -> float:
         return round(time.time() - self.started, 1)
 
-    def scalars(self, resume: Checkpoint | None) -> Scalars:
+    def scalars(self, resume: Checkpoint | None) -> TensorBoardScalars:
         """The run's TensorBoard event files (process 0); a resumed run redraws from its checkpoint's step."""
-        self.tensorboard = Scalars(self.dir if self.write.enabled else None,
+        self.tensorboard = TensorBoardScalars(self.dir if self.write.enabled else None,
                                    purge_step=resume.step if resume is not None else None, warn=self.log.result)
         if self.tensorboard.missing:
             self.log(self.tensorboard.missing)
@@ -169,8 +169,8 @@ def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[P
             raise ResumeError(f"--resume {run_dir}: the run was stopped before it started (it saved no configuration "
                               "to resume with): run the command that started it again, which takes its folder over")
         if not list_checkpoints(run_dir) and (saved := restartable(run_dir)) is not None:
-            # stopped before its first checkpoint (e.g. while --distill trained its teachers): it starts
-            # again in its own folder, and the stages reuse what they saved there (finished teachers)
+            # stopped before its first checkpoint (e.g. during a stage before multi-task training): it starts
+            # again in its own folder with its saved configuration
             return resumed_config(config, saved, run_dir / "metrics.json"), None, stale, lock
         resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
         return resumed_config(config, resume.config, resume.path / "state.json"), resume, stale, lock
@@ -197,6 +197,8 @@ def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunCon
     """The configuration saved in ``source`` (a checkpoint's state.json, or the metrics.json of a run
     restarted), with ``RESUME_FLAGS`` from the command line. Other flags given that differ from the saved
     ones are refused: they would be ignored."""
+    if refused := removed_extension(saved_values(saved_config)):
+        raise ValueError(f"{source}: {refused}")
     try:
         config = RunConfig.from_dict(saved_config)
     except (TypeError, KeyError, ValueError) as err:

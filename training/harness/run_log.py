@@ -12,8 +12,12 @@ from pathlib import Path
 from minbert.atomic import make_folder
 from minbert.errors import describe
 
+from ..learning.callbacks import Log
 
-class RunLog:
+
+class RunLog(Log):
+    """The kernel's ``Log`` with ``--quiet``, ``--log_file`` and silent processes (DDP ranks above 0)."""
+
     def __init__(self, quiet: bool = False, log_file: str | Path | None = None, enabled: bool = True):
         self.quiet, self.enabled = quiet, enabled   # enabled=False: a silent process (DDP rank > 0)
         self.log_file = Path(log_file) if log_file else None

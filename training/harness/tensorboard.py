@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import weakref
 from pathlib import Path
 from typing import Callable
 
 from minbert.atomic import signals_deferred
 from minbert.errors import describe
+
+from ..learning.callbacks import Scalars
 
 OLD_FOLDER = "tensorboard"   # where runs begun before the event files moved into the run folder keep them
 
@@ -34,8 +35,8 @@ def _warn(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-class Scalars:
-    """``add(tag, value, step)`` into the event files of ``event_folder(run_dir)`` (None: writes nothing).
+class TensorBoardScalars(Scalars):
+    """The loop's ``Scalars`` (``training/learning/callbacks.py``) kept: ``add(tag, value, step)`` into the event files of ``event_folder(run_dir)`` (None: writes nothing).
     Ctrl-C and SIGTERM wait for each call (``signals_deferred``): raised inside the writer's queue while it
     holds its lock, they would leave the lock held, and ``close`` at the end of the run would wait forever.
     Any error of the writer stops the scalars with one ``warn`` line; ``add`` and ``close`` never raise it."""
@@ -55,6 +56,10 @@ class Scalars:
                 self._stop(err)
                 return
             _quiet(self.writer)
+
+    @property
+    def recording(self) -> bool:
+        return self.writer is not None
 
     def add(self, tag: str, value: float | None, step: int) -> None:
         if value is not None:
@@ -87,25 +92,17 @@ class Scalars:
             self.warn(f"warning: TensorBoard scalars stopped, the run goes on without them ({describe(err)})")
 
 
-# The writer's thread re-raises its error after storing it, and threading prints that as a traceback
-# in the middle of the run's output; the main thread gets the same error at its next call and warns.
-_QUIET_THREADS: weakref.WeakSet = weakref.WeakSet()
-_hook_installed = False
-
-
 def _quiet(writer) -> None:
-    """Silence the uncaught-exception traceback of ``writer``'s background thread (found defensively:
-    the attribute path is tensorboard's own, and without it the traceback is merely printed)."""
-    global _hook_installed
+    """Silence the uncaught-exception traceback of ``writer``'s background thread: it re-raises its error after
+    storing it, which threading would print in the middle of the run's output, and the main thread gets the same
+    error at its next call and warns. Only that thread's hook is replaced (found defensively: the attribute
+    paths are tensorboard's and threading's own; without them the traceback is merely printed), never the
+    process's ``threading.excepthook``."""
     for file_writer in getattr(writer, "all_writers", {}).values():
         thread = getattr(getattr(getattr(file_writer, "event_writer", None), "_async_writer", None), "_worker", None)
-        if isinstance(thread, threading.Thread):
-            _QUIET_THREADS.add(thread)
-    if not _hook_installed:
-        _hook_installed = True
-        previous = threading.excepthook
+        if isinstance(thread, threading.Thread) and hasattr(thread, "_invoke_excepthook"):
+            thread._invoke_excepthook = _ignore
 
-        def excepthook(args):
-            if args.thread not in _QUIET_THREADS:
-                previous(args)
-        threading.excepthook = excepthook
+
+def _ignore(thread: threading.Thread) -> None:
+    """A thread's exception hook that prints nothing."""

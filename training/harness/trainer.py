@@ -5,48 +5,43 @@ multi-task training, keep the best epoch on dev, write predictions, metrics and 
 from __future__ import annotations
 
 import math
-import random
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from training.data.batching import make_loader
 from training.data.holdout import hold_out
 from training.data.readers import DataError, Example, read_header, resolve_data_dir
 from heads import MultitaskBert
 from minbert import BertConfig, BertTokenizer
-from minbert.model import set_attention, set_dropout
 
-from ..learning.adamw import ParamSet, build_adamw
 from .checkpoint import save_checkpoint
 from ..configuration.run_config import RunConfig
 from ..configuration.flags import absolute_paths
 from ..learning.device import pick_device
-from .distributed import Distributed, check_batch_size, init_distributed, wrap_model
+from .distributed import Distributed, average_gradients, check_batch_size, init_distributed, wrap_model
 from ..learning.evaluate import predict
-from ..extensions import check_hooks, data_files_needed, enabled, enabled_stages, provider, splits_needed
-from ..learning.loop import TrainingLoop, per_second, warmup_then_linear_decay
-from .memory import keep_freed_memory
+from ..extensions import check_hooks, data_files_needed, enabled, enabled_stages, plugins, splits_needed
+from ..learning.loop import TrainingDiverged, per_second
 from ..learning.precision import Precision
-from .resume import Checkpoint, TrainingClock, TrainingDiverged
+from .resume import Checkpoint, TrainingClock
 from .run_folder import RunFolder, resume_from
 from .run_log import RunLog
+from ..learning.rng import seed_everything
+from ..learning.recipe import Callbacks, Inputs, Parallel, build_run
 from ..learning.schedule import RoundRobinScheduler
-from .runs import build_model, load_run, model_directory, tokenizer_for
+from .runs import build_model, model_directory, tokenizer_for
 from ..learning.stages import Run, multitask_stage
-from ..learning.task_loss import TaskLoss
 from ..learning.tasks import Task, format_metrics, overall_score
-from .trial_control import STOPPED_EARLY
+from .trial_control import STOPPED_EARLY, ask_scheduler
 
 
 def run(config: RunConfig, log: RunLog | None = None) -> dict:
     """Train and evaluate one configuration; return the metrics of ``metrics.json`` (``RunFolder``)."""
     if not config.output.resume:   # a resumed run's saved configuration is validated by resume_from
         config.validate()
-    keep_freed_memory()  # fewer page faults per step; changes no number (training/harness/memory.py)
     started = time.time()
     config, resume, stale, lock = resume_from(config)
     try:
@@ -191,7 +186,7 @@ def record_absolute_paths(config: RunConfig, inputs: RunInputs) -> None:
         config.data.data_dir = str(inputs.data_dir.resolve())
     if config.model.model is not None:
         config.model.model = str(Path(config.model.model).resolve())
-    for section in config.sections().values():   # the extensions' path flags (--teachers, --ucl_data, ...)
+    for section in config.sections().values():   # the extensions' path flags (--ucl_data, --scl_data, ...)
         absolute_paths(section)
 
 
@@ -209,72 +204,20 @@ def check_against_model(config: RunConfig, bert: BertConfig, model_dir: Path) ->
 
 def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: torch.device, place: Distributed,
              precision: Precision, log: RunLog, resume: Checkpoint | None) -> Run:
-    """The model on its device, the optimizer, the task loss with the extensions' weighting and
-    regularizers, the loop on its resume clock."""
+    """The kernel's recipe (``learning.recipe.build_run``) with the harness's callbacks: the resume clock,
+    TensorBoard, the checkpoint of each improved evaluation, the search's scheduler; DDP under torchrun."""
     log(f"data: {folder.metrics['data_dir'] or 'no task file'}   model: {folder.metrics['model_dir']}   "
         f"device: {device}")
-    t, model = config.train, inputs.model.to(device)
-    weightings = [w for w in (e.loss_weighting(config) for e in enabled(config)) if w is not None]
-    weighting = weightings[0].to(device) if weightings else None
-    optimizer = run_adamw(config, model, weighting)
-    trained = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
-    log(f"parameters: {sum(p.numel() for p in model.parameters()):,} in the model, {trained:,} trained "
-        f"(option {config.model.option})")
-    forward_model = set_speed(model, config, place, device)
-    clock = TrainingClock(model, folder.dir, config.to_dict(), config.output.save_every,
+    clock = TrainingClock(inputs.model, folder.dir, config.to_dict(), config.output.save_every,
                           config.output.keep_checkpoints, resume=resume, enabled=folder.write.enabled, log=log)
-    task_loss = TaskLoss(model, config.tasks(), device, run_regularizers(config, model), weighting, forward_model,
-                         place)
-    loop = TrainingLoop(precision, log, clock, t.max_grad_norm, grad_accum=t.grad_accum,
-                        schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio),
-                        scalars=folder.scalars(resume))
-    parts = Run(config, model, forward_model, inputs.splits, loader_for(config, inputs.tokenizer, place), device, log,
-              optimizer, task_loss, loop, epoch_saver(folder, model, inputs.tokenizer), inputs.tokenizer,
-              inputs.data_dir)
-    task_loss.targets = tuple(t for t in (e.targets(parts) for e in enabled(config)) if t is not None)
-    parts.joint = any(e.joint for e in enabled(config))
-    parts.batch_order = provider(config, "batch_order")
-    surgeon = provider(config, "gradient_surgery")
-    parts.surgery = surgeon.gradient_surgery(config, model) if surgeon is not None else None
-    parts.load_run, parts.train_run = load_run, run
-    clock.components = {"run": parts}
-    return parts
-
-
-def run_adamw(config: RunConfig, model: MultitaskBert, weighting=None):
-    """A multi-task run's AdamW: the encoder (and its towers) at ``--lr``, the heads and any learned loss
-    weights (no weight decay on those) at ``--head_lr``."""
-    t = config.train
-    return build_adamw(config, [ParamSet(model.encoder_parameters()),
-                                ParamSet(model.heads.named_parameters(), lr=t.head_lr),
-                                ParamSet(weighting.named_parameters() if weighting else [], lr=t.head_lr,
-                                         decay=False)], lr=t.lr)
-
-
-def run_regularizers(config: RunConfig, model: MultitaskBert) -> list:
-    """The enabled extensions' regularizers (e.g. SMART's), in the registry's order."""
-    return [r for r in (e.regularizer(config, model) for e in enabled(config)) if r is not None]
-
-
-def set_speed(model: MultitaskBert, config: RunConfig, place: Distributed, device: torch.device) -> torch.nn.Module:
-    """Apply ``SpeedConfig``; returns the model to call in training (DDP-wrapped under torchrun)."""
-    set_attention(model, config.speed.attention)   # the whole model: the encoder and any private towers
-    model.bert.set_sparse_word_embeddings(config.speed.sparse(place.enabled))
-    set_dropout(model, config.speed.dropout_masks)
-    if config.speed.compile:
-        model.bert.compile(dynamic=True)  # in place: parameter names (and checkpoints) are unchanged
-    forward_model = wrap_model(model, place, device)
-    if place.rank > 0:  # same initial weights (DDP copies process 0's), own dropout masks
-        torch.manual_seed(config.train.seed + place.rank)
-    return forward_model
-
-
-def loader_for(config: RunConfig, tokenizer: BertTokenizer, place: Distributed):
-    def loader(examples, batch_size: int, shuffle: bool, seed: int = 0, max_length: int | None = None):
-        """Training loaders (shuffled) are sharded across processes; ``max_length`` None: ``--max_length``."""
-        return make_loader(examples, tokenizer, max_length or config.data.max_length, batch_size, shuffle=shuffle,
-                           seed=seed, bucket=config.speed.bucket, shard=place.shard if shuffle else None)
-    return loader
+    callbacks = Callbacks(log, clock, folder.scalars(resume), epoch_saver(folder, inputs.model, inputs.tokenizer),
+                          ask_scheduler if config.output.wait_after_eval else None)   # minbert-search's ASHA
+    parallel = Parallel(place.rank, place.shard, lambda model: wrap_model(model, place, device),
+                        partial(average_gradients, place=place) if place.enabled else None)
+    run = build_run(config, Inputs(inputs.model, inputs.tokenizer, inputs.splits, inputs.data_dir), device,
+                    precision, plugins(config), callbacks, parallel)
+    clock.track(run)
+    return run
 
 
 def epoch_saver(folder: RunFolder, model: MultitaskBert, tokenizer: BertTokenizer):
@@ -374,10 +317,3 @@ def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], t
             if read_report.bad_rows:
                 log.result(f"warning: {read_report.summary()}")
     return splits, report
-
-
-# What --resume takes from the command line; every other flag comes from the saved configuration.
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)

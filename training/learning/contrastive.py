@@ -79,6 +79,10 @@ class ContrastiveObjective(Objective):
         loss = self.loss_fn([to_device(encoding, self.run.device) for encoding in batch["inputs"]], batch)
         return loss, {self.name: loss}
 
+    def states(self) -> dict[str, object]:
+        curve = self.sts_dev.states() if self.sts_dev is not None else {}
+        return {"optimizer": self.optimizer, **{f"sts_dev.{name}": state for name, state in curve.items()}}
+
     def start(self, progress: dict) -> None:
         if self.sts_dev is not None:
             self.sts_dev.start(progress.setdefault("sts_dev", {}))

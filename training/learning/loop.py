@@ -15,13 +15,16 @@ from typing import Iterable
 import torch
 from tqdm.auto import tqdm
 
+from .callbacks import Log, Scalars, StepClock
 from .gradients import TaskGradients
 from .precision import Precision
-from ..harness.resume import TrainingClock, TrainingDiverged
-from ..harness.run_log import RunLog
-from ..harness.tensorboard import Scalars
 
 CURVE_EVERY = 10  # batches per point of a logged loss curve; steps per point of the learning-rate curve
+
+
+class TrainingDiverged(Exception):
+    """Training produced a non-finite loss or non-finite weights. The run stops; no checkpoint of
+    the bad state is written, so the checkpoints already there are the last good ones."""
 
 
 class Objective:
@@ -47,6 +50,10 @@ class Objective:
 
     def examples(self, batch) -> int:
         return len(batch["ids"])
+
+    def states(self) -> dict[str, object]:
+        """What a checkpoint saves of the objective, by name: objects with ``state_dict`` and ``load_state_dict``."""
+        return {"optimizer": getattr(self, "optimizer", None)}
 
     def start(self, progress: dict) -> None:
         """Called once with the stage's progress (the saved one when resuming into this stage)."""
@@ -89,21 +96,30 @@ class Objective:
 
 
 class TrainingLoop:
-    """Trains objectives one after the other on one clock (``clock=None``: no checkpoints, no resume).
+    """Trains objectives one after the other on one ``clock`` (``callbacks.StepClock``: it counts; the
+    harness's resume clock also replays and checkpoints), sending each step's numbers to ``scalars``.
     ``grad_accum`` batches make one optimizer step (each loss divided by their number);
     ``max_grad_norm`` clips the global gradient norm before each step; ``schedule(optimizer,
     total_steps)`` makes each objective's ``torch.optim.lr_scheduler`` over all its optimizer steps
     (``warmup_then_linear_decay``), stepped after each optimizer step. At 1 and None they change nothing.
     """
 
-    def __init__(self, precision: Precision, log: RunLog, clock: TrainingClock | None = None,
+    def __init__(self, precision: Precision, log: Log = Log(), clock: StepClock | None = None,
                  max_grad_norm: float | None = None, schedule=None, grad_accum: int = 1, scalars: Scalars = Scalars()):
-        self.precision, self.log, self.clock = precision, log, clock or TrainingClock.off()
+        self.precision, self.log, self.clock = precision, log, clock or StepClock()
         self.max_grad_norm, self.schedule, self.grad_accum = max_grad_norm, schedule, grad_accum
         self.scalars = scalars   # TensorBoard: each step's losses, learning rates, gradient norm, examples/s
         self.grad_norm: float | None = None
         self.objective: Objective | None = None   # the one being trained (its optimizer is checkpointed)
         self.scheduler = None
+
+    def states(self) -> dict[str, object]:
+        """What a checkpoint saves of the loop: the fp16 gradient scaler, the objective being trained, the
+        learning-rate schedule (``Run.states`` names them)."""
+        objective = self.objective.states() if self.objective is not None else {}
+        return {**({"precision.scaler": self.precision.scaler} if self.precision.scaler is not None else {}),
+                **{f"objective.{name}": state for name, state in objective.items()},
+                **({"scheduler": self.scheduler} if self.scheduler is not None else {})}
 
     def train(self, objective: Objective) -> dict:
         """Run ``objective`` for its epochs; returns ``objective.result``."""
@@ -215,7 +231,7 @@ class TrainingLoop:
             if self.max_grad_norm is not None:
                 precision.unscale(optimizer)
                 norm = clip_grad_norm([p for g in optimizer.param_groups for p in g["params"]], self.max_grad_norm)
-                self.grad_norm = float(norm) if self.scalars.writer is not None else None   # TensorBoard's only
+                self.grad_norm = float(norm) if self.scalars.recording else None   # TensorBoard's only
             precision.step(optimizer)
             if self.scheduler is not None:
                 self.scheduler.step()

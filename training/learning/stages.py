@@ -14,19 +14,17 @@ import torch
 from training.data.readers import Example
 from minbert import BertTokenizer
 
+from .callbacks import Log
 from .calibration import calibrate_heads
 from .evaluate import TaskPredictions, predict
 from .loop import Objective, TrainingLoop
-from ..harness.run_log import RunLog
 from .schedule import RoundRobinScheduler
 from .task_loss import TaskLoss
 from .tasks import format_metrics, overall_score
-from ..harness.trial_control import ask_scheduler
 
 if TYPE_CHECKING:   # annotations only
     from ..configuration.sections import RunSettings
     from .gradients import GradientSurgery
-    from ..harness.loaded_run import LoadedRun
 
 
 class BatchOrder(Protocol):
@@ -38,15 +36,14 @@ class BatchOrder(Protocol):
 
 @dataclass
 class Run:
-    """One training run's parts, built once. The resume clock saves the state of everything
-    reachable from here (``resume.resumable_state``), so a new stateful part needs no registering."""
+    """One training run's parts, built once (``recipe.build_run``). ``states`` lists what a checkpoint saves."""
     config: RunSettings
     model: torch.nn.Module                     # heads.MultitaskBert
     forward_model: torch.nn.Module             # the same, or its DistributedDataParallel wrapper
     splits: dict[str, dict[str, list[Example]]]   # task -> split -> examples (``extensions.splits_needed``)
     loader: Callable                           # (examples, batch_size, shuffle, seed, max_length=None) -> DataLoader
     device: torch.device
-    log: RunLog                                # log(info), log.result(epoch lines, warnings)
+    log: Log                                   # log(info), log.result(epoch lines, warnings)
     optimizer: torch.optim.Optimizer           # encoder + heads (+ learned loss weights)
     task_loss: TaskLoss
     loop: TrainingLoop
@@ -56,9 +53,20 @@ class Run:
     joint: bool = False                        # a multi-task step is a group of one batch per task (Extension.joint)
     batch_order: BatchOrder | None = None      # the extension deciding the multi-task batch order, or None: --rr's
     surgery: GradientSurgery | None = None     # an extension's per-task gradient hook, or None
-    # the trainer's own entry points, handed down so that the extensions below it need not import it
-    load_run: Callable[[Path], LoadedRun] | None = None   # a finished run's folder as a model (``runs.load_run``)
-    train_run: Callable[[RunSettings], dict] | None = None  # a whole run of a configuration (``trainer.run``)
+    # asked after each dev evaluation (its record); True stops multi-task training there (a search's scheduler)
+    should_stop: Callable[[dict], bool] | None = None
+
+    def states(self) -> dict[str, object]:
+        """Everything a checkpoint saves besides the model's weights, each object once, by the path it is
+        reached by (``optimizer``, ``task_loss.weighting``, ``loop.objective.optimizer``, ...): the names that
+        checkpoints have always used."""
+        found: dict[str, object] = {}
+        parts = {"optimizer": self.optimizer, **{f"task_loss.{k}": v for k, v in self.task_loss.states().items()},
+                 **{f"loop.{k}": v for k, v in self.loop.states().items()}}
+        for name, state in parts.items():
+            if state is not None and all(state is not seen for seen in found.values()):
+                found[name] = state
+        return found
 
 
 def task_loaders(run: Run, seed: int) -> dict:
@@ -151,7 +159,7 @@ class MultitaskObjective(TaskObjective):
         self.best = {"score": -float("inf"), "epoch": None, "step": None, "state": None, "dev": None}
         if saved is not None:  # resuming: the best evaluation before the crash
             dev = {k: TaskPredictions.from_dict(v) for k, v in saved["dev"].items()}
-            self.best = {"step": None, **saved, "dev": dev, "state": self.run.loop.clock.checkpoint.best_state()}
+            self.best = {"step": None, **saved, "dev": dev, "state": self.run.loop.clock.saved_best_state()}
 
     def step_done(self, step: int, progress: dict) -> bool:
         every = self.run.config.train.eval_every
@@ -206,7 +214,7 @@ class MultitaskObjective(TaskObjective):
             progress["stopped"] = {"step": step - self.first_step, "epoch": record["epoch"], "patience": patience,
                                    "best_epoch": self.best["epoch"], "best_step": self.best["step"]}
         run.on_epoch_end(self.saved(progress, improved))
-        if run.config.output.wait_after_eval and not progress.get("stopped") and ask_scheduler(
+        if run.should_stop is not None and not progress.get("stopped") and run.should_stop(
                 {"evaluation": len(progress["evaluations"]) or record["epoch"], "epoch": record["epoch"],
                  "step": record.get("step"), "run_step": step, "dev": metrics, "dev_overall": score,
                  "best": self.best["score"]}) and not last:

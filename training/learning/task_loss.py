@@ -1,25 +1,31 @@
 """The loss of one supervised step on task batches (QQP pre-training and multi-task training): each
-task's loss (its ``Task`` row) against the gold labels or an extension's ``targets``, plus the
-extensions' ``regularizers`` (e.g. SMART), combined by a loss weighting when a step holds one batch
-of every task (the joint loss).
+task's loss (its ``Task`` row) against the gold labels, plus the extensions' ``regularizers`` (e.g. SMART),
+combined by a loss weighting when a step holds one batch of every task (the joint loss).
 """
 from __future__ import annotations
+
+from typing import Callable, Iterable
 
 import torch
 
 from .device import to_device
-from ..harness.distributed import Distributed, average_gradients
 from .losses import LossWeighting
 from .tasks import Task, loss_of
 
 
 class TaskLoss:
+    """``forward_model``: the model to call (its DistributedDataParallel wrapper under torchrun).
+    ``average_gradients``: given only with several processes, the all-reduce (``training/harness/distributed.py``)
+    of the gradients the DDP wrapper does not average (learned loss weights); then a step's tasks share one
+    forward call, as DDP allows one forward per backward."""
+
     def __init__(self, model, tasks: dict[str, Task], device: torch.device, regularizers: tuple = (),
-                 weighting: LossWeighting | None = None, forward_model=None, place: Distributed = Distributed()):
-        self.model, self.device, self.weighting, self.place = model, device, weighting, place
+                 weighting: LossWeighting | None = None, forward_model=None,
+                 average_gradients: Callable[[Iterable[torch.Tensor]], None] | None = None):
+        self.model, self.device, self.weighting = model, device, weighting
+        self.average_gradients = average_gradients
         self.tasks = tasks                        # the run's Task rows by name
         self.regularizers = tuple(regularizers)   # each adds its term to every task loss, in this order
-        self.targets: tuple = ()                  # each replaces the labels by its targets, in this order
         # the clean forward goes through the DistributedDataParallel wrapper when there is one;
         # the regularizers' extra passes use the model itself (their gradients join the same backward)
         self.forward_model = forward_model if forward_model is not None else model
@@ -27,7 +33,7 @@ class TaskLoss:
     def __call__(self, batches: list[tuple[str, dict]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The (weighted) sum of the losses of ``batches``, ``(task, batch)`` pairs, and each task's loss
         (the sum of its batches' losses, when a group holds a task twice)."""
-        if self.place.enabled and len(batches) > 1:
+        if self.average_gradients is not None and len(batches) > 1:
             # DistributedDataParallel allows one forward per backward: all tasks in one call
             names = tuple(name for name, _ in batches)
             inputs = tuple(self.inputs(batch) for _, batch in batches)
@@ -49,23 +55,28 @@ class TaskLoss:
         model's output on the batch and the batch on the device, when already computed."""
         inputs = self.inputs(batch) if inputs is None else inputs
         output = self.forward_model(name, inputs) if output is None else output
-        labels = batch["labels"].to(self.device)
-        for make_targets in self.targets:
-            labels = make_targets(name, batch, labels)
-        loss = loss_of(self.model, self.tasks[name])(output, labels)
+        loss = loss_of(self.model, self.tasks[name])(output, batch["labels"].to(self.device))
         for regularizer in self.regularizers:
             loss = regularizer.add(loss, name, inputs, output)
         return loss
+
+    def states(self) -> dict[str, object]:
+        """What a checkpoint saves of the loss: the loss weighting, each regularizer's ``states()``."""
+        found = {"weighting": self.weighting} if self.weighting is not None else {}
+        for i, regularizer in enumerate(self.regularizers):
+            states = regularizer.states() if hasattr(regularizer, "states") else {}
+            found |= {f"regularizers.{i}.{name}": state for name, state in states.items()}
+        return found
 
     def inputs(self, batch: dict) -> list[dict]:
         return [to_device(encoding, self.device) for encoding in batch["inputs"]]
 
     def after_backward(self) -> None:
         """Learned loss weights are no part of the DDP model: average their gradients by hand."""
-        if self.weighting is not None:
-            average_gradients(self.weighting.parameters(), self.place)
+        if self.weighting is not None and self.average_gradients is not None:
+            self.average_gradients(self.weighting.parameters())
 
     def after_step(self) -> None:
-        for hook in (*self.targets, *self.regularizers):
+        for hook in self.regularizers:
             if hasattr(hook, "after_step"):
                 hook.after_step()

@@ -20,7 +20,7 @@ import numpy as np
 from training.data.readers import DataError, read_utf8
 from minbert.atomic import atomic_path
 
-from ..harness.cli import check_overwrite, run_command
+from .command import check_overwrite, run_command
 from ..configuration.sections import DataConfig, TrainConfig, add_flags
 from ..harness.runs import load_run
 

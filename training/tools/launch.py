@@ -4,7 +4,7 @@
 
 It takes torchrun's flags (``torch.distributed.run``) and starts the same processes; only the end differs.
 Under torchrun a bad configuration is one line from process 0 (the others record theirs in their error
-files: training/harness/cli.py) and then torchrun's ``ChildFailedError`` report and traceback; SIGTERM to torchrun
+files: training/tools/command.py) and then torchrun's ``ChildFailedError`` report and traceback; SIGTERM to torchrun
 exits 1 with a traceback. Here a failed run is one line and the failed process's exit code (process 0's
 line, or, when another process failed and process 0 did not say why, that one's), and SIGTERM or Ctrl-C
 goes to every process (each ends "interrupted", resumable) and exits 143 / 130, as one process does.
@@ -53,7 +53,7 @@ def report_failure(failures: dict[int, ProcessFailure]) -> int:
 
 
 def recorded(failure: ProcessFailure | None) -> bool:
-    """Whether the process wrote its line and exit code in its error file (training/harness/cli.py)."""
+    """Whether the process wrote its line and exit code in its error file (training/tools/command.py)."""
     return failure is not None and isinstance(failure.error_file_data, dict) \
         and isinstance(failure.error_file_data.get("exit_code"), int)
 

@@ -28,7 +28,7 @@ from typing import Sequence
 from training.data.readers import DataError, guess_delimiter, read_examples, read_header, resolve_data_dir
 from minbert.atomic import check_folder, make_folder
 
-from ..harness.cli import check_overwrite, run_command
+from .command import check_overwrite, run_command
 from ..configuration.sections import DataConfig, TrainConfig, add_flags
 from ..harness.outputs import prediction_path, write_json, write_predictions
 from ..harness.runs import load_run

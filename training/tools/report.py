@@ -35,8 +35,9 @@ import numpy as np
 
 from minbert.atomic import write_text_atomic
 
-from ..harness.cli import run_command
+from .command import run_command
 from ..configuration.run_config import RunConfig
+from ..configuration.sections import removed_extension, saved_values
 from ..harness.curves import MatplotlibMissing
 from .. import extensions
 from ..extensions.base import saved_flag
@@ -533,7 +534,8 @@ def looks_like_run(path: Path) -> bool:
 
 
 def read_run(folder: Path) -> RunRow:
-    """One run folder -> its row; never raises on a missing, corrupt or partial ``metrics.json``."""
+    """One run folder -> its row; never raises on a missing, corrupt or partial ``metrics.json``. A run that used
+    a removed extension is a row of its own saying so (``removed_extension``), neither pooled nor compared."""
     path = folder / "metrics.json"
     if not path.is_file():
         return RunRow(folder.name, "incomplete (no metrics.json)", folder=folder)
@@ -544,6 +546,8 @@ def read_run(folder: Path) -> RunRow:
     if not isinstance(data, dict):
         return RunRow(folder.name, "corrupt metrics.json", folder=folder)
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    if refused := removed_extension(saved_values(config)):   # its row would pass for another: no row of the table
+        return RunRow(folder.name, f"refused: {refused}", folder=folder)
     try:
         known = saved_tasks(config)   # the run's own tasks (--task_file) get their columns too
     except ValueError:

@@ -23,7 +23,8 @@ from training.data.readers import DataError
 from minbert.errors import describe
 from minbert.weights import WeightsError
 
-from .resume import ResumeError, TrainingDiverged
+from ..learning.loop import TrainingDiverged
+from ..harness.resume import ResumeError
 
 # what a user can cause and fix: bad data, weights, flags, folders, a run that diverged
 USER_ERRORS = (DataError, WeightsError, ResumeError, TrainingDiverged, ValueError, OSError)

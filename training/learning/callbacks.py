@@ -1,0 +1,70 @@
+"""What the training loop hands to the world around it, with defaults that keep the kernel whole on its own.
+
+The loop (``loop.py``) and the objectives call three things that are not learning: a ``StepClock`` (the run's
+optimizer-step count; the harness's resume clock, ``training/harness/resume.py``, also replays steps done before
+a crash and writes checkpoints), a ``Scalars`` sink (each step's losses and learning rates; the harness's
+TensorBoard writer keeps them) and a ``Log`` (progress and result lines; the harness's ``RunLog`` adds
+``--quiet`` and ``--log_file``). The defaults here count, drop and print, so a test, a study script or a
+reader can train with the kernel alone. This is fastai's idea: the loop is the learning; everything else is
+called back.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class StepClock:
+    """Counts the run's optimizer steps across its stages and holds the running stage's ``progress`` (a
+    JSON-serialisable dict the stage mutates). The hooks below do nothing here; the resume clock overrides them."""
+
+    def __init__(self):
+        self.step, self.stage, self.progress = 0, None, {}
+
+    def begin_stage(self, name: str, progress: dict) -> dict:
+        """Start stage ``name``; returns the progress dict it then mutates (a resumed run's saved one)."""
+        self.stage, self.progress = name, progress
+        return progress
+
+    def skip_step(self) -> bool:
+        """True for a step that was done before (a resumed run replays it without computing)."""
+        return False
+
+    def catch_up(self) -> None:
+        """Called before any computation that is not a step (an evaluation, an epoch's end)."""
+
+    def step_done(self) -> None:
+        self.step += 1
+
+    def save(self) -> None:
+        """An epoch ended: a moment to write a checkpoint."""
+
+    def last_good(self) -> str:
+        """Where the last good state is, for the message that stops a diverged run."""
+        return "nothing was saved"
+
+    def saved_best_state(self) -> dict[str, torch.Tensor] | None:
+        """The best evaluation's weights saved before a crash (None: a run that starts afresh)."""
+        return None
+
+
+class Scalars:
+    """Where the loop sends each step's numbers (``add(tag, value, step)``); this one drops them.
+    ``recording`` says whether they are kept, so the loop skips numbers that cost a device sync otherwise."""
+    recording = False
+
+    def add(self, tag: str, value: float | None, step: int) -> None:
+        """One number of step ``step`` under ``tag`` (e.g. ``train_loss/multitask/sst``)."""
+
+
+class Log:
+    """Where a run's messages go: ``log(message)`` is progress, ``log.result(message)`` what a user always
+    wants (epoch lines, warnings). ``progress_bars``: draw tqdm bars; ``nested_progress_bars``: also bars
+    drawn inside another (dev scoring inside an epoch's bar)."""
+    progress_bars = True
+    nested_progress_bars = False
+
+    def __call__(self, message: str) -> None:
+        print(message, flush=True)
+
+    def result(self, message: str) -> None:
+        print(message, flush=True)

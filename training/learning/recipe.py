@@ -1,0 +1,131 @@
+"""The recipe: a run's parts, built once from its configuration. nanoGPT's train.py in one function.
+
+``build_run`` takes the configuration (read, never changed), what the harness read for it (``Inputs``: the model
+with its pretrained weights, the tokenizer, the examples), what the enabled extensions add (``Plugins``, made by
+the registry: ``training.extensions.plugins``), the harness's callbacks (``Callbacks``: the log, the step clock,
+the scalars, what to do after an evaluation) and, under torchrun, the data-parallel pieces (``Parallel``). It
+returns the ``Run`` (stages.py) that every stage trains: the model on its device, AdamW with the encoder at
+``--lr`` and the heads at ``--head_lr``, the task loss with the extensions' terms, the training loop.
+``stages.multitask_stage(run)`` then trains it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable
+
+import torch
+
+from heads import MultitaskBert
+from minbert import BertTokenizer
+from minbert.model import set_attention, set_dropout
+from training.data.batching import make_loader
+from training.data.readers import Example
+
+from .adamw import ParamSet, build_adamw
+from .callbacks import Log, Scalars, StepClock
+from .gradients import GradientSurgery
+from .loop import TrainingLoop, warmup_then_linear_decay
+from .losses import LossWeighting
+from .precision import Precision
+from .stages import BatchOrder, Run
+from .task_loss import TaskLoss
+
+if TYPE_CHECKING:   # annotations only
+    from ..configuration.sections import RunSettings
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a run reads before it starts (the harness reads and checks it)."""
+    model: MultitaskBert                          # pretrained encoder, fresh heads
+    tokenizer: BertTokenizer
+    splits: dict[str, dict[str, list[Example]]]   # task -> split -> examples
+    data_dir: Path | None = None                  # None when the run reads no task file
+
+
+@dataclass(frozen=True)
+class Plugins:
+    """What the enabled extensions add to multi-task training (their ``Extension`` hooks). The two factories
+    take the model as the recipe has made it ready (on its device, attention and dropout set)."""
+    weighting: LossWeighting | None = None        # a step is one batch of every task, their losses weighted
+    regularizers: Callable[[MultitaskBert], tuple] = lambda model: ()   # each adds a term to every task loss
+    joint: bool = False                           # each multi-task step takes one batch of every task
+    batch_order: BatchOrder | None = None         # the extension deciding the order of the task batches
+    surgery: Callable[[MultitaskBert], GradientSurgery] | None = None   # how the tasks' gradients combine
+
+
+def _nothing(saved: dict) -> None:
+    """The default ``on_evaluation``: keep nothing."""
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """What the harness plugs in (``callbacks.py``); the defaults print, count and keep nothing."""
+    log: Log = field(default_factory=Log)
+    clock: StepClock = field(default_factory=StepClock)
+    scalars: Scalars = field(default_factory=Scalars)
+    on_evaluation: Callable[[dict], None] = _nothing       # after each dev evaluation: save what improved
+    should_stop: Callable[[dict], bool] | None = None      # after each dev evaluation: True stops (a search)
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Several processes (torchrun) training one model: each takes its ``shard`` of every training batch,
+    calls the model through ``wrap`` (DistributedDataParallel) and averages the gradients DDP does not see."""
+    rank: int = 0
+    shard: tuple[int, int] | None = None                               # (rank, processes) or None: one process
+    wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda model: model
+    average_gradients: Callable[[Iterable[torch.Tensor]], None] | None = None
+
+
+def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precision: Precision,
+              plugins: Plugins = Plugins(), callbacks: Callbacks = Callbacks(), parallel: Parallel = Parallel()) -> Run:
+    """Every part of a run, once, in the order that fixes its random draws (a run is replayed bit for bit)."""
+    t, model = config.train, inputs.model.to(device)
+    weighting = plugins.weighting.to(device) if plugins.weighting is not None else None
+    optimizer = run_adamw(config, model, weighting)
+    trained = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
+    callbacks.log(f"parameters: {sum(p.numel() for p in model.parameters()):,} in the model, {trained:,} trained "
+                  f"(option {config.model.option})")
+    forward_model = set_speed(model, config, parallel)
+    task_loss = TaskLoss(model, config.tasks(), device, plugins.regularizers(model), weighting, forward_model,
+                         parallel.average_gradients)
+    loop = TrainingLoop(precision, callbacks.log, callbacks.clock, t.max_grad_norm, grad_accum=t.grad_accum,
+                        schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio),
+                        scalars=callbacks.scalars)
+    return Run(config, model, forward_model, inputs.splits, loader_for(config, inputs.tokenizer, parallel.shard),
+               device, callbacks.log, optimizer, task_loss, loop, callbacks.on_evaluation, inputs.tokenizer,
+               inputs.data_dir, plugins.joint, plugins.batch_order,
+               plugins.surgery(model) if plugins.surgery is not None else None, callbacks.should_stop)
+
+
+def run_adamw(config: RunSettings, model: MultitaskBert, weighting: LossWeighting | None = None):
+    """A multi-task run's AdamW: the encoder (and its towers) at ``--lr``, the heads and any learned loss
+    weights (no weight decay on those) at ``--head_lr``."""
+    t = config.train
+    return build_adamw(config, [ParamSet(model.encoder_parameters()),
+                                ParamSet(model.heads.named_parameters(), lr=t.head_lr),
+                                ParamSet(weighting.named_parameters() if weighting else [], lr=t.head_lr,
+                                         decay=False)], lr=t.lr)
+
+
+def set_speed(model: MultitaskBert, config: RunSettings, parallel: Parallel = Parallel()) -> torch.nn.Module:
+    """Apply ``SpeedConfig``; returns the model to call in training (``parallel.wrap``'s, under torchrun)."""
+    set_attention(model, config.speed.attention)   # the whole model: the encoder and any private towers
+    model.bert.set_sparse_word_embeddings(config.speed.sparse(parallel.shard is not None))
+    set_dropout(model, config.speed.dropout_masks)
+    if config.speed.compile:
+        model.bert.compile(dynamic=True)  # in place: parameter names (and checkpoints) are unchanged
+    forward_model = parallel.wrap(model)
+    if parallel.rank > 0:  # same initial weights (DDP copies process 0's), own dropout masks
+        torch.manual_seed(config.train.seed + parallel.rank)
+    return forward_model
+
+
+def loader_for(config: RunSettings, tokenizer: BertTokenizer, shard: tuple[int, int] | None = None):
+    def loader(examples, batch_size: int, shuffle: bool, seed: int = 0, max_length: int | None = None):
+        """Training loaders (shuffled) are sharded across processes; ``max_length`` None: ``--max_length``."""
+        return make_loader(examples, tokenizer, max_length or config.data.max_length, batch_size, shuffle=shuffle,
+                           seed=seed, bucket=config.speed.bucket, shard=shard if shuffle else None)
+    return loader
