@@ -62,9 +62,9 @@ from training.data.readers import resolve_data_dir
 from minbert import BertTokenizer
 from minbert.atomic import write_text_atomic
 from minbert.weights import resolve_model_dir
-from training.learning.adamw import ParamSet, build_adamw
+from training.learning.recipe import ParamSet, build_adamw
 from training.configuration.sections import DataConfig, ModelConfig, SpeedConfig, TrainConfig, add_flags
-from training.learning.device import pick_device
+from training.harness.distributed import pick_device
 from training.learning.evaluate import predict
 from training.learning.loop import Objective, TrainingLoop
 from training.learning.precision import Precision

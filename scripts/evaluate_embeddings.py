@@ -26,7 +26,7 @@ from training.data.senteval import find_datasets
 from heads.pooling import TOKEN_REDUCTIONS, applied_reduction
 from training.tools.command import run_command
 from training.configuration.sections import DataConfig, ModelConfig, TrainConfig, add_flags
-from training.learning.device import pick_device
+from training.harness.distributed import pick_device
 from training.harness.outputs import write_json
 from training.harness.runs import LoadedRun, load_run, pretrained_run
 from training.learning.similarity import DEFAULT_BATCH_SIZE, average_over_datasets, correlations, score_dataset

@@ -34,12 +34,13 @@ import torch.nn.functional as F
 from training.data.batching import make_loader
 from training.data.readers import resolve_data_dir
 from scripts.probe import TASK_CHOICES, read_split
-from training.learning.adamw import ParamSet, build_adamw
+from training.learning.recipe import ParamSet, build_adamw
 from training.harness.checkpoint import save_checkpoint
 from training.tools.command import run_command
 from training.configuration.sections import SPLIT_FLAGS, DataConfig, ModelConfig, TrainConfig, add_flags, section_from_args
 from training.configuration.run_config import RunConfig
-from training.learning.device import pick_device, to_device
+from training.data.batching import to_device
+from training.harness.distributed import pick_device
 from training.configuration.flags import add_refused
 from training.learning.loop import CURVE_EVERY, Objective, TrainingLoop
 from training.learning.losses import label_contrastive_loss

@@ -218,6 +218,8 @@ def resolved_imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
 # layer of training/ -> the project's modules (prefixes) it may import; the kernel's rule is issue 73's
 TRAINING_LAYERS = {
     "learning": ("minbert", "heads", "training.data", "training.configuration", "training.learning"),
+    "extensions": ("minbert", "heads", "training.data", "training.configuration", "training.learning",
+                   "training.extensions"),
     "harness": ("minbert", "heads", "training.data", "training.configuration", "training.learning",
                 "training.extensions", "training.harness"),
 }
@@ -226,7 +228,8 @@ TRAINING_LAYERS = {
 @pytest.mark.parametrize("layer", sorted(TRAINING_LAYERS))
 def test_a_training_layer_imports_only_what_lies_below_it(layer):
     """The learning kernel imports minbert, heads, training/data, the configuration and itself: never the harness
-    (run folder, resume, outputs, ends), the tools or the command; the harness never the tools."""
+    (run folder, resume, outputs, ends), the tools or the command; the extensions plug into the kernel and never
+    reach the harness either; the harness never imports the tools."""
     files = sorted((ROOT / "training" / layer).rglob("*.py"))
     assert len(files) > 10, layer
     allowed = TRAINING_LAYERS[layer]

@@ -22,7 +22,7 @@ import training.tools.grid
 from training.configuration.sections import CORE_SECTIONS
 from training.configuration.run_config import RunConfig
 from training.extensions import EXTENSIONS
-from training.extensions.base import Extension
+from training.extensions.base import Extension, GradientSurgery
 from training.configuration.flags import flag
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -128,7 +128,7 @@ class FreezeShared(Extension):
     def gradient_surgery(self, config, model):
         recorder = self
 
-        class NoEncoderGradient:
+        class NoEncoderGradient(GradientSurgery):
             params = [p for _, p in model.encoder_parameters()]
 
             def combine(self, grads, step):
@@ -205,7 +205,7 @@ TOY_MODULE = '''"""A toy extension: a batch order and a gradient surgery, writte
 from dataclasses import dataclass
 
 from ..configuration.flags import flag
-from .base import Extension
+from .base import Extension, GradientSurgery
 
 
 @dataclass
@@ -221,7 +221,7 @@ class ToyHooks(Extension):
         return [list(sizes)[i % len(sizes)] for i in range(steps)]
 
     def gradient_surgery(self, config, model):
-        class Sum:
+        class Sum(GradientSurgery):
             params = [p for _, p in model.encoder_parameters()]
 
             def combine(self, grads, step):

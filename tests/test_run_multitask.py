@@ -205,13 +205,13 @@ def test_docs_flags_names_every_flag_of_help():
 def test_warmup_schedule_and_no_decay_groups_reach_the_run(tmp_path, tiny_model_dir, monkeypatch):
     """--warmup_ratio: the logged learning rate rises then falls (the multi-task stage's curve);
     --no_decay_bias_norm: the run's optimizer keeps biases and LayerNorm weights in groups without decay."""
-    import training.learning.adamw
-    built, real_adamw = [], training.learning.adamw.AdamW
+    import training.learning.recipe
+    built, real_adamw = [], training.learning.recipe.AdamW
 
     def recording_adamw(params, **kwargs):
         built.append(real_adamw(params, **kwargs))
         return built[-1]
-    monkeypatch.setattr(training.learning.adamw, "AdamW", recording_adamw)
+    monkeypatch.setattr(training.learning.recipe, "AdamW", recording_adamw)
     assert run(tmp_path, tiny_model_dir, "--warmup_ratio", "0.5", "--no_decay_bias_norm", "--lr", "1e-3",
                "--batch_size", "2") == 0   # 2 epochs of 24 steps: a point every 10
     metrics = json.loads((tmp_path / "smoke" / "metrics.json").read_text())

@@ -45,7 +45,7 @@ def optional_int(text: str) -> int | None:
 def device_name(text: str) -> str:
     """A ``--device`` value: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (N a GPU's index, written as torch
     writes it), checked as the flag is parsed, so a typo is a usage line before anything starts; whether
-    that GPU exists is ``training.learning.device.pick_device``'s question."""
+    that GPU exists is ``training.harness.distributed.pick_device``'s question."""
     found = re.fullmatch(r"(auto|cpu|cuda)(?::([0-9]+))?", text.strip())
     if found is None or (found[2] is not None and found[1] != "cuda"):
         raise argparse.ArgumentTypeError(f"{text!r}: give auto, cpu, cuda or cuda:N (N a GPU's index, e.g. cuda:1)")

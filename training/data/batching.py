@@ -165,3 +165,8 @@ def _labels_tensor(batch: list[Example]) -> torch.Tensor | None:
     if any(label is None for label in labels):
         raise ValueError("a batch mixes labelled and unlabelled examples")
     return torch.tensor(labels, dtype=torch.long if all(isinstance(label, int) for label in labels) else torch.float)
+
+
+def to_device(encoding: dict, device: torch.device) -> dict:
+    """A batch's encoding (``input_ids``, ``attention_mask``, ...) on ``device``."""
+    return {key: value.to(device, non_blocking=True) for key, value in encoding.items()}

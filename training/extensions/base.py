@@ -10,9 +10,11 @@ the report ask one list (``training.extensions.ideas()``) and never name an idea
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
-from ..learning.gradients import GradientSurgery   # the hook's base class lives beside the loop's gradients
+import torch
+
+from ..learning.callbacks import GradientHook
 
 if TYPE_CHECKING:   # annotations only
     from ..configuration.sections import RunSettings
@@ -114,10 +116,46 @@ class Extension(Idea):
         resumed run replays it."""
         return None
 
-    def gradient_surgery(self, config: RunSettings, model) -> GradientSurgery | None:
-        """A ``GradientSurgery`` that sees each task's gradient of a multi-task step and returns the
-        gradient to apply, or None."""
+    def gradient_surgery(self, config: RunSettings, model) -> GradientHook | None:
+        """A gradient hook (usually a ``GradientSurgery``) that takes each task's loss of a multi-task step and
+        leaves the gradient to apply, or None."""
         return None
+
+
+class GradientSurgery(GradientHook):
+    """A gradient hook that combines the tasks' gradients on ``params`` (PCGrad: ``pcgrad.py``): each task's loss of
+    a step is backpropagated alone and its gradient on ``params`` set aside; when the step's batches are done,
+    ``combine`` turns them into the gradient to apply (before clipping). Other parameters (a task's head, its private
+    layers) keep the plain sum of their tasks' gradients. Subclasses set ``params`` and implement ``combine``."""
+    params: list[torch.Tensor]
+
+    def combine(self, grads: dict[str, list[torch.Tensor | None]], step: int) -> list[torch.Tensor | None]:
+        """Task -> its gradient of each of ``params`` (None where the task does not reach it) -> the gradient to
+        apply to each; ``step`` is the run's optimizer step, from 1 (a seed for any randomness, so a resumed run
+        draws the same)."""
+        raise NotImplementedError
+
+    def backward(self, losses: dict[str, torch.Tensor], backward: Callable[[torch.Tensor], None], batches: int) -> None:
+        """Backpropagate each task's loss alone (divided by ``batches``, as the loop does) and move its gradient on
+        ``params`` aside, added to what the step's earlier batches gave that task. Tasks' graphs share parameters,
+        not activations, so no graph is kept for the next task."""
+        grads = self.__dict__.setdefault("grads", {})   # this step's, task by task
+        for task, loss in losses.items():
+            if not loss.requires_grad:
+                continue
+            backward(loss / batches if batches > 1 else loss)
+            kept = grads.setdefault(task, [None] * len(self.params))
+            for i, p in enumerate(self.params):
+                if p.grad is not None:
+                    kept[i] = p.grad if kept[i] is None else kept[i] + p.grad
+                    p.grad = None
+
+    def apply(self, step: int) -> None:
+        """Put the combination of the step's task gradients in ``.grad``; the next step starts afresh."""
+        grads = self.__dict__.pop("grads", {})
+        combined = self.combine(grads, step) if grads else [None] * len(self.params)
+        for p, grad in zip(self.params, combined):
+            p.grad = grad
 
 
 def saved_flag(saved, name: str, default=None):

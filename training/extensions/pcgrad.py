@@ -2,19 +2,18 @@
 multi-task step takes one batch of every task; where two tasks' gradients on the shared encoder
 conflict (negative dot product), a task's gradient is projected onto the normal plane of the other's,
 g_i ← g_i − (g_i·g_j)/‖g_j‖² g_j, over the other tasks in random order; the projected gradients are
-summed. A task's private layers and head keep their own gradient. The surgery is the loop's per-task
-gradient hook (``Extension.gradient_surgery``, ``training/learning/gradients.py``).
+summed. A task's private layers and head keep their own gradient. ``ProjectConflicting`` is the loop's
+gradient hook (``Extension.gradient_surgery``, ``base.GradientSurgery``): the loop hands it each task's loss of a
+step instead of backpropagating their sum.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-
 import torch
 
 from ..configuration.flags import flag
-from ..learning.gradients import GradientSurgery
-from .base import Extension
+from .base import Extension, GradientSurgery
 
 
 @dataclass

@@ -7,6 +7,7 @@ CUDA; the model is wrapped in ``DistributedDataParallel`` (``find_unused_paramet
 step uses one task head); ``--batch_size`` stays the global batch, each process training on its slice
 (``data.batching.ShardedBatchSampler``). Every process evaluates the whole dev set, so they agree on
 the best epoch without more messages; only process 0 logs and writes. More: docs/long-runs.md.
+``pick_device`` chooses the device of ``--device`` (one process, or torchrun's local one).
 """
 from __future__ import annotations
 
@@ -37,6 +38,19 @@ class Distributed:
     def shard(self) -> tuple[int, int] | None:
         """``make_loader``'s ``shard`` argument for training loaders."""
         return (self.rank, self.world_size) if self.enabled else None
+
+
+def pick_device(choice: str) -> torch.device:
+    """``auto``: CUDA when available, else CPU; ``cuda`` (or ``cuda:N``) without that GPU is a one-line error."""
+    if choice.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {choice}: no CUDA device is available (use --device cpu or auto)")
+        index = torch.device(choice).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise ValueError(f"--device {choice}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(choice)
 
 
 def init_distributed(device: torch.device) -> tuple[Distributed, torch.device]:

@@ -53,9 +53,12 @@ class RunFolder:
         self.write = RunFiles(self.dir, self.place.is_main)
         return self
 
-    def start(self, data_dir: Path | None, data_report: dict, model_dir: Path, device: torch.device) -> None:
+    def start(self, config: RunConfig, inputs, device: torch.device) -> None:
         """Write metrics.json "running": a new run's, a restarted run's (its history kept) or a resumed one's
-        (the inputs it read checked unchanged, its sittings' wall time added up)."""
+        (the inputs it read checked unchanged, its sittings' wall time added up). ``config``: the run's, final
+        (its paths absolute); ``inputs``: the trainer's ``RunInputs``."""
+        self.config = config
+        data_dir, data_report, model_dir = inputs.data_dir, inputs.data_report, inputs.model_dir
         files = input_files(data_dir, data_report, model_dir)
         if self.resume is None and not self.restart:
             metrics = {"run_name": self.dir.name, "status": "running", "config": self.config.to_dict(),

@@ -22,7 +22,7 @@ from minbert.weights import resolve_model_dir
 from .checkpoint import EXPORTED_TOWER, RUN_CONFIG, load_checkpoint, saved_run_config
 from ..configuration.sections import ModelConfig
 from ..configuration.run_config import RunConfig
-from ..learning.device import pick_device
+from .distributed import pick_device
 from .loaded_run import LoadedRun
 from .outputs import scored_evaluations
 from .trial_control import STOPPED_EARLY

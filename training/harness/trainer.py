@@ -4,9 +4,10 @@ multi-task training, keep the best epoch on dev, write predictions, metrics and 
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -20,8 +21,7 @@ from minbert import BertConfig, BertTokenizer
 from .checkpoint import save_checkpoint
 from ..configuration.run_config import RunConfig
 from ..configuration.flags import absolute_paths
-from ..learning.device import pick_device
-from .distributed import Distributed, average_gradients, check_batch_size, init_distributed, wrap_model
+from .distributed import Distributed, average_gradients, check_batch_size, init_distributed, pick_device, wrap_model
 from ..learning.evaluate import predict
 from ..extensions import check_hooks, data_files_needed, enabled, enabled_stages, plugins, splits_needed
 from ..learning.loop import TrainingDiverged, per_second
@@ -59,8 +59,8 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     seed_everything(config.train.seed)
     with RunFolder(config, resume, place, started, log, lock) as folder:
         inputs = read_inputs(config, log)   # before the run starts: a run that cannot start leaves nothing
-        record_absolute_paths(config, inputs)
-        folder.start(inputs.data_dir, inputs.data_report, inputs.model_dir, device)
+        config = with_absolute_paths(config, inputs)   # the run's configuration from here on, never changed
+        folder.start(config, inputs, device)
         parts = assemble(config, inputs, folder, device, place, precision, log, resume)
         for name, stage in enabled_stages(config):
             stage_log = parts.loop.clock.finished_stage(name)
@@ -88,15 +88,12 @@ def check_processes(config: RunConfig, place: Distributed) -> None:
             raise ValueError(f"--{extension.name} runs in one process only: start it with python, not torchrun")
 
 
-@dataclass
-class RunInputs:
-    """Everything a run reads, read and checked before it starts."""
-    data_dir: Path | None              # None when the run reads no task file
-    model_dir: Path
-    model: MultitaskBert
-    tokenizer: BertTokenizer
-    splits: dict[str, dict[str, list[Example]]]
-    data_report: dict
+@dataclass(frozen=True)
+class RunInputs(Inputs):
+    """The kernel's ``Inputs`` (model, tokenizer, examples, data folder), read and checked before the run starts,
+    and what the run folder records of them."""
+    model_dir: Path | None = None
+    data_report: dict = field(default_factory=dict)   # file -> rows read and skipped
 
 
 def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
@@ -114,7 +111,7 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     hold_out_validation(splits, tasks, config.data.val_fraction, data_report, log)
     cap_dev(splits, config.data.max_eval_examples, log)
     check_evaluations(config, splits)
-    return RunInputs(data_dir, model_dir, model, tokenizer, splits, data_report)
+    return RunInputs(model, tokenizer, splits, data_dir, model_dir, data_report)
 
 
 def splits_to_read(config: RunConfig) -> dict[str, tuple[str, ...]]:
@@ -179,15 +176,17 @@ def check_evaluations(config: RunConfig, splits: dict) -> None:
                          "so it could never stop early")
 
 
-def record_absolute_paths(config: RunConfig, inputs: RunInputs) -> None:
-    """Absolute data and model folders, and every path flag, in the saved configuration: the run
-    resumes, and its model loads, from any working directory."""
+def with_absolute_paths(config: RunConfig, inputs: RunInputs) -> RunConfig:
+    """A copy of ``config`` with absolute data and model folders and every path flag absolute: the run resumes,
+    and its model loads, from any working directory."""
+    config = copy.deepcopy(config)
     if inputs.data_dir is not None:
         config.data.data_dir = str(inputs.data_dir.resolve())
     if config.model.model is not None:
         config.model.model = str(Path(config.model.model).resolve())
     for section in config.sections().values():   # the extensions' path flags (--ucl_data, --scl_data, ...)
         absolute_paths(section)
+    return config
 
 
 def check_against_model(config: RunConfig, bert: BertConfig, model_dir: Path) -> None:
@@ -214,8 +213,7 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
                           ask_scheduler if config.output.wait_after_eval else None)   # minbert-search's ASHA
     parallel = Parallel(place.rank, place.shard, lambda model: wrap_model(model, place, device),
                         partial(average_gradients, place=place) if place.enabled else None)
-    run = build_run(config, Inputs(inputs.model, inputs.tokenizer, inputs.splits, inputs.data_dir), device,
-                    precision, plugins(config), callbacks, parallel)
+    run = build_run(config, inputs, device, precision, plugins(config), callbacks, parallel)
     clock.track(run)
     return run
 

@@ -10,6 +10,8 @@ called back.
 """
 from __future__ import annotations
 
+from typing import Callable, Protocol
+
 import torch
 
 
@@ -68,3 +70,16 @@ class Log:
 
     def result(self, message: str) -> None:
         print(message, flush=True)
+
+
+class GradientHook(Protocol):
+    """A step's gradients taken task by task, then combined (PCGrad: ``training/extensions/pcgrad.py``). For each
+    batch of the step the loop hands ``backward`` the batch's losses, one per task, instead of backpropagating their
+    sum (``backward(loss)``: the loop's own, loss scaling included; ``batches``: the step's accumulation batches,
+    each loss to be divided by their number). Once the step's batches are done, ``apply(step)`` leaves in ``.grad``
+    the gradient that clipping and the optimizer see (``step``: the run's optimizer step, from 1)."""
+
+    def backward(self, losses: dict[str, torch.Tensor], backward: Callable[[torch.Tensor], None],
+                 batches: int) -> None: ...
+
+    def apply(self, step: int) -> None: ...

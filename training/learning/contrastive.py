@@ -10,9 +10,9 @@ from typing import Callable
 
 from training.data.readers import DataError
 
-from .adamw import ParamSet, build_adamw
-from .device import to_device
+from training.data.batching import to_device
 from .loop import Objective
+from .recipe import ParamSet, build_adamw
 from .stages import Run
 
 

@@ -9,13 +9,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from training.data.batching import make_loader
+from training.data.batching import make_loader, to_device
 from training.data.readers import Example
 from heads import pooled_size
 from heads.pooling import TOKEN_REDUCTIONS, applied_reduction, pool
 from minbert import BertModel, BertTokenizer
 
-from .device import to_device
 
 PROGRESS_FROM = 2000  # sentences from which ``encode`` shows a progress bar unless told
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .device import to_device
+from training.data.batching import to_device
 from .tasks import Task, loss_of
 
 

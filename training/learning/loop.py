@@ -15,8 +15,7 @@ from typing import Iterable
 import torch
 from tqdm.auto import tqdm
 
-from .callbacks import Log, Scalars, StepClock
-from .gradients import TaskGradients
+from .callbacks import GradientHook, Log, Scalars, StepClock
 from .precision import Precision
 
 CURVE_EVERY = 10  # batches per point of a logged loss curve; steps per point of the learning-rate curve
@@ -34,7 +33,7 @@ class Objective:
     log_prefix = ""           # epoch log lines read "<log_prefix>epoch N: ..."
     epochs = 1
     optimizer: torch.optim.Optimizer
-    surgery = None            # a GradientSurgery: ``loss``'s parts are then the task losses, summing to its total
+    surgery: GradientHook | None = None   # takes each task's loss of a step (``loss``'s parts) instead of one backward
 
     def batches(self, epoch: int) -> Iterable:
         """Epoch ``epoch``'s batches (from 1); replayed identically on resume (seeded loaders)."""
@@ -203,12 +202,11 @@ class TrainingLoop:
 
     def step(self, objective: Objective, *batches) -> dict[str, float]:
         """One optimizer step on the gradients of ``batches`` (several: accumulation); returns each part's mean.
-        With the objective's ``surgery``, each task's loss is backpropagated alone (``training/learning/gradients.py``)."""
-        precision, optimizer = self.precision, objective.optimizer
+        With the objective's ``surgery`` (a ``callbacks.GradientHook``), each task's loss goes to it instead."""
+        precision, optimizer, per_task = self.precision, objective.optimizer, objective.surgery
         optimizer.zero_grad(set_to_none=True)
         self.grad_norm = None   # the global gradient norm before clipping, for TensorBoard
         logged, learned = {}, False
-        per_task = TaskGradients(objective.surgery) if objective.surgery is not None else None
         for batch in batches:
             with precision.autocast():
                 total, parts = objective.loss(batch)

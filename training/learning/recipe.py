@@ -6,27 +6,27 @@ the registry: ``training.extensions.plugins``), the harness's callbacks (``Callb
 the scalars, what to do after an evaluation) and, under torchrun, the data-parallel pieces (``Parallel``). It
 returns the ``Run`` (stages.py) that every stage trains: the model on its device, AdamW with the encoder at
 ``--lr`` and the heads at ``--head_lr``, the task loss with the extensions' terms, the training loop.
+``build_adamw`` is the one place an AdamW is made (every stage and tool: nanoGPT's ``configure_optimizers``):
+no weight decay on biases and LayerNorm weights unless ``--decay_bias_norm``, per-group learning rates and
+the update kernel (``--adamw``: fused / foreach / loop) chosen once.
 ``stages.multitask_stage(run)`` then trains it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import torch
 
 from heads import MultitaskBert
-from minbert import BertTokenizer
+from minbert import AdamW, BertTokenizer, decay_groups
 from minbert.model import set_attention, set_dropout
 from training.data.batching import make_loader
 from training.data.readers import Example
 
-from .adamw import ParamSet, build_adamw
-from .callbacks import Log, Scalars, StepClock
-from .gradients import GradientSurgery
+from .callbacks import GradientHook, Log, Scalars, StepClock
 from .loop import TrainingLoop, warmup_then_linear_decay
-from .losses import LossWeighting
 from .precision import Precision
 from .stages import BatchOrder, Run
 from .task_loss import TaskLoss
@@ -48,11 +48,11 @@ class Inputs:
 class Plugins:
     """What the enabled extensions add to multi-task training (their ``Extension`` hooks). The two factories
     take the model as the recipe has made it ready (on its device, attention and dropout set)."""
-    weighting: LossWeighting | None = None        # a step is one batch of every task, their losses weighted
+    weighting: torch.nn.Module | None = None      # a losses.LossWeighting: one batch of every task a step, weighted
     regularizers: Callable[[MultitaskBert], tuple] = lambda model: ()   # each adds a term to every task loss
     joint: bool = False                           # each multi-task step takes one batch of every task
     batch_order: BatchOrder | None = None         # the extension deciding the order of the task batches
-    surgery: Callable[[MultitaskBert], GradientSurgery] | None = None   # how the tasks' gradients combine
+    surgery: Callable[[MultitaskBert], GradientHook] | None = None   # how the tasks' gradients combine
 
 
 def _nothing(saved: dict) -> None:
@@ -100,7 +100,7 @@ def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precisi
                plugins.surgery(model) if plugins.surgery is not None else None, callbacks.should_stop)
 
 
-def run_adamw(config: RunSettings, model: MultitaskBert, weighting: LossWeighting | None = None):
+def run_adamw(config: RunSettings, model: MultitaskBert, weighting: torch.nn.Module | None = None):
     """A multi-task run's AdamW: the encoder (and its towers) at ``--lr``, the heads and any learned loss
     weights (no weight decay on those) at ``--head_lr``."""
     t = config.train
@@ -129,3 +129,29 @@ def loader_for(config: RunSettings, tokenizer: BertTokenizer, shard: tuple[int, 
         return make_loader(examples, tokenizer, max_length or config.data.max_length, batch_size, shuffle=shuffle,
                            seed=seed, bucket=config.speed.bucket, shard=shard if shuffle else None)
     return loader
+
+
+@dataclass
+class ParamSet:
+    """Parameters that share a learning rate. Frozen ones (``requires_grad`` off) are left out."""
+    named: Iterable[tuple[str, torch.nn.Parameter]]
+    lr: float | None = None   # None: the optimizer's learning rate
+    decay: bool = True        # False: no weight decay at all (e.g. learned loss weights, pulled to 0 by it)
+
+
+def build_adamw(config: RunSettings, sets: Sequence[ParamSet], lr: float) -> AdamW | None:
+    """AdamW over ``sets`` at ``lr`` (a set's own ``lr`` wins), with the run's weight decay and
+    ``--adamw`` kernel; None when nothing is left to train (a frozen encoder and no head)."""
+    train, groups = config.train, []
+    for part in sets:
+        named = [(name, p) for name, p in part.named if p.requires_grad]
+        options = {} if part.lr is None else {"lr": part.lr}
+        if part.decay and not train.decay_bias_norm:   # biases and LayerNorm weights in groups of their own
+            groups += decay_groups(named, train.weight_decay, **options)
+        elif named:
+            groups.append({"params": [p for _, p in named], **options})
+            if not part.decay:
+                groups[-1]["weight_decay"] = 0.0
+    if not groups:
+        return None
+    return AdamW(groups, lr=lr, weight_decay=train.weight_decay, **config.speed.adamw_options())

@@ -1,6 +1,7 @@
 """The parts every stage shares, and the multi-task stage. A run is a sequence of stages, each an
 *objective* trained by the one loop (``training/learning/loop.py``): the extensions' stages (in the registry's
-order), then multi-task training. ``Run`` is everything a stage needs, built once by ``training/harness/trainer.py``.
+order), then multi-task training. ``Run`` is everything a stage needs, built once by ``recipe.build_run``.
+A stage that trains a thresholded pair head first starts its threshold from the data (``calibrate_heads``).
 """
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
-from training.data.readers import Example
 from minbert import BertTokenizer
+from training.data.batching import to_device
+from training.data.readers import Example
 
-from .callbacks import Log
-from .calibration import calibrate_heads
+from .callbacks import GradientHook, Log
 from .evaluate import TaskPredictions, predict
 from .loop import Objective, TrainingLoop
 from .schedule import RoundRobinScheduler
@@ -24,7 +25,6 @@ from .tasks import format_metrics, overall_score
 
 if TYPE_CHECKING:   # annotations only
     from ..configuration.sections import RunSettings
-    from .gradients import GradientSurgery
 
 
 class BatchOrder(Protocol):
@@ -52,7 +52,7 @@ class Run:
     data_dir: Path | None = None               # None when the run reads no task file
     joint: bool = False                        # a multi-task step is a group of one batch per task (Extension.joint)
     batch_order: BatchOrder | None = None      # the extension deciding the multi-task batch order, or None: --rr's
-    surgery: GradientSurgery | None = None     # an extension's per-task gradient hook, or None
+    surgery: GradientHook | None = None     # an extension's per-task gradient hook, or None
     # asked after each dev evaluation (its record); True stops multi-task training there (a search's scheduler)
     should_stop: Callable[[dict], bool] | None = None
 
@@ -91,7 +91,7 @@ class TaskObjective(Objective):
     """Supervised training on task batches (``TaskLoss``) with the run's optimizer: one step per task
     batch in round-robin order, or with ``joint`` one step per group of as many batches as tasks (a
     round of every task's batch in ``--rr``'s order). ``order``: the extension whose ``batch_order``
-    replaces ``--rr``'s each epoch; ``surgery``: a ``GradientSurgery`` the loop hands each task's gradient
+    replaces ``--rr``'s each epoch; ``surgery``: a ``GradientHook`` the loop hands each task's loss
     (the multi-task stage's are the run's; none for a stage of one task)."""
     order: BatchOrder | None = None   # (``surgery``: ``Objective``'s, None)
 
@@ -237,3 +237,47 @@ class MultitaskObjective(TaskObjective):
         return {"epochs": progress["epochs"], "best": self.best, "loss_curves": self.curves(progress),
                 "lr_curve": self.lr_curve(progress), "evaluations": progress["evaluations"],
                 "stopped": progress.get("stopped")}
+
+
+CALIBRATION_PAIRS = 512   # training pairs a thresholded head sees before its first stage
+
+
+@torch.no_grad()
+def calibrate_heads(run, tasks) -> None:
+    """A data-dependent start for the heads that cut a similarity with a threshold (the cosine/τ paraphrase head's
+    b in (cos(u, v) − b)/τ): ``PairHead.calibrate`` on each of ``tasks`` whose head has one; logs each start.
+    Why: a pretrained sentence encoder gives most pairs a cosine well above 0 (QQP with the embedded MiniLM and
+    mean pooling: about 0.56 for non-duplicates, 0.87 for duplicates), so a threshold that starts at 0 calls every
+    pair a paraphrase and b cannot move far enough in time (docs/heads.md). The head sees the cosines of the first
+    ``CALIBRATION_PAIRS`` training pairs through its own tower, the encoder in eval mode: no dropout, no random
+    numbers drawn, so every other part of the run is as without it."""
+    model = run.model
+    for name in tasks:
+        head = model.heads[name]
+        if not getattr(head, "thresholded", False):
+            continue
+        examples = run.splits[name]["train"][:CALIBRATION_PAIRS]
+        similarities, labels = pair_similarities(run, name, examples)
+        cut = head.calibrate(similarities, labels)
+        if cut is not None:
+            positive = head.positives(labels)
+            right = ((similarities > cut) == positive).float().mean().item()
+            run.log(f"{name}: the cosine head's threshold starts at b = {cut:.3f} (right on {right:.1%} of the "
+                    f"first {len(labels)} training pairs; b = 0 would be right on {positive.float().mean().item():.1%})")
+
+
+def pair_similarities(run, name: str, examples) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head's ``similarity`` of each pair in ``examples`` (float32, on the CPU) and their labels."""
+    model, head = run.model, run.model.heads[name]
+    was_training = model.training
+    model.eval()
+    similarities, labels = [], []
+    try:
+        for batch in run.loader(examples, run.config.data.batch_size, False):
+            u, v = (model.embed(to_device(encoding, run.device), head_name=name).float()
+                    for encoding in batch["inputs"])
+            similarities.append(head.similarity(u, v).float().cpu())
+            labels.append(batch["labels"])
+    finally:
+        model.train(was_training)
+    return torch.cat(similarities), torch.cat(labels)

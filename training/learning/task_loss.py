@@ -8,19 +8,19 @@ from typing import Callable, Iterable
 
 import torch
 
-from .device import to_device
-from .losses import LossWeighting
+from training.data.batching import to_device
 from .tasks import Task, loss_of
 
 
 class TaskLoss:
-    """``forward_model``: the model to call (its DistributedDataParallel wrapper under torchrun).
+    """``weighting``: a ``losses.LossWeighting`` that combines the task losses of a step holding several (the joint
+    loss). ``forward_model``: the model to call (its DistributedDataParallel wrapper under torchrun).
     ``average_gradients``: given only with several processes, the all-reduce (``training/harness/distributed.py``)
     of the gradients the DDP wrapper does not average (learned loss weights); then a step's tasks share one
     forward call, as DDP allows one forward per backward."""
 
     def __init__(self, model, tasks: dict[str, Task], device: torch.device, regularizers: tuple = (),
-                 weighting: LossWeighting | None = None, forward_model=None,
+                 weighting: torch.nn.Module | None = None, forward_model=None,
                  average_gradients: Callable[[Iterable[torch.Tensor]], None] | None = None):
         self.model, self.device, self.weighting = model, device, weighting
         self.average_gradients = average_gradients
