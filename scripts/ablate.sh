@@ -44,11 +44,9 @@ DRY_RUN=0
 LIST=0
 RESUME=0
 SEEDS=1
-FIRST_SEED=11711   # the default --seed (TrainConfig.seed in training/configuration/sections.py; tests/test_report.py checks)
 
 usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "ablate.sh: $*" >&2; exit 2; }
-row_name() { echo "${1%% *}"; }
 unfinished() {  # does run folder $1 hold a stopped run with a checkpoint to continue from?
   "$PYTHON" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("status") not in ("running", "interrupted"))' \
     "$1/metrics.json" 2>/dev/null &&
@@ -86,76 +84,49 @@ for flag in "${EXTRA[@]+"${EXTRA[@]}"}"; do   # the grid names and places its ru
   esac
 done
 
-# ---- the grid and its budget, from the registry of extensions (training/extensions) ----------------
-# training.tools.grid gives the rows: the PT, FT and single-task baselines, the CLS control, each
-# extension alone on CLS and on MEAN, every pair on MEAN, the variants, everything but the costly
-# extensions on MEAN, and everything on CLS and on MEAN; and every run's budget (one multi-task epoch of
-# 30 steps, 20 batches of every extension's stage), here with the options above applied. Unless --list,
-# every row's flags (budget, row, EXTRA) are checked too, in the same Python start: a bad flag after --
-# fails once, before the first run. On 2 CPU cores with the embedded model, the 26 rows without LCL
-# took 117.3 min in all, 2.8-6.5 min a row on an idle machine, the all-on rows the slowest
-# (docs/ablation.md); the 7 LCL rows come on top. Other jobs on the same cores make every row slower.
-GRID_AND_CHECK='
+# ---- the grid's runs: training.tools.grid's plan, the one minbert-grid runs ---------------------------------
+# The rows (the PT, FT and single-task baselines, the CLS control, each extension alone on CLS and on MEAN,
+# every pair on MEAN, the variants, everything but the costly extensions on MEAN, everything on CLS and on MEAN),
+# their seeds, and every run's budget (one multi-task epoch of 30 steps, 20 batches of every extension's stage,
+# with the options above applied) come from training.tools.grid.plan, as minbert-grid's. Unless --list, every
+# run's flags (budget, row, EXTRA) are checked too, in the same Python start: a bad flag after -- fails once,
+# before the first run. On 2 CPU cores with the embedded model, the 26 rows without LCL took 117.3 min in all,
+# 2.8-6.5 min a row on an idle machine, the all-on rows the slowest (docs/ablation.md); the 7 LCL rows come on
+# top. Other jobs on the same cores make every row slower.
+PLAN_AND_CHECK='
 import contextlib, io, sys
 sys.path.insert(0, sys.argv[1])
-from training.tools.grid import budget, grid_rows, stage_steps_flags
-split = sys.argv.index("--")
-check, sets, extra = sys.argv[2] == "1", sys.argv[3:split], sys.argv[split + 1:]
-flags = budget()
-for flag, value in zip(sets[::2], sets[1::2]):
-    for name in stage_steps_flags() if flag == "--stage_steps" else [flag]:
-        flags[name] = value
-budget_words = [word for flag, value in flags.items() for word in (flag, value)]
-rows = grid_rows()
-if check:
-    import run_multitask
-    for name, row_flags in rows:
-        stderr = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(stderr):
-                run_multitask.parse_config([*budget_words, *row_flags, *extra]).validate()
-        except SystemExit:   # a flag that does not parse, the same in every row
-            message = stderr.getvalue().strip().splitlines()[-1]
-            sys.exit("ablate.sh: " + message.split("error: ", 1)[-1])
-        except ValueError as err:
-            sys.exit(f"ablate.sh: row {name}: {err}")
-print("\n".join([*(" ".join([name, *row_flags]) for name, row_flags in rows), "%%", *budget_words]))
+from training.tools.grid import ablate_plan, listing, shell_lines
+runs = ablate_plan(sys.argv[3:])
+if sys.argv[2] == "list":
+    print("\n".join(listing(runs)))
+    sys.exit(0)
+import run_multitask
+for run in runs:
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            run_multitask.parse_config(list(run.flags)).validate()
+    except SystemExit:   # a flag that does not parse, the same in every row
+        message = stderr.getvalue().strip().splitlines()[-1]
+        sys.exit("ablate.sh: " + message.split("error: ", 1)[-1])
+    except ValueError as err:
+        sys.exit(f"ablate.sh: row {run.row}: {err}")
+print("\n".join(shell_lines(runs)))
 '
-listing="$(cd "$ROOT" && "$PYTHON" -c "$GRID_AND_CHECK" "$ROOT" $((1 - LIST)) "${SETS[@]+"${SETS[@]}"}" \
-           -- "${EXTRA[@]+"${EXTRA[@]}"}")" || exit 2
-GRID=() BUDGET=() section=0
-mapfile -t LISTED <<< "$listing"
-for line in "${LISTED[@]+"${LISTED[@]}"}"; do
-  if [[ $line == "%%" ]]; then section=$((section + 1)); continue; fi
-  case $section in 0) GRID+=("$line") ;; 1) BUDGET+=("$line") ;; esac
-done
-((${#GRID[@]} > 0 && ${#BUDGET[@]} > 0)) ||
-  { echo "ablate.sh: could not list the grid (training.tools.grid)" >&2; exit 2; }
-
-for name in "${ONLY[@]+"${ONLY[@]}"}"; do
-  found=0
-  for row in "${GRID[@]}"; do [[ "$(row_name "$row")" == "$name" ]] && found=1; done
-  ((found)) || die "no row named '$name' (see --list)"
-done
-
-selected() {  # is row name $1 to be run?
-  ((${#ONLY[@]} == 0)) && return 0
-  local name
-  for name in "${ONLY[@]}"; do [[ "$name" == "$1" ]] && return 0; done
-  return 1
-}
-
-# the seeds of every row: one empty entry (the run's default seed, no suffix) with --seeds 1
-SEED_LIST=("")
-((SEEDS == 1)) || mapfile -t SEED_LIST < <(seq "$FIRST_SEED" $((FIRST_SEED + SEEDS - 1)))
-
+OPTIONS=(--seeds "$SEEDS" "${SETS[@]+"${SETS[@]}"}")
+((${#ONLY[@]} == 0)) || OPTIONS+=(--only "${ONLY[@]}")
+mode=run
+((LIST)) && mode=list
+planned="$(cd "$ROOT" && "$PYTHON" -c "$PLAN_AND_CHECK" "$ROOT" "$mode" "${OPTIONS[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}")" ||
+  exit 2
 if ((LIST)); then
-  for row in "${GRID[@]}"; do
-    selected "$(row_name "$row")" || continue
-    for seed in "${SEED_LIST[@]}"; do echo "$row${seed:+ --seed $seed}"; done
-  done
+  printf '%s\n' "$planned"
   exit 0
 fi
+mapfile -t RUNS <<< "$planned"
+((${#RUNS[@]} > 0)) && [[ -n "${RUNS[0]}" ]] ||
+  { echo "ablate.sh: could not plan the grid (training.tools.grid)" >&2; exit 2; }
 
 if ((!DRY_RUN)); then
   mkdir -p "$OUT/logs" || die "cannot create $OUT/logs"
@@ -165,56 +136,48 @@ if ((!DRY_RUN)); then
     exec 9>>"$OUT/.grid.lock" || die "cannot open $OUT/.grid.lock"
     flock -n 9 || die "another grid is running in $OUT (it holds $OUT/.grid.lock): wait for it, or give another --out_dir"
   fi
-  echo "ablation grid -> $OUT (budget: ${BUDGET[*]}; extra: ${EXTRA[*]+"${EXTRA[*]}"})"
+  echo "ablation grid -> $OUT (${#RUNS[@]} runs; extra: ${EXTRA[*]+"${EXTRA[*]}"})"
 fi
 grid_start=$SECONDS
 n_ok=0; n_failed=0; n_skipped=0; failed_rows=()
-for row in "${GRID[@]}"; do
-  read -r -a words <<< "$row"
-  name="${words[0]}"
+for line in "${RUNS[@]}"; do
+  eval "words=($line)"   # shell-quoted by training.tools.grid.shell_lines: the folder name, then the flags
+  run="${words[0]}"
   flags=("${words[@]:1}")
-  selected "$name" || continue
-  for seed in "${SEED_LIST[@]}"; do
-    label="$name${seed:+-s$seed}"
-    run="ablate-$label"
-    seed_flags=()
-    [[ -n "$seed" ]] && seed_flags=(--seed "$seed")
-    # the seed goes last: with --seeds N > 1 it wins over a --seed among the extra flags
-    cmd=("$PYTHON" "$ROOT/run_multitask.py" --run_name "$run" --out_dir "$OUT"
-         "${BUDGET[@]}" "${flags[@]+"${flags[@]}"}" "${EXTRA[@]+"${EXTRA[@]}"}" "${seed_flags[@]+"${seed_flags[@]}"}")
-    if ((DRY_RUN)); then
-      printf '%q ' "${cmd[@]}"; echo
+  label="${run#ablate-}"
+  cmd=("$PYTHON" "$ROOT/run_multitask.py" --run_name "$run" --out_dir "$OUT" "${flags[@]}")
+  if ((DRY_RUN)); then
+    printf '%q ' "${cmd[@]}"; echo
+    continue
+  fi
+  log="$OUT/logs/$run.log"
+  if [[ -d "$OUT/$run" ]] && [[ -n "$(ls -A "$OUT/$run")" ]]; then
+    if ((RESUME)) && unfinished "$OUT/$run"; then
+      printf '%-22s resuming %s ... ' "$label" "$OUT/$run"
+      row_start=$SECONDS
+      "$PYTHON" "$ROOT/run_multitask.py" --resume "$OUT/$run" >> "$log" 2>&1
+    else
+      unfinished "$OUT/$run" && hint="unfinished: --resume continues it" || hint="remove it to run it again"
+      printf '%-22s skipped: %s already exists (%s)\n' "$label" "$OUT/$run" "$hint"
+      n_skipped=$((n_skipped + 1))
       continue
     fi
-    log="$OUT/logs/$run.log"
-    if [[ -d "$OUT/$run" ]] && [[ -n "$(ls -A "$OUT/$run")" ]]; then
-      if ((RESUME)) && unfinished "$OUT/$run"; then
-        printf '%-22s resuming %s ... ' "$label" "$OUT/$run"
-        row_start=$SECONDS
-        "$PYTHON" "$ROOT/run_multitask.py" --resume "$OUT/$run" >> "$log" 2>&1
-      else
-        unfinished "$OUT/$run" && hint="unfinished: --resume continues it" || hint="remove it to run it again"
-        printf '%-22s skipped: %s already exists (%s)\n' "$label" "$OUT/$run" "$hint"
-        n_skipped=$((n_skipped + 1))
-        continue
-      fi
-    else
-      printf '%-22s running (%s) ... ' "$label" "${flags[*]+"${flags[*]}"}"
-      row_start=$SECONDS
-      "${cmd[@]}" > "$log" 2>&1
-    fi
-    rc=$?
-    elapsed=$((SECONDS - row_start))
-    if ((rc == 0)); then
-      printf 'ok in %dm%02ds\n' $((elapsed / 60)) $((elapsed % 60))
-      n_ok=$((n_ok + 1))
-    else
-      printf 'FAILED (exit %d) in %dm%02ds; log: %s\n' "$rc" $((elapsed / 60)) $((elapsed % 60)) "$log"
-      tail -n 3 "$log" | sed 's/^/    /'
-      n_failed=$((n_failed + 1)); failed_rows+=("$label")
-      if ((rc == 130)); then echo "interrupted: stopping the grid"; break 2; fi
-    fi
-  done
+  else
+    printf '%-22s running (%s) ... ' "$label" "${flags[*]+"${flags[*]}"}"
+    row_start=$SECONDS
+    "${cmd[@]}" > "$log" 2>&1
+  fi
+  rc=$?
+  elapsed=$((SECONDS - row_start))
+  if ((rc == 0)); then
+    printf 'ok in %dm%02ds\n' $((elapsed / 60)) $((elapsed % 60))
+    n_ok=$((n_ok + 1))
+  else
+    printf 'FAILED (exit %d) in %dm%02ds; log: %s\n' "$rc" $((elapsed / 60)) $((elapsed % 60)) "$log"
+    tail -n 3 "$log" | sed 's/^/    /'
+    n_failed=$((n_failed + 1)); failed_rows+=("$label")
+    if ((rc == 130)); then echo "interrupted: stopping the grid"; break; fi
+  fi
 done
 
 ((DRY_RUN)) && exit 0

@@ -21,6 +21,8 @@ from ..learning.task_schema import BUILTIN_TASKS, task_table
 from ..learning.tasks import DEFAULT_TASKS, Task, parse_tasks
 
 
+DEFAULT_SEED = 11711   # --seed's default; a grid's seeds count up from it (training/tools/grid.py)
+
 @dataclass
 class ModelConfig:
     model: str | None = flag(None, "local HF-format BERT directory (config.json, vocab.txt, model.safetensors), or a "
@@ -87,7 +89,7 @@ class TrainConfig:
     lr: float = flag(1e-4, "learning rate of the encoder")
     head_lr: float = flag(1e-3, "learning rate of the task heads (higher than the encoder's: they start from scratch)")
     weight_decay: float = flag(0.01, "decoupled weight decay of AdamW")
-    seed: int = flag(11711, "seed for Python, NumPy and torch (a CPU run is repeatable)")
+    seed: int = flag(DEFAULT_SEED, "seed for Python, NumPy and torch (a CPU run is repeatable)")
     rr: str = flag("min", "round-robin epoch length: 'min' = batches of the smallest task, "
                           "'exhaust' = until the largest task is used up, cycling the others, "
                           "'proportional' = every task's batches once, spread evenly", choices=list(STRATEGIES))

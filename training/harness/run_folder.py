@@ -26,7 +26,7 @@ from .run_lock import RunLock
 from .run_log import RunLog
 from ..configuration.task_file import check_agreement
 from .tensorboard import TensorBoardScalars
-from .trial_control import STOPPED_EARLY
+from .status import FINAL, RunStatus
 
 
 class RunFolder:
@@ -61,12 +61,12 @@ class RunFolder:
         data_dir, data_report, model_dir = inputs.data_dir, inputs.data_report, inputs.model_dir
         files = input_files(data_dir, data_report, model_dir)
         if self.resume is None and not self.restart:
-            metrics = {"run_name": self.dir.name, "status": "running", "config": self.config.to_dict(),
+            metrics = {"run_name": self.dir.name, "status": RunStatus.RUNNING, "config": self.config.to_dict(),
                        "started": datetime.now().isoformat(timespec="seconds"), "inputs": fingerprint(files)}
         elif self.restart:
             earlier = read_metrics(self.dir)
             check_unchanged(earlier.get("inputs", {}), files)
-            metrics = {"run_name": self.dir.name, "status": "running", "config": self.config.to_dict(),
+            metrics = {"run_name": self.dir.name, "status": RunStatus.RUNNING, "config": self.config.to_dict(),
                        "started": earlier.get("started") or datetime.now().isoformat(timespec="seconds"),
                        "inputs": earlier.get("inputs") or fingerprint(files),
                        "restarted": [*earlier.get("restarted", []), datetime.now().isoformat(timespec="seconds")],
@@ -77,7 +77,7 @@ class RunFolder:
             if history := recovered(metrics):
                 metrics["recovered"] = history
             metrics.pop("error", None)   # the stop this sitting recovers from: in "recovered", not the run's error
-            metrics["status"] = "running"
+            metrics["status"] = RunStatus.RUNNING
             # wall_seconds adds up the sittings (one killed outright recorded none, and counts nothing)
             earlier = metrics.get("wall_seconds")
             self.started -= earlier if isinstance(earlier, (int, float)) and earlier > 0 else 0
@@ -102,7 +102,7 @@ class RunFolder:
             self.tensorboard.text("config", "    " + json.dumps(self.config.to_dict(), indent=1).replace("\n", "\n    "))
         return self.tensorboard
 
-    def finish(self, status: str = "finished", **results) -> None:
+    def finish(self, status: RunStatus = RunStatus.FINISHED, **results) -> None:
         """Mark the run finished (or "stopped early" by a search's scheduler) in metrics.json, draw its curves,
         write the model card, drop its training state."""
         self.metrics.update(status=status, **results, wall_seconds=self.seconds(),
@@ -138,7 +138,7 @@ class RunFolder:
                     self.lock.release()   # the folder must be empty to be given back
                 release_run_dir(self.dir)
         else:
-            self.metrics.update(status="interrupted" if isinstance(err, KeyboardInterrupt) else "failed",
+            self.metrics.update(status=RunStatus.INTERRUPTED if isinstance(err, KeyboardInterrupt) else RunStatus.FAILED,
                                 error=f"{type(err).__name__}: {first_line(err)}", wall_seconds=self.seconds())
             try:
                 self.write.json(self.metrics)
@@ -191,7 +191,7 @@ def restartable(run_dir: Path) -> dict | None:
     """The configuration of a run that stopped before writing any checkpoint (its ``metrics.json`` says
     it has not ended: neither finished nor stopped early by a search), or None."""
     metrics = read_metrics(run_dir)
-    if metrics.get("status") in (None, "finished", STOPPED_EARLY) or not isinstance(metrics.get("config"), dict):
+    if metrics.get("status") in (None, *FINAL) or not isinstance(metrics.get("config"), dict):
         return None
     return metrics["config"]
 

@@ -25,7 +25,7 @@ from ..configuration.run_config import RunConfig
 from .distributed import pick_device
 from .loaded_run import LoadedRun
 from .outputs import scored_evaluations
-from .trial_control import STOPPED_EARLY
+from .status import FINAL, RunStatus
 
 # Embedding rows a model may have beyond its vocabulary (some round vocab_size up to a multiple of 64 or 128)
 VOCAB_PADDING = 128
@@ -157,7 +157,7 @@ def checkpoint_dir(path: Path) -> Path:
     if not (path / "config.json").is_file() and (path / "checkpoint").is_dir():
         path = path / "checkpoint"
     status = run_status(path)
-    if status not in (None, "finished") and not (path / "checkpoint").exists() and path.name != "checkpoint":
+    if status not in (None, RunStatus.FINISHED) and not (path / "checkpoint").exists() and path.name != "checkpoint":
         raise WeightsError(f"{path}: the run is unfinished (status {status}) and has saved no weights yet "
                            f"(checkpoint/ is written at its first evaluation on dev)")
     for name in ("config.json", "model.safetensors"):
@@ -180,7 +180,7 @@ def run_status(path: Path) -> str | None:
 def warn_if_unfinished(directory: Path) -> None:
     """A checkpoint/ of a run still training (or stopped) holds its best weights so far: say so, and from when."""
     status = run_status(directory)
-    if status in (None, "finished", STOPPED_EARLY) or directory.name != "checkpoint":   # its weights are final
+    if status is None or status in FINAL or directory.name != "checkpoint":   # its weights are final
         return
     when = ""
     try:  # the first evaluation with the best overall dev score, as the trainer keeps it (training/learning/stages.py)

@@ -35,7 +35,8 @@ from ..learning.schedule import RoundRobinScheduler
 from .runs import build_model, model_directory, tokenizer_for
 from ..learning.stages import Run, multitask_stage
 from ..learning.tasks import Task, format_metrics, overall_score
-from .trial_control import STOPPED_EARLY, ask_scheduler
+from .status import RunStatus
+from .trial_control import ask_scheduler
 
 
 def run(config: RunConfig, log: RunLog | None = None) -> dict:
@@ -261,7 +262,7 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
     dev_examples = {name: len(best["dev"][name].ids) for name in run.config.task_names()}
     train_seconds = sum(e["train_seconds"] for e in history)
     train_examples = sum(e["train_examples"] for e in history)
-    status = STOPPED_EARLY if stopped and stopped.get("by") == "scheduler" else "finished"
+    status = RunStatus.STOPPED_EARLY if stopped and stopped.get("by") == "scheduler" else RunStatus.FINISHED
     folder.finish(status, epochs=history, best_epoch=best["epoch"], **({"best_step": best["step"]} if best["step"] else {}),
                   dev=final_dev, dev_overall=overall_score(final_dev, tasks), dev_examples=dev_examples,
                   **({"test": test, "test_overall": overall_score(test, tasks)} if test else {}),

@@ -11,7 +11,6 @@ import json
 import sys
 
 MARK = "EVALUATION "
-STOPPED_EARLY = "stopped early"   # the metrics.json status of a run the scheduler stopped
 
 
 class SchedulerGone(KeyboardInterrupt):

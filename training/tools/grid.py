@@ -1,15 +1,15 @@
-"""The ablation grid's rows and budget, derived from the registry of extensions
-(``training.extensions.EXTENSIONS``):
+"""The ablation grid's rows, seeds and budget, derived from the registry of extensions
+(``training.extensions.EXTENSIONS``), and ``plan``: the runs of a grid, which ``minbert-grid`` (on Ray) and
+``scripts/ablate.sh`` (the design card's shell loop, through ``ablate_plan``) both run:
 
     python -m training.tools.grid                  # one row a line: "<name> <run_multitask.py flags...>"
     python -m training.tools.grid --budget         # the budget flags of every run, one a line
     python -m training.tools.grid --stage_steps    # the flags that ablate.sh --stage_steps sets, one a line
 
-``scripts/ablate.sh`` runs these rows (which, and why: docs/ablation.md, "The grid and its table"); it calls
-``grid_rows``, ``budget`` and ``stage_steps_flags`` in the one Python start that also checks every row's flags.
-Pooling is always given, and so are the ``pinned`` flags of every idea a row is not about (e.g.
-``--private_layers 0``), so the table does not depend on the defaults. The rows come from the registry
-(``training.extensions.ideas()``): this module names no idea.
+Which rows, and why: docs/ablation.md, "The grid and its table". Pooling is always given, and so are the
+``pinned`` flags of every idea a row is not about (e.g. ``--private_layers 0``), so the table does not depend on
+the defaults. The rows come from the registry (``training.extensions.ideas()``): this module names no idea. A
+grid's seeds count up from the default ``--seed`` (``DEFAULT_SEED``).
 
 A *named* grid (``NAMED_GRIDS``, ``minbert-grid --grid NAME``) is the other kind: the rows and budget of a
 documented table written out flag by flag, so that it keeps its flags when the registry grows (the registry's
@@ -17,11 +17,14 @@ documented table written out flag by flag, so that it keeps its flags when the r
 """
 from __future__ import annotations
 
+import argparse
 import itertools
+import shlex
 import sys
 from dataclasses import dataclass
 
 from .. import extensions
+from ..configuration.sections import DEFAULT_SEED
 from ..extensions.base import Extension
 from ..learning.tasks import DEFAULT_TASKS
 
@@ -78,6 +81,77 @@ NAMED_GRIDS = {
               ("sum", ("--para_head", "sum", "--sts_head", "sum")),
               ("para-cosine-shared", ("--para_head", "cosine", "--pair_projection", "shared")))),
 }
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """One run of the grid: its folder name and every ``run_multitask.py`` flag but ``--run_name``/``--out_dir``."""
+    name: str
+    row: str
+    flags: tuple[str, ...]
+    seed: int | None = None   # None: the run's default seed (one seed a row, the folder without -s<seed>)
+
+
+def rows_of(args: argparse.Namespace) -> list[tuple[str, tuple[str, ...]]]:
+    """The grid's rows: the named grid's pinned ones, else the registry's (as ablate.sh)."""
+    if args.grid:
+        return list(NAMED_GRIDS[args.grid].rows)
+    return [(name, tuple(flags)) for name, flags in grid_rows()]
+
+
+def plan(args: argparse.Namespace) -> list[GridRun]:
+    """Every run of the grid, row by row and seed by seed, with its budget and the extra flags: the one plan that
+    ``minbert-grid`` and ``scripts/ablate.sh`` both run. ``args``: ``grid`` (a named grid or None: the registry's
+    rows), ``only`` (rows or None), ``seeds`` and ``first_seed`` (None: the defaults), the budget flags
+    ``epochs``, ``max_steps_per_epoch`` and ``stage_steps`` (None: the grid's), ``extra`` (flags of every run)."""
+    named = NAMED_GRIDS.get(args.grid)
+    flags = dict(zip(named.budget[::2], named.budget[1::2])) if named else budget()
+    for flag in ("epochs", "max_steps_per_epoch"):
+        if getattr(args, flag) is not None:
+            flags[f"--{flag}"] = getattr(args, flag)
+    if args.stage_steps is not None:
+        flags |= {name: args.stage_steps for name in stage_steps_flags()}
+    budget_words = tuple(word for flag, value in flags.items() for word in (flag, value))
+    prefix = named.prefix if named else "ablate-"
+    seeds = args.seeds or (named.seeds if named else 1)
+    first = DEFAULT_SEED if args.first_seed is None else args.first_seed
+    # ablate.sh's names: one seed and no --first_seed is the run's default seed, in a folder without -s<seed>
+    seed_list = [None] if seeds == 1 and args.first_seed is None else list(range(first, first + seeds))
+    return [GridRun(name=f"{prefix}{row}" + (f"-s{seed}" if seed is not None else ""), row=row, seed=seed,
+                    # the seed last: it wins over a --seed among the extra flags
+                    flags=(*budget_words, *row_flags, *args.extra, *(("--seed", str(seed)) if seed is not None else ())))
+            for row, row_flags in rows_of(args) if not args.only or row in args.only for seed in seed_list]
+
+
+def ablate_plan(argv: list[str]) -> list[GridRun]:
+    """``scripts/ablate.sh``'s runs: its options (``--seeds N``, ``--only ROW...``, ``--epochs``,
+    ``--max_steps_per_epoch``, ``--stage_steps``), ``--``, then the flags of every run, through ``plan``: the
+    registry's rows, as ``minbert-grid`` without ``--grid``. An unknown row is one line and exit code 2."""
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(prog="ablate.sh", add_help=False)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--only", nargs="+", default=None)
+    for name in ("--epochs", "--max_steps_per_epoch", "--stage_steps"):
+        parser.add_argument(name, default=None)
+    args = parser.parse_args(argv[:split])
+    args.grid, args.first_seed, args.extra = None, None, argv[split + 1:]
+    unknown = [name for name in args.only or () if name not in dict(rows_of(args))]
+    if unknown:
+        print(f"ablate.sh: no row named '{unknown[0]}' (see --list)", file=sys.stderr)
+        sys.exit(2)
+    return plan(args)
+
+
+def listing(runs: list[GridRun]) -> list[str]:
+    """``ablate.sh --list``: each run as its row's name and flags (no budget), and its ``--seed``."""
+    rows = dict(grid_rows())
+    return [" ".join([run.row, *rows[run.row], *(["--seed", str(run.seed)] if run.seed is not None else [])])
+            for run in runs]
+
+
+def shell_lines(runs: list[GridRun]) -> list[str]:
+    """Each run as one shell-quoted line, its folder name then its flags, for ablate.sh to ``eval``."""
+    return [shlex.join([run.name, *run.flags]) for run in runs]
 
 
 def grid_rows() -> list[tuple[str, list[str]]]:

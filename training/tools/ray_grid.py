@@ -31,18 +31,16 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 from ..harness.outputs import read_metrics
 from ..harness.run_lock import is_live
-from ..harness.trial_control import STOPPED_EARLY
-from .grid import NAMED_GRIDS, budget, grid_rows, stage_steps_flags
+from ..harness.status import FINAL, UNFINISHED, RunStatus
+from .grid import DEFAULT_SEED, NAMED_GRIDS, GridRun, plan, rows_of
 
 ROOT = Path(__file__).resolve().parents[2]    # where run_multitask.py is, in the clone or installed
-FIRST_SEED = 11711                            # the default --seed (TrainConfig.seed), as ablate.sh
-FINISHED, STOPPED = "finished", ("running", "interrupted")   # metrics.json statuses: kept; continued
 NOT_STARTED = "not started"
 EXIT_INTERRUPTED = 130
 GRID_LOCK = ".grid.lock"
@@ -53,14 +51,6 @@ def stop_file(out_dir: Path) -> Path:
     """The grid's stop signal to its trials, wherever they run (the out_dir is shared by every node):
     the driver writes it on Ctrl-C or SIGTERM, each trial's run then ends "interrupted"."""
     return out_dir / "logs" / "grid.stop"
-
-
-@dataclass(frozen=True)
-class GridRun:
-    """One run of the grid: its folder name and every ``run_multitask.py`` flag but ``--run_name``/``--out_dir``."""
-    name: str
-    row: str
-    flags: tuple[str, ...]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +96,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="seeds a row (default: the named grid's, else 1: the run's default seed, folder "
                              "without -s<seed>, as ablate.sh)")
     parser.add_argument("--first_seed", type=int, default=None,
-                        help=f"the first of the consecutive seeds (default {FIRST_SEED}); split a grid's seeds "
+                        help=f"the first of the consecutive seeds (default {DEFAULT_SEED}); split a grid's seeds "
                              "between machines with it")
     parser.add_argument("--out_dir", default="predictions/ablate", help="where the run folders go (default: %(default)s)")
     parser.add_argument("--epochs", default=None, help="multi-task epochs of every run")
@@ -153,34 +143,6 @@ def positive(text: str) -> int:
     return value
 
 
-def rows_of(args: argparse.Namespace) -> list[tuple[str, tuple[str, ...]]]:
-    """The grid's rows: the named grid's pinned ones, else the registry's (as ablate.sh)."""
-    if args.grid:
-        return list(NAMED_GRIDS[args.grid].rows)
-    return [(name, tuple(flags)) for name, flags in grid_rows()]
-
-
-def plan(args: argparse.Namespace) -> list[GridRun]:
-    """Every run of the grid, row by row and seed by seed, with its budget and the extra flags."""
-    named = NAMED_GRIDS.get(args.grid)
-    flags = dict(zip(named.budget[::2], named.budget[1::2])) if named else budget()
-    for flag in ("epochs", "max_steps_per_epoch"):
-        if getattr(args, flag) is not None:
-            flags[f"--{flag}"] = getattr(args, flag)
-    if args.stage_steps is not None:
-        flags |= {name: args.stage_steps for name in stage_steps_flags()}
-    budget_words = tuple(word for flag, value in flags.items() for word in (flag, value))
-    prefix = named.prefix if named else "ablate-"
-    seeds = args.seeds or (named.seeds if named else 1)
-    first = FIRST_SEED if args.first_seed is None else args.first_seed
-    # ablate.sh's names: one seed and no --first_seed is the run's default seed, in a folder without -s<seed>
-    seed_list = [None] if seeds == 1 and args.first_seed is None else list(range(first, first + seeds))
-    return [GridRun(name=f"{prefix}{row}" + (f"-s{seed}" if seed is not None else ""), row=row,
-                    # the seed last: it wins over a --seed among the extra flags, as in ablate.sh
-                    flags=(*budget_words, *row_flags, *args.extra, *(("--seed", str(seed)) if seed is not None else ())))
-            for row, row_flags in rows_of(args) if not args.only or row in args.only for seed in seed_list]
-
-
 # every run's flags checked in one Python start before anything runs: a bad flag after -- fails once
 CHECK = """
 import contextlib, io, json, sys
@@ -219,9 +181,9 @@ def next_step(run_dir: Path) -> str:
     otherwise (an earlier attempt that failed or never started is moved aside first)."""
     metrics = read_metrics(run_dir)
     status = metrics.get("status") if isinstance(metrics, dict) else None
-    if status in (FINISHED, STOPPED_EARLY):
+    if status in FINAL:
         return "keep"
-    return "resume" if status in STOPPED else "start"
+    return "resume" if status in UNFINISHED else "start"
 
 
 def train_one(config: dict) -> None:
@@ -307,10 +269,10 @@ def result(run: GridRun, run_dir: Path, action: str, rc: int, started: float, no
     """What the trial reports to the driver: the run folder's status, its dev scores, and its error line."""
     metrics = read_metrics(run_dir)
     metrics = metrics if isinstance(metrics, dict) else {}
-    status = metrics.get("status") or "failed"
-    if rc != 0 and status == FINISHED:   # it finished, then something else failed (e.g. writing the model card)
-        status = "failed"
-    error = "" if status == FINISHED else (metrics.get("error") or last_error_line(log) or f"exit code {rc}")
+    status = metrics.get("status") or RunStatus.FAILED
+    if rc != 0 and status == RunStatus.FINISHED:   # it finished, then something else failed (e.g. writing the model card)
+        status = RunStatus.FAILED
+    error = "" if status == RunStatus.FINISHED else (metrics.get("error") or last_error_line(log) or f"exit code {rc}")
     return {"run": run.name, "status": status, "action": action, "exit_code": rc, "error": error,
             "overall": metrics.get("dev_overall"), "seconds": round(time.time() - started, 1), "node": node}
 
@@ -529,23 +491,23 @@ class Progress:
         minutes = f"{result['seconds'] / 60:.1f} min"
         if result["status"] == NOT_STARTED:
             self.line(f"{name}: not started (the grid is stopping)")
-        elif result["status"] == FINISHED:
+        elif result["status"] == RunStatus.FINISHED:
             score = f", overall {result['overall']:.3f}" if isinstance(result.get("overall"), float) else ""
             self.line(f"{name}: {'kept' if result['action'] == 'kept' else 'finished'} in {minutes}{score}")
-        elif result["status"] in STOPPED:
+        elif result["status"] in UNFINISHED:
             self.line(f"{name}: stopped ({result['status']}) after {minutes}")
         else:
             self.line(f"{name}: {result['status'].upper()} after {minutes}: {result['error']}")
 
     def crashed(self, name: str, detail: str) -> None:
         self.running.discard(name)
-        self.results[name] = {"run": name, "status": "failed", "error": f"trial crashed (Ray: {detail})",
+        self.results[name] = {"run": name, "status": RunStatus.FAILED, "error": f"trial crashed (Ray: {detail})",
                               "action": "started", "overall": None, "seconds": 0.0, "node": ""}
         self.line(f"{name}: FAILED: trial crashed ({detail})")
 
     def line(self, event: str) -> None:
-        done = sum(r["status"] == FINISHED for r in self.results.values())
-        failed = sum(r["status"] not in (FINISHED, NOT_STARTED, *STOPPED) for r in self.results.values())
+        done = sum(r["status"] == RunStatus.FINISHED for r in self.results.values())
+        failed = sum(r["status"] not in (RunStatus.FINISHED, NOT_STARTED, *UNFINISHED) for r in self.results.values())
         print(f"[{done}/{self.total} done, {len(self.running)} running, {failed} failed] {event}", flush=True)
 
 

@@ -39,6 +39,7 @@ from .command import run_command
 from ..configuration.run_config import RunConfig
 from ..configuration.sections import removed_extension, saved_values
 from ..harness.curves import MatplotlibMissing
+from ..harness.status import RunStatus
 from .. import extensions
 from ..extensions.base import saved_flag
 from ..configuration.task_file import saved_tasks
@@ -47,7 +48,6 @@ from ..learning.tasks import DEFAULT_TASKS, Task, overall_score
 from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
 
 ON, OFF = "✓", "×"
-FINISHED = "finished"
 LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT = fine-tuning with no extension; "
           "ST = one task trained alone. "
           "seeds = runs differing only in --seed, pooled: metrics are their mean ± sample std, wall time their "
@@ -126,7 +126,7 @@ class RunRow:
 
     @property
     def complete(self) -> bool:
-        return self.status == FINISHED and self.average is not None
+        return self.status == RunStatus.FINISHED and self.average is not None
 
     @property
     def capped(self) -> str:
@@ -336,15 +336,7 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     notes = [f"note: {row.run}: not compared ({row.capped}, "
              f"{'--val_fraction: a search trial' if row.val_fraction else '--max_eval_examples: a smoke run'})"
              for row in rows if row.complete and row.capped]
-    if baseline is None:
-        fts = _baselines(done, lambda row: row.baseline == "FT")
-    else:
-        named = [row for row in done if row.run == baseline]
-        if not named:
-            capped = " (a capped row is no baseline)" if any(row.run == baseline for row in rows if row.capped) else ""
-            raise ValueError(f"--baseline {baseline}: no finished row of that name{capped}; the rows are "
-                             f"{', '.join(row.run for row in done) or 'none'}")
-        fts = {None: named[0]}
+    fts = _baselines(done, lambda row: row.baseline == "FT") if baseline is None else named_baseline(rows, done, baseline)
     alone = {task: _baselines(done, lambda row: row.baseline == "ST" and task in row.dev)
              for task in report_tasks(done)}
     alone = {task: by_pooling for task, by_pooling in alone.items() if by_pooling}
@@ -382,6 +374,16 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
             BY_TASK[kind](row)[task] = difference
     return _footer(delta, (baseline or _named(fts, "FT")) if fts else None, alone, resamples, seed,
                    any(row.vs_baseline for row in multitask)), notes
+
+
+def named_baseline(rows: list[RunRow], done: list[RunRow], baseline: str) -> dict:
+    """``--baseline ROW``: that finished, uncapped row as the one baseline of every row, or a one-line error."""
+    named = [row for row in done if row.run == baseline]
+    if not named:
+        capped = " (a capped row is no baseline)" if any(row.run == baseline for row in rows if row.capped) else ""
+        raise ValueError(f"--baseline {baseline}: no finished row of that name{capped}; the rows are "
+                         f"{', '.join(row.run for row in done) or 'none'}")
+    return {None: named[0]}
 
 
 def _footer(delta: str, against: str | None, alone: dict, resamples: int, seed: int, by_task: bool = False) -> str:
@@ -555,7 +557,7 @@ def read_run(folder: Path) -> RunRow:
     flags = {idea.name: idea.on(config) for idea in extensions.ideas() if idea.column}
     pooling, data_dir = saved_flag(config, "pooling"), data.get("data_dir") or saved_flag(config, "data_dir")
     wall, status = _number(data.get("wall_seconds")), _status(data)
-    dev = data.get("dev") if status == FINISHED and isinstance(data.get("dev"), dict) else {}
+    dev = data.get("dev") if status == RunStatus.FINISHED and isinstance(data.get("dev"), dict) else {}
     dev = {task: _number(value) for task, value in dev.items() if task in known}
     named = saved_flag(config, "tasks")   # without it (an older or hand-made run) its dev metrics tell
     tasks = [t for t in named.split(",") if t.strip()] if isinstance(named, str) else list(dev)
@@ -566,7 +568,7 @@ def read_run(folder: Path) -> RunRow:
                  group_key=seed_group_key(config, data.get("inputs"), tasks),
                  dev_cap=_whole_number(saved_flag(config, "max_eval_examples")),
                  val_fraction=_number(saved_flag(config, "val_fraction", 0.0)) or None, known_tasks=known)
-    if status == FINISHED:
+    if status == RunStatus.FINISHED:
         if dev and None not in dev.values():
             row.average = overall_score(dev, known)
         else:
@@ -577,10 +579,10 @@ def read_run(folder: Path) -> RunRow:
 def _status(data: dict) -> str:
     status = data.get("status")
     if status is None:  # runs written before the status field: finished iff they have dev metrics
-        status = FINISHED if isinstance(data.get("dev"), dict) else "incomplete"
-    if status == "running":
+        status = RunStatus.FINISHED if isinstance(data.get("dev"), dict) else "incomplete"
+    if status == RunStatus.RUNNING:
         return "incomplete (running)"
-    if status == "failed":
+    if status == RunStatus.FAILED:
         error = " ".join(str(data.get("error") or "no error message").split())
         return "failed: " + (error if len(error) <= 100 else error[:99] + "…")
     return str(status)

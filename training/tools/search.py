@@ -46,13 +46,14 @@ from pathlib import Path
 from ..harness.outputs import read_metrics, scored_evaluations, write_json
 from ..harness.run_lock import is_live
 from ..configuration.settings_file import read_settings_file
-from ..harness.trial_control import MARK, STOPPED_EARLY
-from .ray_grid import (EXIT_INTERRUPTED, FINISHED, ROOT, GridLock, Stop, die_with_parent, first_refused, next_step,
+from ..harness.status import FINAL, RunStatus
+from ..harness.trial_control import MARK
+from .ray_grid import (EXIT_INTERRUPTED, ROOT, GridLock, Stop, die_with_parent, first_refused, next_step,
                        positive, ray_session, set_aside, split_at_dashes, stop_file, wait_until_free)
 
 SEARCH_KEY = "search"     # the trial config's entry that is not a flag: where and how the trial runs
 PREFIX = "trial-"
-ENDED = (FINISHED, STOPPED_EARLY, "failed")   # a trial in one of these is told to TPE, not run again
+ENDED = (*FINAL, RunStatus.FAILED)   # a trial in one of these is told to TPE, not run again
 MAX_EVALUATIONS = 10_000   # ASHA's max_t: runs end by themselves, long before
 # flags the search sets itself, or that say where a run is rather than what it does
 OWNED = ("out_dir", "run_name", "resume", "resume_fallback", "log_file", "wait_after_eval", "val_fraction",
@@ -405,13 +406,13 @@ def trial_class():
             if record is not None:
                 return {**({"score": self.process.best} if self.process.best is not None else {}),
                         "evaluation": record["evaluation"], "trial": self.name,
-                        "last": record["dev_overall"], "run_step": record["run_step"], "status": "running",
+                        "last": record["dev_overall"], "run_step": record["run_step"], "status": RunStatus.RUNNING,
                         "action": self.started}
             # the run ended: finished or stopped early is a score; failed or interrupted (the search stopping) is
             # no score (TPE leaves it out, ASHA too), nor a crash: the table says which, the log why
             metrics = read_metrics(self.process.run_dir)
-            status = metrics.get("status") or "failed" if isinstance(metrics, dict) else "failed"
-            scored = status in (FINISHED, STOPPED_EARLY) and self.process.best is not None
+            status = metrics.get("status") or RunStatus.FAILED if isinstance(metrics, dict) else RunStatus.FAILED
+            scored = status in FINAL and self.process.best is not None
             return {**({"score": self.process.best} if scored else {}), "evaluation": self.process.count,
                     "trial": self.name, "status": status, "action": self.started, "done": True,
                     "error": "" if scored else str(metrics.get("error") or "")}
@@ -459,8 +460,8 @@ def read_trials(out_dir: Path) -> list[TrialRecord]:
         metrics = metrics if isinstance(metrics, dict) else {}
         scored = scored_evaluations(metrics)
         status = metrics.get("status") or "not started"
-        if status in ("running", "starting") and not is_live(out_dir / path.stem):
-            status = "interrupted"   # killed: resumed by the next part
+        if status in (RunStatus.RUNNING, "starting") and not is_live(out_dir / path.stem):
+            status = RunStatus.INTERRUPTED   # killed: resumed by the next part
         wall = metrics.get("wall_seconds")
         records.append(TrialRecord(path.stem, params, status, max((e["dev_overall"] for e in scored), default=None),
                                    len(scored), scored[-1].get("run_step") if scored else None,
@@ -536,12 +537,13 @@ def confirm(args, out_dir: Path) -> int:
     """``--confirm N``: the best trial's flags (``best.json``) and the default (the flags after -- alone), each
     trained at N seeds on the whole training files and scored on dev, on the grid's engine, in
     ``<out_dir>/confirm/{best,default}-s<seed>``; then the report, best against default. Idempotent as a grid."""
-    from .ray_grid import FIRST_SEED, GridRun, run_grid
+    from .grid import DEFAULT_SEED, GridRun
+    from .ray_grid import run_grid
     folder = out_dir / "confirm"
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     recipes = {"default": tuple(args.extra), "best": ("--config", str(out_dir / "best.json"))}
     runs = [GridRun(f"{row}-s{seed}", row, (*flags, "--seed", str(seed)))
-            for row, flags in recipes.items() for seed in range(FIRST_SEED, FIRST_SEED + args.confirm)]
+            for row, flags in recipes.items() for seed in range(DEFAULT_SEED, DEFAULT_SEED + args.confirm)]
     print(f"\nconfirming: best.json and the default at {args.confirm} seeds each, on the whole training files, "
           f"scored on dev -> {folder}", flush=True)
     lock = GridLock(folder).acquire()
@@ -659,7 +661,7 @@ class SearchProgress:
         if isinstance(score, float):
             self.best = score if self.best is None else max(self.best, score)
         status = result.get("status")
-        status = STOPPED_EARLY + " (ASHA)" if status == "running" else status or "ended"
+        status = RunStatus.STOPPED_EARLY + " (ASHA)" if status == RunStatus.RUNNING else status or "ended"
         if isinstance(score, float):
             self.line(f"{name}: {status}, score {score:.4f}")
         else:
@@ -688,7 +690,7 @@ def write_outputs(args, out_dir: Path, records: list[TrialRecord]) -> TrialRecor
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows([header, *rows])
     (out_dir / "trials.csv").write_text(buffer.getvalue(), encoding="utf-8")
-    scored = [r for r in records if r.score is not None and r.status in (FINISHED, STOPPED_EARLY)]
+    scored = [r for r in records if r.score is not None and r.status in FINAL]
     best = max(scored, key=lambda r: r.score, default=None)
     lines = [f"# Search: {len(records)} trials", "",
              f"Score: the overall score on --val_fraction {args.val_fraction} of each training file (the dev files "
@@ -730,7 +732,7 @@ def best_recipe(best: TrialRecord, args) -> dict:
     return {k: v for k, v in json.loads(done.stdout).items() if k not in (*OWNED, "quiet")}
 
 
-POINTS = {FINISHED: ("finished", "black"), STOPPED_EARLY: ("stopped early (ASHA)", "grey")}   # status: label, colour
+POINTS = {RunStatus.FINISHED: ("finished", "black"), RunStatus.STOPPED_EARLY: ("stopped early (ASHA)", "grey")}   # status: label, colour
 CUT_OFF_DOT = "tab:red"   # a scored point of any other status: interrupted or failed after an evaluation
 
 
