@@ -28,7 +28,7 @@ from training.learning.task_schema import BUILTIN_TASKS
 from training.tools.bootstrap import resample_counts, weighted_metric
 from training.tools.grid import compatible, grid_rows, together
 from training.tools.report import (collect_runs, columns, compare_to_baselines, csv_columns, forest_panels, main,
-                                   render_markdown, seed_group_key, write_csv)
+                                   render_markdown, seed_group_key, sort_rows, write_csv)
 
 COLUMNS = columns()
 
@@ -892,3 +892,168 @@ def test_the_interval_holds_the_spread_between_seeds_not_only_the_examples():
     # one seed a side: nothing to draw, the examples alone
     one = paired_difference(row[2:], base[:1])
     assert one.low > 0.05
+
+
+# ---- rows capped alike (--max_eval_examples N): compared with each other, never with uncapped rows ------------
+# Built on the dev files of a fresh data folder: FT and pre-QQP uncapped, the same two capped at CAP (the first CAP
+# examples of each dev file, as trainer.cap_dev keeps them), a pre-QQP row capped at TINY (no FT row capped alike)
+# and a search trial of FT (--val_fraction), 3 seeds each but the trial.
+
+CAP, TINY = 25, 10
+
+
+def write_capped_run(out: Path, name: str, seed: int, pred: dict, gold: dict, data_dir: Path, cap: int, **flags):
+    """A smoke run: scored, and its dev predictions written, on the first ``cap`` examples of each dev file; its
+    saved config says ``--max_eval_examples cap``."""
+    write_run(out, name, seed, {task: values[:cap] for task, values in pred.items()},
+              {task: (ids[:cap], labels[:cap]) for task, (ids, labels) in gold.items()}, data_dir, **flags)
+    edit_config(out / name, "data", "max_eval_examples", cap)
+
+
+def edit_config(folder: Path, section: str, name: str, value) -> None:
+    path = folder / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["config"].setdefault(section, {})[name] = value
+    path.write_text(json.dumps(metrics))
+
+
+def first(gold: dict, cap: int) -> dict:
+    return {task: (ids[:cap], labels[:cap]) for task, (ids, labels) in gold.items()}
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory):
+    root = tmp_path_factory.mktemp("capped")
+    gold = write_dev_files(root / "data")
+    out = root / "runs"
+    out.mkdir()
+    pred = {}
+    for row, skill, offset, flags in (("ft", 0.5, 0, {}), ("preqqp", 0.9, 100, {"pre_qqp": True})):
+        for seed in SEEDS:
+            pred[row, seed] = predictions(gold, skill, seed + offset)
+            write_run(out, f"ablate-{row}-s{seed}", seed, pred[row, seed], gold, root / "data", **flags)
+            write_capped_run(out, f"smoke-{row}-s{seed}", seed, pred[row, seed], gold, root / "data", CAP, **flags)
+            if row == "preqqp":
+                write_capped_run(out, f"tiny-{row}-s{seed}", seed, pred[row, seed], gold, root / "data", TINY, **flags)
+    write_run(out, "trial-ft", SEEDS[0], pred["ft", SEEDS[0]], gold, root / "data")
+    edit_config(out / "trial-ft", "data", "val_fraction", 0.2)
+    return SimpleNamespace(root=root, out=out, data=root / "data", gold=gold, pred=pred)
+
+
+def capped_rows(capped, without=()):
+    """The fixture's rows afresh (the comparison sets fields on them), less the runs whose names start with one of
+    ``without``."""
+    folder = capped.root / f"subset-{'-'.join(without) or 'all'}"
+    if not folder.exists():
+        folder.mkdir()
+        for run in capped.out.iterdir():
+            if not run.name.startswith(tuple(without)):
+                (folder / run.name).symlink_to(run)
+    return by_run(collect_runs(folder))
+
+
+def capped_average(capped, row: str, cap: int) -> float:
+    """The row's overall dev score on the first ``cap`` examples of each dev file, computed here."""
+    gold = first(capped.gold, cap)
+    return statistics.mean(cs224n(dev_scores({task: values[:cap] for task, values in capped.pred[row, seed].items()},
+                                             gold)) for seed in SEEDS)
+
+
+def test_rows_capped_alike_are_compared_with_each_other_and_uncapped_with_uncapped(capped):
+    rows = capped_rows(capped)
+    footer, notes = compare_to_baselines(list(rows.values()), resamples=200, seed=0)
+    assert [(row.run, row.dev_cap) for row in sort_rows(list(rows.values()))] == [
+        ("ablate-preqqp", None), ("ablate-ft", None), ("trial-ft", None), ("tiny-preqqp", TINY), ("smoke-preqqp", CAP),
+        ("smoke-ft", CAP)]   # uncapped first, then the trial, then rows capped alike together
+    smoke, full = rows["smoke-preqqp"].vs_ft, rows["ablate-preqqp"].vs_ft
+    assert smoke.observed == pytest.approx(capped_average(capped, "preqqp", CAP) - capped_average(capped, "ft", CAP),
+                                           abs=1e-12)
+    assert full.observed == pytest.approx(capped_average(capped, "preqqp", N_DEV) - capped_average(capped, "ft", N_DEV),
+                                          abs=1e-12)
+    assert smoke != full and smoke.excludes_zero   # skill 0.9 against 0.5, on 25 examples a task
+    assert rows["smoke-ft"].vs_ft is None and rows["ablate-ft"].vs_ft is None   # the baselines
+    assert rows["tiny-preqqp"].vs_ft is None and rows["trial-ft"].vs_ft is None
+    # the uncapped comparison is what it is without any capped row in the folder
+    alone = capped_rows(capped, without=("smoke", "tiny", "trial"))
+    uncapped = compare_to_baselines(list(alone.values()), resamples=200, seed=0)[0]
+    assert uncapped.startswith("Δ vs FT = average minus that of ablate-ft, both from the dev prediction files; 95% CI")
+    assert f"; 95% CI{uncapped.split('; 95% CI', 1)[1]} No Δ vs FT: tiny-preqqp" in footer   # the rest as there
+    assert alone["ablate-preqqp"].vs_ft == full
+    assert footer.startswith("Δ vs FT = average minus that of the FT row scored on the same dev examples (uncapped: "
+                             f"ablate-ft; capped at {CAP}: smoke-ft), both from the dev prediction files;")
+    assert footer.endswith(f" No Δ vs FT: tiny-preqqp: no FT row capped alike (--max_eval_examples {TINY}).")
+    assert "no finished FT row" not in footer
+    assert notes == ["note: trial-ft: not compared (validation split: scored on 0.2 of train, not dev, --val_fraction: "
+                     "a search trial)"]
+    markdown = render_markdown(list(rows.values()), footer)
+    assert "pooled and compared only with rows capped alike (the same N, so the same examples)" in markdown
+    assert "not compared, no baseline" in markdown   # the trial's note: still never compared
+
+
+def test_a_capped_interval_is_that_of_the_first_n_examples_as_dev_files(capped, tmp_path):
+    """The bootstrap reads a capped run on the first N ids of each dev file: its interval is the one of uncapped
+    runs of the same predictions on dev files that hold only those N examples (the draws depend only on the seed,
+    the task and the examples)."""
+    data = tmp_path / "short"
+    data.mkdir()
+    for name in TASK_NAMES:
+        dev = BUILTIN_TASKS[name].files["dev"]
+        (data / dev).write_text("\n".join((capped.data / dev).read_text().splitlines()[:CAP + 1]) + "\n")
+    out = tmp_path / "runs"
+    out.mkdir()
+    short = first(capped.gold, CAP)
+    for row, flags in (("ft", {}), ("preqqp", {"pre_qqp": True})):
+        for seed in SEEDS:
+            write_run(out, f"short-{row}-s{seed}", seed, {t: v[:CAP] for t, v in capped.pred[row, seed].items()},
+                      short, data, **flags)
+    rows = by_run(collect_runs(out))
+    compare_to_baselines(list(rows.values()), resamples=200, seed=0)
+    smoke = capped_rows(capped)
+    compare_to_baselines(list(smoke.values()), resamples=200, seed=0)
+    assert smoke["smoke-preqqp"].vs_ft == rows["short-preqqp"].vs_ft
+
+
+def test_the_bootstrap_pairs_a_capped_run_on_the_first_n_dev_ids(capped):
+    from training.tools.bootstrap import DevSource, score_runs
+
+    folder = capped.out / f"smoke-ft-s{SEEDS[0]}"
+    source = DevSource(folder, str(capped.data), TASK_NAMES, cap=CAP)
+    scores, failed = score_runs([source, DevSource(folder, str(capped.data), TASK_NAMES)], 20, 0)
+    assert scores[folder].examples == tuple((task, tuple(capped.gold[task][0][:CAP])) for task in TASK_NAMES)
+    assert scores[folder].observed == pytest.approx(cs224n(dev_scores(
+        {task: values[:CAP] for task, values in capped.pred["ft", SEEDS[0]].items()}, first(capped.gold, CAP))),
+        abs=1e-12)
+    uncapped = score_runs([DevSource(folder, str(capped.data), TASK_NAMES)], 20, 0)[1]   # read as a full-dev run
+    assert f"no prediction for {N_DEV - CAP} of the {N_DEV} dev examples" in uncapped[folder]
+
+
+def test_the_footer_says_why_a_row_has_no_interval(capped):
+    def footer(without=(), baseline=None):
+        return compare_to_baselines(list(capped_rows(capped, without).values()), resamples=50, seed=0,
+                                    baseline=baseline)[0]
+
+    # an FT row finished, but capped: the uncapped rows have none scored on their dev examples
+    assert footer(without=("ablate-ft",)).endswith(
+        f" No Δ vs FT: ablate-preqqp: no uncapped FT row; tiny-preqqp: no FT row capped alike (--max_eval_examples "
+        f"{TINY}).")
+    assert footer(without=("ablate-ft", "tiny")).startswith(
+        f"Δ vs FT = average minus that of smoke-ft (capped alike, --max_eval_examples {CAP}), both from")
+    # no FT row at all, or only a search trial of FT
+    assert footer(without=("ablate-ft", "smoke-ft", "trial")) == \
+        "Δ vs FT and 95% CI: no finished FT row to compare with."
+    assert footer(without=("ablate-ft", "smoke-ft")) == (
+        "Δ vs FT and 95% CI: no finished FT row scored on dev to compare with (the FT rows are search trials, "
+        "--val_fraction).")
+    # --baseline: each row against the row of that name scored on the same dev examples
+    named = footer(baseline="smoke-ft")
+    assert named.startswith(
+        f"Δ vs smoke-ft = average minus that of smoke-ft (capped alike, --max_eval_examples {CAP}),")
+    assert named.endswith(" No Δ vs smoke-ft: ablate-preqqp, ablate-ft: no uncapped smoke-ft row; tiny-preqqp: no "
+                          f"smoke-ft row capped alike (--max_eval_examples {TINY}).")
+    rows = capped_rows(capped)
+    compare_to_baselines(list(rows.values()), resamples=50, seed=0, baseline="smoke-ft")
+    assert rows["smoke-preqqp"].vs_ft.excludes_zero and set(rows["smoke-preqqp"].vs_baseline) == set(TASK_NAMES)
+    assert rows["ablate-preqqp"].vs_ft is None and rows["ablate-preqqp"].vs_baseline == {}
+    with pytest.raises(ValueError, match="--baseline trial-ft: no finished row of that name \\(a search trial is no "
+                                         "baseline\\)"):
+        compare_to_baselines(list(rows.values()), resamples=50, seed=0, baseline="trial-ft")

@@ -195,3 +195,40 @@ def test_other_dev_ids_leave_the_cell_blank_with_a_note(study, tmp_path, capsys)
     captured = capsys.readouterr()
     assert "note: ft: no SST vs alone: not the same sst dev examples as its baseline" in captured.err
     assert "SST vs alone" not in captured.out and "Traceback" not in captured.err
+
+
+def test_capped_rows_are_compared_with_the_st_row_capped_alike_and_the_footer_says_where_none_is(study, tmp_path):
+    """Smoke runs (``--max_eval_examples 20``) of FT and SMART beside the uncapped study: without an ST row capped
+    alike they have no "vs alone" and the footer says so; with a capped SST-alone run, SMART's SST is compared with
+    it on the first 20 SST dev examples (and FT's too), the uncapped rows still with the uncapped ST rows."""
+    cap, out, data, gold, pred = 20, tmp_path / "runs", study["out"].parent / "data", study["gold"], study["pred"]
+    shutil.copytree(study["out"], out)
+    first = {task: (ids[:cap], labels[:cap]) for task, (ids, labels) in gold.items()}
+
+    def smoke(name, seed, predicted, **flags):
+        write_run(out, f"{name}-s{seed}", seed, {task: values[:cap] for task, values in predicted.items()}, first,
+                  data, **flags)
+        metrics = json.loads((out / f"{name}-s{seed}" / "metrics.json").read_text())
+        metrics["config"]["data"] = {"max_eval_examples": cap}
+        (out / f"{name}-s{seed}" / "metrics.json").write_text(json.dumps(metrics))
+    for seed in SEEDS:
+        smoke("smoke-ft", seed, pred["ft", seed])
+        smoke("smoke-smart", seed, pred["smart", seed], smart=True)
+    rows = {row.run: row for row in collect_runs(out)}
+    footer, notes = compare_to_baselines(list(rows.values()), resamples=50, seed=0)
+    assert notes == [] and rows["smoke-smart"].vs_ft is not None and rows["smoke-smart"].vs_alone == {}
+    assert rows["smart"].vs_alone.keys() == {"sst", "sts"}   # the uncapped rows as before
+    assert footer.endswith(f" No SST vs alone: smoke-smart, smoke-ft: no sst ST row capped alike (--max_eval_examples "
+                           f"{cap}). No STS vs alone: smoke-smart, smoke-ft: no sts ST row capped alike "
+                           f"(--max_eval_examples {cap}).")
+    for seed in SEEDS:
+        smoke("smoke-st-sst", seed, pred["st-sst", seed])
+    rows = {row.run: row for row in collect_runs(out)}
+    footer, notes = compare_to_baselines(list(rows.values()), resamples=50, seed=0)
+    assert notes == [] and rows["smoke-smart"].vs_alone.keys() == {"sst"} and rows["smoke-st-sst"].baseline == "ST"
+    expected = statistics.mean(sst_accuracy(pred["smart", seed]["sst"][:cap], first["sst"][1])
+                               - sst_accuracy(pred["st-sst", seed]["sst"][:cap], first["sst"][1]) for seed in SEEDS)
+    assert rows["smoke-smart"].vs_alone["sst"].observed == pytest.approx(expected, abs=1e-12)
+    assert f"sst: st-sst; sts: st-sts; sst capped at {cap}: smoke-st-sst)" in footer
+    assert footer.endswith(f" No STS vs alone: smoke-smart, smoke-ft: no sts ST row capped alike (--max_eval_examples "
+                           f"{cap}).")

@@ -16,7 +16,8 @@ from ..learning.tasks import Task
 
 
 def read_task_file(path: str | Path) -> list[dict]:
-    """The checked, complete declarations of a task file (every optional field filled in): a JSON
+    """The checked, complete declarations of a task file (every optional field filled in, but ``label_names``
+    only where given): a JSON
     (or, with PyYAML, YAML) object with a ``tasks`` list, a list of declarations, or one declaration."""
     path = Path(path)
     try:

@@ -180,6 +180,21 @@ def write_predictions(path: Path, task: Task, result: TaskPredictions) -> None:
     write_text_atomic(path, buffer.getvalue())
 
 
+def write_input_predictions(path: Path, task: Task, result: TaskPredictions, texts: dict[str, tuple[str, ...]],
+                            text_columns: tuple[str, ...], label_names: list[str] | None = None) -> None:
+    """``predict --input``'s file, for people rather than the CS224N grader: ``id``, the input's text
+    (``texts[id]``, under ``text_columns``), the task's prediction column as in ``write_predictions``
+    and, for a class task with names (``label_names``, in class order), ``label_name`` beside it."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    named = label_names is not None and task.label_type == "class"
+    writer.writerow(["id", *text_columns, task.prediction_column, *(["label_name"] if named else [])])
+    for example_id, value in zip(result.ids, result.predictions):
+        shown = f"{value:.4f}" if task.label_type == "score" else int(value)
+        writer.writerow([example_id, *texts[example_id], shown, *([label_names[int(value)]] if named else [])])
+    write_text_atomic(path, buffer.getvalue())
+
+
 def write_json(path: Path, data: dict) -> None:
     write_text_atomic(path, json.dumps(_jsonable(data), indent=2) + "\n")
 

@@ -40,6 +40,7 @@ class RunFolder:
         self.config, self.resume, self.place, self.started, self.log = config, resume, place, started, log
         self.lock = lock   # held from here to the end: the folder is live (training/harness/run_lock.py)
         self.metrics: dict | None = None
+        self.ended = False   # the end state ("finished", "stopped early") is written: nothing changes it after
         # --resume of a run stopped before its first checkpoint: it starts again in its own folder
         self.restart = resume is None and bool(config.output.resume)
         self.dir = Path(config.output.resume) if config.output.resume else None
@@ -112,6 +113,7 @@ class RunFolder:
                             cpu_capability=torch.backends.cpu.get_cpu_capability(),
                             finished=datetime.now().isoformat(timespec="seconds"), processes=self.place.world_size)
         self.write.json(self.metrics)
+        self.ended = True   # a signal or an error from here on (the clean-up below) leaves the status as it is
         self.write.curves(self.metrics, self.log, final=True)
         if self.write.enabled:
             write_model_card(self.metrics, self.dir / "checkpoint")
@@ -130,7 +132,7 @@ class RunFolder:
         return False
 
     def _end(self, err: BaseException | None) -> None:
-        if err is None:
+        if err is None or self.ended:   # a finished run stays finished (issue 74): --resume and grids leave it be
             shutdown()
         elif self.metrics is None:
             if self.resume is None and not self.restart and self.place.is_main:

@@ -19,6 +19,7 @@ from minbert.errors import first_line
 from minbert.model import set_attention
 from minbert.weights import resolve_model_dir
 
+from ..extensions import enabled
 from .checkpoint import EXPORTED_TOWER, RUN_CONFIG, load_checkpoint, saved_run_config
 from ..configuration.sections import ModelConfig
 from ..configuration.run_config import RunConfig
@@ -44,11 +45,7 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
                      model_dir / "model.safetensors", model_dir / "config.json")
     else:
         bert = BertModel.from_pretrained(model_dir, **overrides)
-    check_pooling_depth(config.model.pooling, bert.config, model_dir / "config.json")
-    # refused with one task too, which builds no tower: the model card would print the value in its command
-    if config.model.private_layers > bert.config.num_hidden_layers:
-        raise ValueError(f"--private_layers {config.model.private_layers} is more than the "
-                         f"{bert.config.num_hidden_layers} layers of {model_dir / 'config.json'}")
+    check_depth(config, bert.config, model_dir / "config.json")
     model = with_heads(bert, config, config.task_names())
     if config.model.option == "pretrain":
         for _, p in model.encoder_parameters():
@@ -71,6 +68,32 @@ def saved_bert_config(directory: Path, saved: dict) -> BertConfig:
         return BertConfig.from_hf(saved["bert"])
     except (TypeError, ValueError) as err:
         raise ValueError(f"{directory / 'config.json'}: {err}") from None
+
+
+def check_fits_model(config: RunConfig, bert: BertConfig | None = None, model_dir: Path | None = None) -> None:
+    """What the model cannot take, refused in one line naming its config.json before anything trains: a
+    ``--pooling`` that reads more layers than it has, more ``--private_layers`` than its layers (with one task
+    too, which builds no tower: the model card would print the value), a length (``--max_length``, an
+    extension's) beyond its positions, which would fail only at the first long sentence. Without ``bert``, the
+    config.json of ``--model`` alone is read, no weights: the grid and the search check every run so before Ray."""
+    model_dir = model_dir or model_directory(config.model.model)
+    config_file = model_dir / "config.json"
+    bert = bert or BertConfig.from_json(config_file)
+    check_depth(config, bert, config_file)
+    lengths = [("--max_length", config.data.max_length)]
+    lengths += [length for e in enabled(config) for length in e.max_lengths(config)]
+    for flag, length in lengths:
+        if length is not None and length > bert.max_position_embeddings:
+            raise ValueError(f"{flag} {length} is more than the model's {bert.max_position_embeddings} positions "
+                             f"(max_position_embeddings in {config_file}); give at most {bert.max_position_embeddings}")
+
+
+def check_depth(config: RunConfig, bert: BertConfig, config_file: Path) -> None:
+    """The layers a run reads (``--pooling``) or copies (``--private_layers``), against the model's."""
+    check_pooling_depth(config.model.pooling, bert, config_file)
+    if config.model.private_layers > bert.num_hidden_layers:
+        raise ValueError(f"--private_layers {config.model.private_layers} is more than the "
+                         f"{bert.num_hidden_layers} layers of {config_file}")
 
 
 def check_pooling_depth(pooling: str, bert_config: BertConfig, config_file: Path) -> None:

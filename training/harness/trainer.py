@@ -16,7 +16,7 @@ import torch
 from training.data.holdout import hold_out
 from training.data.readers import DataError, Example, read_header, resolve_data_dir
 from heads import MultitaskBert
-from minbert import BertConfig, BertTokenizer
+from minbert import BertTokenizer
 
 from .checkpoint import save_checkpoint
 from ..configuration.run_config import RunConfig
@@ -32,7 +32,7 @@ from .run_log import RunLog
 from ..learning.rng import seed_everything
 from ..learning.recipe import Callbacks, Inputs, Parallel, build_run
 from ..learning.schedule import RoundRobinScheduler
-from .runs import build_model, model_directory, tokenizer_for
+from .runs import build_model, check_fits_model, model_directory, tokenizer_for
 from ..learning.stages import Run, multitask_stage
 from ..learning.tasks import Task, format_metrics, overall_score
 from .status import RunStatus
@@ -105,7 +105,7 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     for extension in enabled(config):
         extension.check_files(config)
     model = build_model(config, model_dir)
-    check_against_model(config, model.bert.config, model_dir)
+    check_fits_model(config, model.bert.config, model_dir)
     tokenizer = tokenizer_for(model_dir, model.bert)
     tasks = config.known_tasks()
     splits, data_report = read_all_splits(data_dir, splits_to_read(config), tasks, config.data.strict, log)
@@ -188,18 +188,6 @@ def with_absolute_paths(config: RunConfig, inputs: RunInputs) -> RunConfig:
     for section in config.sections().values():   # the extensions' path flags (--ucl_data, --scl_data, ...)
         absolute_paths(section)
     return config
-
-
-def check_against_model(config: RunConfig, bert: BertConfig, model_dir: Path) -> None:
-    """Lengths the model cannot take, refused now rather than at the first long sentence (which
-    may come in the test file, after all the training)."""
-    lengths = [("--max_length", config.data.max_length)]
-    lengths += [length for e in enabled(config) for length in e.max_lengths(config)]
-    for flag, length in lengths:
-        if length is not None and length > bert.max_position_embeddings:
-            raise ValueError(f"{flag} {length} is more than the model's {bert.max_position_embeddings} positions "
-                             f"(max_position_embeddings in {model_dir / 'config.json'}); give at most "
-                             f"{bert.max_position_embeddings}")
 
 
 def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: torch.device, place: Distributed,

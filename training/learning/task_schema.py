@@ -70,6 +70,20 @@ def _regression(d: dict) -> bool:
     return d["kind"] == "pair_regression"
 
 
+def _label_names_ok(value, d: dict) -> bool:
+    return not _regression(d) and isinstance(value, list) and len(value) == d["num_classes"] and all(
+        isinstance(name, str) and name.strip() for name in value) and len({n.strip() for n in value}) == len(value)
+
+
+def _label_names_wrong(value, d: dict) -> str:
+    if _regression(d):
+        return "a pair_regression predicts a score: it has no label names"
+    n = d["num_classes"]
+    if isinstance(value, list) and len(value) != n:
+        return f"{len(value)} names for {n} classes: one name per class, in class order (0..{n - 1})"
+    return f"a list of {n} distinct non-empty names, one per class in class order (0..{n - 1}), got {value!r}"
+
+
 def _name_ok(value) -> bool:
     return isinstance(value, str) and bool(NAME.match(value)) and len(value) <= MAX_NAME
 
@@ -114,9 +128,13 @@ SCHEMA = (
     Rule("prediction_column", lambda v, d: isinstance(v, str) and bool(v.strip()),
          lambda v, d: f"the prediction files' column name, got {v!r}",
          default=lambda d: f"Predicted_{d['label_column']}"),
+    # absent, it stays absent (a declaration without it is saved as before): predict --input writes no names
+    Rule("label_names", lambda v, d: v is None or _label_names_ok(v, d), lambda v, d: _label_names_wrong(v, d),
+         default=lambda d: None, keep=lambda v, d: None if v is None else [name.strip() for name in v]),
 )
 REQUIRED = tuple(dict.fromkeys(rule.field for rule in SCHEMA if rule.default is None))
 OPTIONAL = tuple(dict.fromkeys(rule.field for rule in SCHEMA if rule.default is not None))
+KEPT_ONLY_WHEN_GIVEN = ("label_names",)   # optional fields a checked declaration holds only when given
 
 # The built-in tasks, declared in the schema a --task_file uses. Their output prefixes and prediction
 # columns are the CS224N release's ("Similiarity" is spelled as in its output files).
@@ -124,10 +142,12 @@ BUILTIN_DECLARATIONS = (
     {"name": "sst", "kind": "classification", "num_classes": 5, "text_columns": ["sentence"],
      "label_column": "sentiment", "prediction_column": "Predicted_Sentiment",
      "files": {"train": "ids-sst-train.csv", "dev": "ids-sst-dev.csv", "test": "ids-sst-test-student.csv"},
+     "label_names": ["negative", "somewhat negative", "neutral", "somewhat positive", "positive"],
      "description": "Stanford Sentiment Treebank, 5 classes (0 negative .. 4 positive)"},
     {"name": "qqp", "kind": "pair_classification", "num_classes": 2, "text_columns": ["sentence1", "sentence2"],
      "label_column": "is_duplicate", "output_prefix": "para", "prediction_column": "Predicted_Is_Paraphrase",
      "files": {"train": "quora-train.csv", "dev": "quora-dev.csv", "test": "quora-test-student.csv"},
+     "label_names": ["not duplicate", "duplicate"],
      "description": "Quora question pairs: paraphrase or not"},
     {"name": "sts", "kind": "pair_regression", "score_range": list(STS_SCALE),
      "text_columns": ["sentence1", "sentence2"], "label_column": "similarity",
@@ -137,6 +157,7 @@ BUILTIN_DECLARATIONS = (
     {"name": "cfimdb", "kind": "classification", "num_classes": 2, "text_columns": ["sentence"],
      "label_column": "sentiment", "prediction_column": "Predicted_Sentiment",
      "files": {"train": "ids-cfimdb-train.csv", "dev": "ids-cfimdb-dev.csv", "test": "ids-cfimdb-test-student.csv"},
+     "label_names": ["negative", "positive"],
      "description": "CFIMDB movie reviews, 2 classes (0 negative, 1 positive)"},
 )
 # names and prediction prefixes a user's task may not take: the built-in tasks'
@@ -161,6 +182,8 @@ def check_declaration(item, where: str, index: int = 0, reserved=RESERVED) -> di
         value = checked.get(rule.field, item[rule.field] if rule.field in item else rule.default(checked))
         if not rule.ok(value, checked):
             raise TaskFileError(f"{at}: field '{rule.field}': {rule.says(value, checked)}")
+        if value is None and rule.field in KEPT_ONLY_WHEN_GIVEN:
+            continue
         checked[rule.field] = rule.keep(value, checked)
         if rule.field in ("name", "output_prefix") and value in reserved:
             raise TaskFileError(f"{at}: field '{rule.field}': {value!r} is a built-in task's name or prediction "
@@ -224,6 +247,15 @@ def _pair_regression(common: dict, low: float, high: float) -> Task:
 BUILTIN_TASKS: Mapping[str, Task] = MappingProxyType(
     {d["name"]: task_from_declaration(check_declaration(d, "training/learning/task_schema.py", reserved=()))
      for d in BUILTIN_DECLARATIONS})
+
+
+def label_names(task: str, declarations: list[dict] = ()) -> list[str] | None:
+    """The class names of ``task`` (a built-in one, or one of ``declarations``, a run's saved ``own_tasks``):
+    its declaration's ``label_names``, in class order; None for a score, or a task declared without them."""
+    found = next((d for d in (*BUILTIN_DECLARATIONS, *declarations) if isinstance(d, dict) and d.get("name") == task),
+                 None)
+    names = found.get("label_names") if found is not None else None
+    return list(names) if isinstance(names, list) else None
 
 
 def task_table(declarations: list[dict] = (), where: str = "the run's configuration") -> dict[str, Task]:

@@ -49,6 +49,7 @@ class DevSource:
     data_dir: str | None
     tasks: tuple[str, ...]
     known: Mapping[str, Task] = field(default_factory=lambda: BUILTIN_TASKS, compare=False, hash=False)   # its rows
+    cap: int | None = None   # --max_eval_examples N: the run scored, and predicted, the first N of each dev file
 
 
 class TaskDev(NamedTuple):
@@ -91,9 +92,9 @@ def score_runs(runs: Iterable[DevSource], resamples: int, seed: int) -> tuple[di
             failed[run.folder] = str(err)
     batches: dict[tuple, list[DevSource]] = {}   # runs scored together: same tasks, same gold labels
     for run in loaded:
-        batches.setdefault((run.tasks, _folder_key(run.data_dir)), []).append(run)
+        batches.setdefault((run.tasks, _folder_key(run.data_dir), run.cap), []).append(run)
     scores = {}
-    for (tasks, _), batch in batches.items():
+    for (tasks, *_), batch in batches.items():
         known = batch[0].known
         observed = [{t: known[t].metric(loaded[run][t].predictions, loaded[run][t].labels) for t in tasks}
                     for run in batch]
@@ -206,7 +207,9 @@ def _resampled_metric(task: Task, runs: list[TaskDev], resamples: int, seed: int
 
 
 def _read_run(run: DevSource, gold: dict) -> dict[str, TaskDev]:
-    """Each task's predictions and gold labels; ``gold`` caches the dev files already read."""
+    """Each task's predictions and gold labels; ``gold`` caches the dev files already read. A capped run
+    (``run.cap``) is read on the first ``cap`` examples of each dev file, as ``trainer.cap_dev`` kept them: those
+    ids are the ones scored and paired, so runs capped alike pair example by example."""
     if not run.data_dir:
         raise Unavailable(f"{run.folder / 'metrics.json'}: no data_dir (give --data_dir)")
     read = {}
@@ -215,6 +218,8 @@ def _read_run(run: DevSource, gold: dict) -> dict[str, TaskDev]:
         if key not in gold:
             gold[key] = _read_gold(Path(run.data_dir), run.known[name])
         ids, labels = gold[key]
+        if run.cap is not None:
+            ids, labels = ids[:run.cap], labels[:run.cap]
         task = run.known[name]
         read[name] = TaskDev(_read_predictions(prediction_path(run.folder, task, "dev"), task, ids), labels, ids)
     return read

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -66,7 +67,7 @@ def read_sentences(path: Path, column: str | None = None) -> list[str]:
     if path.suffix.lower() not in (".csv", ".tsv"):
         if column is not None:
             raise ValueError(f"--column applies to .csv/.tsv files, not {path.name}")
-        sentences = [line.strip() for line in text.splitlines() if line.strip()]
+        sentences = [line for _, line in text_lines(text)]
     else:
         first = text.split("\n", 1)[0]
         rows = list(csv.reader(io.StringIO(text), delimiter="\t" if "\t" in first else ","))
@@ -83,6 +84,14 @@ def read_sentences(path: Path, column: str | None = None) -> list[str]:
     if not sentences:
         raise DataError(f"{path}: no sentences")
     return sentences
+
+
+def text_lines(text: str) -> list[tuple[int, str]]:
+    """The non-empty lines of a .txt file's ``text`` (``read_utf8``'s), stripped, each with its line number
+    (1-based, as an editor counts: ``\\n``, ``\\r\\n`` or ``\\r`` ends a line): what ``embed`` and ``predict``
+    read from a .txt file (one sentence, or for predict one tab-separated pair, a line)."""
+    return [(number, line.strip()) for number, line in enumerate(re.split(r"\r\n|\r|\n", text), start=1)
+            if line.strip()]
 
 
 if __name__ == "__main__":

@@ -10,10 +10,17 @@ Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes) and ``<
 ``--overwrite``, and ``--out`` may never be the run's own folder or its ``checkpoint/``, another run's
 folder, or a folder whose metrics.json predict did not write (``--overwrite`` or not).
 
-``--input FILE``: any CSV or TSV (tab when its header has one, else comma) for one task of the run,
-its text in the columns ``--columns`` names; scored when it has the task's label column (or
-``--label_column``). Writes ``<out>/<prefix>-<file stem>-output.csv`` and ``<out>/metrics.json``.
+``--input FILE``: sentences of your own for one task of the run (``--task``): a ``.txt`` file, one
+sentence a line (a pair task: the two sentences of a pair a line, tab-separated; ids are line numbers),
+as ``training.tools.embed`` reads it; or any CSV or TSV (tab when its header has one, else comma), its
+text in the columns ``--columns`` names, scored when it has the task's label column (or
+``--label_column``). A row that cannot be read (a comma inside an unquoted sentence, an empty
+sentence, a bad label) is an error naming file, line and field, unless ``--skip_bad_rows``. Writes
+``<out>/<prefix>-<file stem>-output.csv``, which keeps each row's text and adds, beside the class id,
+its name (``label_name``: SST's five, QQP's two, a declared task's ``label_names``), and
+``<out>/metrics.json``.
 
+    python -m training.tools.predict predictions/<run> --input sentences.txt --task sst --out preds/
     python -m training.tools.predict predictions/<run> --input reviews.csv --columns text --task sst --out preds/
 """
 from __future__ import annotations
@@ -25,13 +32,16 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from training.data.readers import DataError, guess_delimiter, read_examples, read_header, resolve_data_dir
+from training.data.readers import (BadRow, DataError, Example, ReadReport, guess_delimiter, read_examples,
+                                   read_header, read_utf8, resolve_data_dir)
 from minbert.atomic import check_folder, make_folder
 
 from .command import check_overwrite, run_command
 from ..configuration.sections import DataConfig, TrainConfig, add_flags
-from ..harness.outputs import prediction_path, write_json, write_predictions
+from .embed import text_lines
+from ..harness.outputs import prediction_path, write_input_predictions, write_json, write_predictions
 from ..harness.runs import load_run
+from ..learning.task_schema import label_names
 from ..learning.tasks import Task, format_metrics, parse_tasks
 
 METRICS = "metrics.json"
@@ -60,7 +70,9 @@ def execute(args: argparse.Namespace) -> int:
 
 
 # the flags of each mode: the data folder's files, or one --input file
-INPUT_FLAGS, DATA_DIR_FLAGS = ("columns", "task", "label_column", "id_column", "no_score"), ("tasks", "data_dir")
+INPUT_FLAGS = ("columns", "task", "label_column", "id_column", "no_score", "skip_bad_rows")
+DATA_DIR_FLAGS = ("tasks", "data_dir")
+CSV_FLAGS = ("columns", "label_column", "id_column")   # a .txt file has no columns
 
 
 def check_mode(args: argparse.Namespace) -> None:
@@ -77,30 +89,43 @@ def check_mode(args: argparse.Namespace) -> None:
 
 
 def predict_input(run, args: argparse.Namespace, out: Path) -> int:
-    """``--input FILE``: the task's predictions of every row of the file, scored where it has labels."""
+    """``--input FILE``: the task's predictions of every row of the file, with its text and the class names,
+    scored where it has labels; a row that cannot be read is an error unless ``--skip_bad_rows``."""
     name = input_task(run, args.task)
     known = run.config.known_tasks()
     task, path = known[name], Path(args.input)
-    columns = tuple(c.strip() for c in args.columns.split(",")) if args.columns else task.text_columns
-    if len(columns) != len(task.text_columns) or not all(columns) or len(set(columns)) != len(columns):
-        raise ValueError(f"--columns: {name} reads {len(task.text_columns)} distinct text column"
-                         f"{'s' if len(task.text_columns) > 1 else ''} ({','.join(task.text_columns)} in its own "
-                         f"files), got {args.columns!r}")
-    if not path.is_file():
-        raise DataError(f"--input {path}: no such file")
-    delimiter = guess_delimiter(path)
-    header = read_header(path, delimiter)
-    if args.no_score and args.label_column:
-        raise ValueError("--no_score and --label_column do not go together: drop one")
-    # --no_score: the label column (blank, text, or another task's) is not read, every row is predicted
-    label = None if args.no_score else args.label_column or (task.label_column if task.label_column in header else None)
-    id_column = args.id_column or (task.id_column if task.id_column in header else None)
     target = out / f"{task.output_prefix}-{path.stem}-output.csv"
-    check_folder(out)
-    check_overwrite([target, out / METRICS], args.overwrite)
-    layout = dataclasses.replace(task.layout(), text_columns=columns, label_column=label, id_column=id_column,
-                                 delimiter=delimiter)
-    examples, report = read_examples(path, layout)
+    if is_text_file(path):
+        if given := [f"--{flag}" for flag in CSV_FLAGS if getattr(args, flag) is not None]:
+            raise ValueError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with a CSV/TSV --input: "
+                             f"{path.name} is read as text, {text_format(task)}")
+        columns, label, id_column, delimiter = task.text_columns, None, None, None
+        check_folder(out)
+        check_overwrite([target, out / METRICS], args.overwrite)
+        examples, report = read_text_examples(path, task)
+    else:
+        columns = tuple(c.strip() for c in args.columns.split(",")) if args.columns else task.text_columns
+        if len(columns) != len(task.text_columns) or not all(columns) or len(set(columns)) != len(columns):
+            raise ValueError(f"--columns: {name} reads {len(task.text_columns)} distinct text column"
+                             f"{'s' if len(task.text_columns) > 1 else ''} ({','.join(task.text_columns)} in its own "
+                             f"files), got {args.columns!r}")
+        if not path.is_file():
+            raise DataError(f"--input {path}: no such file")
+        delimiter = guess_delimiter(path)
+        header = read_header(path, delimiter)
+        if args.no_score and args.label_column:
+            raise ValueError("--no_score and --label_column do not go together: drop one")
+        # --no_score: the label column (blank, text, or another task's) is not read, every row is predicted
+        label = None if args.no_score else args.label_column or (task.label_column if task.label_column in header
+                                                                  else None)
+        id_column = args.id_column or (task.id_column if task.id_column in header else None)
+        check_folder(out)
+        check_overwrite([target, out / METRICS], args.overwrite)
+        layout = dataclasses.replace(task.layout(), text_columns=columns, label_column=label, id_column=id_column,
+                                     delimiter=delimiter)
+        examples, report = read_examples(path, layout)
+    if report.bad_rows and not args.skip_bad_rows:
+        raise DataError(bad_row_error(path, report, label, delimiter))
     if report.bad_rows:
         print(f"warning: {report.summary()}", file=sys.stderr)
     if not examples:
@@ -108,10 +133,11 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
         raise DataError(f"{path}: no usable rows ({report.summary()}){hint}")
     result = run.predict_examples(name, examples, args.batch_size, progress=len(examples) >= 2000)
     make_folder(out)
-    write_predictions(target, task, result)
+    write_input_predictions(target, task, result, {e.id: e.texts for e in examples}, tuple(columns),
+                            label_names(name, run.config.data.own_tasks))
     line = f"{path.name}: {len(examples)} predictions ({name}) -> {target}"
     if id_column is None:
-        line += "   (no id column: ids are line numbers)"
+        line += "   (ids are line numbers)" if delimiter is None else "   (no id column: ids are line numbers)"
     scores = {}
     if label is not None:
         scores[path.name] = result.score(task)
@@ -120,6 +146,54 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     write_json(out / METRICS, {"run": str(run.source), "input": str(path.resolve()), "task": name,
                                "columns": list(columns), "label_column": label, "scores": scores})
     return 0
+
+
+def is_text_file(path: Path) -> bool:
+    """A ``.txt`` ``--input``: one sentence (or tab-separated pair) a line, no header; any other is a table."""
+    return path.suffix.lower() == ".txt"
+
+
+def text_format(task: Task) -> str:
+    return ("the two sentences of a pair a line, tab-separated" if task.is_pair else "one sentence a line") + \
+        " (ids are line numbers)"
+
+
+def read_text_examples(path: Path, task: Task) -> tuple[list[Example], ReadReport]:
+    """The examples of a ``.txt`` file (``embed``'s reading: its non-empty lines), one sentence a line, or for
+    a pair task two tab-separated ones; a line that is no pair is a bad row (``text_columns`` name the fields)."""
+    if not path.is_file():
+        raise DataError(f"--input {path}: no such file")
+    lines = text_lines(read_utf8(path))
+    if not lines:
+        raise DataError(f"{path}: no sentences (a .txt file is read as {text_format(task)})")
+    report, examples = ReadReport(path=path, n_rows=len(lines)), []
+    for number, line in lines:
+        texts = tuple(part.strip() for part in line.split("\t")) if task.is_pair else (line,)
+        if len(texts) < len(task.text_columns):
+            report.bad_rows.append(BadRow(number, task.text_columns[-1], "no tab: a pair task reads two sentences "
+                                                                         "a line, separated by a tab"))
+        elif len(texts) > len(task.text_columns):
+            report.bad_rows.append(BadRow(number, "row", f"{len(texts)} tab-separated fields, a pair is 2"))
+        elif empty := next((c for c, text in zip(task.text_columns, texts) if not text), None):
+            report.bad_rows.append(BadRow(number, empty, "empty sentence"))
+        else:
+            examples.append(Example(str(number), texts, None, number))
+    return examples, report
+
+
+def bad_row_error(path: Path, report: ReadReport, label: str | None, delimiter: str | None) -> str:
+    """The one line refusing a file with bad rows: the first one's file, line, field and reason, how many more,
+    and what to do (``--no_score`` for a bad label, quoting for a comma inside a sentence, ``--skip_bad_rows``)."""
+    first, more = report.bad_rows[0], len(report.bad_rows) - 1
+    message = f"{path}, line {first.line}, field {first.field}: {first.reason}"
+    if more:
+        message += f" (and {more} more bad row{'s' if more > 1 else ''})"
+    if label is not None and first.field == label:
+        message += f"; to predict without scoring, add --no_score (its {label} column is then not read)"
+    elif delimiter == "," and first.field == "row" and "header has" in first.reason:
+        message += ('; a comma inside an unquoted sentence splits it: quote the field ("..."), '
+                    'or give a .txt file, one sentence a line')
+    return message + "; --skip_bad_rows predicts the readable rows and lists the others"
 
 
 def input_task(run, given: str | None) -> str:
@@ -145,8 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(parser, DataConfig, only=("data_dir",))
     given = parser.add_argument_group("one file of your own (instead of the data folder)")
     given.add_argument("--input", default=None, metavar="FILE",
-                       help="predict this CSV/TSV file (tab when its header has one, else comma) instead of the data "
-                            "folder's files (default: none)")
+                       help="predict this file instead of the data folder's: a .txt file, one sentence a line (a "
+                            "pair task: two, tab-separated), or a CSV/TSV (tab when its header has one, else "
+                            "comma); the output keeps the text and names the class (default: none)")
     given.add_argument("--columns", default=None, metavar="COL[,COL2]",
                        help="with --input: its text column(s), two for a pair task (default: the task's own)")
     given.add_argument("--task", default=None, metavar="NAME",
@@ -157,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     given.add_argument("--no_score", action="store_true", default=None,
                        help="with --input: predict every row without scoring, the label column not read (e.g. "
                             "blank or text labels)")
+    given.add_argument("--skip_bad_rows", action="store_true", default=None,
+                       help="with --input: predict the rows that can be read and list the others on stderr "
+                            "(default: a row that cannot be read is an error naming its line and field)")
     given.add_argument("--id_column", default=None, metavar="COL",
                        help="with --input: the ids of the prediction file (default: the task's id column where the "
                             "file has it, else line numbers)")

@@ -14,9 +14,14 @@ Columns: run, pooling, one on/off column per extension (``Idea.column``), seeds,
 "<TASK> vs alone" where the folder has single-task rows, wall time and status. How seeds are pooled,
 which row is a PT, FT or ST baseline and what the intervals mean: docs/ablation.md, "Reading the
 table: seeds and intervals"; each rule is also in the docstring of the function that applies it. A run
-with ``--max_eval_examples`` (a smoke run, its dev scored on a subset) is marked "capped" in the status
-column, never pooled with uncapped seeds and never compared (``compare_to_baselines``); so is a search's
-trial (``--val_fraction``: scored on a split of the training files, not on dev).
+with ``--max_eval_examples N`` (a smoke run, its dev scored on the first N examples of each dev file) is marked
+"capped" in the status column, and pooled and compared only with rows capped alike (the same N: the same
+examples), never with uncapped ones (``compare_to_baselines``); the footer says why a row has no interval. A
+search's trial (``--val_fraction``: scored on a split of the training files, not on dev) is marked too, and
+never compared.
+
+``--format latex`` prints the table as LaTeX (booktabs) instead, and with ``--out`` writes ``PREFIX.tex`` beside
+the others (``training.tools.latex``).
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ from ..extensions.base import saved_flag
 from ..configuration.task_file import saved_tasks
 from ..learning.task_schema import BUILTIN_TASKS
 from ..learning.tasks import DEFAULT_TASKS, Task, overall_score
+from .latex import Headers, label_of, render_latex
 from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
 
 ON, OFF = "✓", "×"
@@ -54,7 +60,8 @@ LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT 
           "mean. average = mean of the tasks' dev scores, a Pearson r counted as (r + 1) / 2 (the CS224N score for "
           "SST, QQP and STS). Unfinished runs are listed last with blank metrics.")
 CAPPED, CAPPED_NOTE = "†", ("capped (†) = a smoke run, its dev scored on the first N examples of each task's dev "
-                             "file (--max_eval_examples N): not pooled with uncapped seeds, not compared, no baseline.")
+                             "file (--max_eval_examples N): pooled and compared only with rows capped alike (the same "
+                             "N, so the same examples), never with uncapped ones.")
 VAL_NOTE = ("validation split (†) = a search trial, scored on a split held out of the training files "
             "(--val_fraction F), not on dev: not pooled with dev-scored seeds, not compared, no baseline.")
 DELTA, INTERVAL = "Δ vs FT", "95% CI"   # DELTA: the default; ``--baseline ROW`` makes it "Δ vs ROW"
@@ -222,6 +229,16 @@ def compared_tasks(rows: list[RunRow], kind: str) -> list[str]:
     return [task for task in report_tasks(rows) if any(task in BY_TASK[kind](row) for row in rows)]
 
 
+def latex_headers(rows: list[RunRow], baseline: str | None = None) -> Headers:
+    """The column names of the LaTeX table (``latex.py``): the finished rows' tasks and Δs, named as here."""
+    done = [row for row in rows if row.complete]
+    known = report_tasks(done)
+    by_task = [(task, alone_column(task) if kind == "alone" else task_delta_column(task, baseline), kind)
+               for kind in ("alone", "baseline") for task in compared_tasks(done, kind)]
+    return Headers({task: metric_column(task, known) for task in table_tasks(done)}, delta_column(baseline), INTERVAL,
+                   by_task)
+
+
 def columns_of(rows: list[RunRow], baseline: str | None = None) -> list[Column]:
     """The columns of a table of ``rows``: one for each of their tasks, and a "vs alone" or "Δ vs ROW" one for
     each task where they have it."""
@@ -310,14 +327,45 @@ def _as_this_version_reads(config: dict) -> dict:
 def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
     """Finished runs first (by average, highest first, or by name), the single-task rows after the others
     (one task's score is no average to rank with them) and the capped ones (smoke runs, scored on part of
-    dev) after those, then the rest by name."""
+    dev) after those, rows capped alike together (by N), then the rest by name."""
     if sort not in ("average", "name"):
         raise ValueError(f"sort must be 'average' or 'name', got {sort!r}")
     done = [r for r in rows if r.complete]
     rest = [r for r in rows if not r.complete]
-    done.sort(key=(lambda r: (bool(r.capped), r.baseline == "ST", -r.average, r.run)) if sort == "average"
-              else (lambda r: (bool(r.capped), r.baseline == "ST", r.run)))
+    done.sort(key=(lambda r: (bool(r.capped), r.dev_cap or 0, r.baseline == "ST", -r.average, r.run))
+              if sort == "average" else (lambda r: (bool(r.capped), r.dev_cap or 0, r.baseline == "ST", r.run)))
     return done + sorted(rest, key=lambda r: r.run)
+
+
+@dataclass
+class Alike:
+    """The finished rows scored on the same dev examples (``cap``: uncapped, or ``--max_eval_examples N``, the first
+    N of each dev file) and their baselines among them: only these are compared with each other."""
+    cap: int | None
+    rows: list[RunRow]
+    fts: dict          # pooling -> the FT row (or the --baseline row, under None alone); {} when there is none
+    alone: dict        # task -> pooling -> its ST row, for the tasks that have one
+    multitask: list[RunRow]
+
+    def label(self) -> str:
+        return "uncapped" if self.cap is None else f"capped at {self.cap}"
+
+
+def alike_groups(scored: list[RunRow], baseline: str | None = None) -> list[Alike]:
+    """``scored`` (finished rows, none a search trial) split by their cap, the uncapped first, then by N; in each
+    the baselines of ``compare_to_baselines``: the FT rows (or the row named ``baseline``) and the ST rows."""
+    groups = []
+    for cap in sorted({row.dev_cap for row in scored}, key=lambda cap: (cap is not None, cap or 0)):
+        done = [row for row in scored if row.dev_cap == cap]
+        if baseline is None:
+            fts = _baselines(done, lambda row: row.baseline == "FT")
+        else:
+            fts = {None: named[0]} if (named := [row for row in done if row.run == baseline]) else {}
+        alone = {task: _baselines(done, lambda row: row.baseline == "ST" and task in row.dev)
+                 for task in report_tasks(done)}
+        groups.append(Alike(cap, done, fts, {task: by_pooling for task, by_pooling in alone.items() if by_pooling},
+                            [row for row in done if row.baseline != "ST" and len(row.dev) >= 2]))
+    return groups
 
 
 def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 0,
@@ -325,33 +373,38 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     """Set ``vs_ft`` of every finished multi-task row but the FT baselines (paired bootstrap against the FT
     row of the same pooling, else the first FT row by name; against the row named ``baseline`` instead, when
     given, with ``vs_baseline``: each task's Δ against it) and ``vs_alone`` of every finished multi-task row, for
-    each task that has an ST row (chosen the same way); return the footer naming them and the notes on rows left
-    without an interval. ``data_dir`` replaces the runs' own data folders. A capped row (``--max_eval_examples``)
-    is neither compared nor a baseline: its dev numbers are on a subset, so against a full-dev row they would
-    measure the subset."""
+    each task that has an ST row (chosen the same way); return the footer naming them, and saying why a row is
+    left without an interval where no baseline was scored on its dev examples, and the notes on rows whose
+    interval could not be computed. ``data_dir`` replaces the runs' own data folders.
+
+    Rows are compared only with rows scored on the same dev examples (``alike_groups``): uncapped with
+    uncapped, and a row capped with ``--max_eval_examples N`` with rows capped at the same N (the first N of
+    each dev file, paired example by example), each group with its own baselines chosen as above. A capped row
+    against an uncapped one would measure which dev examples the cap kept. A search's trial (``--val_fraction``,
+    scored on a split of train, not dev) is neither compared nor a baseline."""
     delta = delta_column(baseline)
     if resamples == 0:
         return f"{delta} and {INTERVAL}: not computed (--bootstrap 0).", []
-    done = [row for row in rows if row.complete and not row.capped]
-    notes = [f"note: {row.run}: not compared ({row.capped}, "
-             f"{'--val_fraction: a search trial' if row.val_fraction else '--max_eval_examples: a smoke run'})"
-             for row in rows if row.complete and row.capped]
-    fts = _baselines(done, lambda row: row.baseline == "FT") if baseline is None else named_baseline(rows, done, baseline)
-    alone = {task: _baselines(done, lambda row: row.baseline == "ST" and task in row.dev)
-             for task in report_tasks(done)}
-    alone = {task: by_pooling for task, by_pooling in alone.items() if by_pooling}
-    multitask = [row for row in done if row.baseline != "ST" and len(row.dev) >= 2]
-    if not fts and not alone:
-        return f"{delta} and {INTERVAL}: no finished FT row to compare with.", notes
+    scored = [row for row in rows if row.complete and not row.val_fraction]
+    notes = [f"note: {row.run}: not compared ({row.capped}, --val_fraction: a search trial)"
+             for row in rows if row.complete and row.val_fraction]
+    if baseline is not None:
+        named_baseline(rows, scored, baseline)   # one line if no row anywhere has that name
+    groups = alike_groups(scored, baseline)
+    if not any(group.fts or group.alone for group in groups):
+        return f"{delta} and {INTERVAL}: {_no_ft(rows)}.", notes
     # (row, its baseline, the task or None for the average, the kind of per-task Δ, the column's name)
-    pairs = [(row, _pick(fts, row), None, None, delta) for row in multitask if fts and _pick(fts, row) is not row]
-    pairs += [(row, _pick(alone[task], row), task, "alone", alone_column(task)) for row in multitask
-              for task in row.dev if task in alone]
-    if baseline is not None:   # each task against the named row too: is any task lower beyond its interval?
-        pairs += [(row, fts[None], task, "baseline", task_delta_column(task, baseline)) for row in multitask
-                  if row is not fts[None] for task in row.dev if task in fts[None].dev]
+    pairs = []
+    for group in groups:
+        fts, alone, multitask = group.fts, group.alone, group.multitask
+        pairs += [(row, _pick(fts, row), None, None, delta) for row in multitask if fts and _pick(fts, row) is not row]
+        pairs += [(row, _pick(alone[task], row), task, "alone", alone_column(task)) for row in multitask
+                  for task in row.dev if task in alone]
+        if baseline is not None and fts:   # each task against the named row too: is any task lower beyond its interval?
+            pairs += [(row, fts[None], task, "baseline", task_delta_column(task, baseline)) for row in multitask
+                      if row is not fts[None] for task in row.dev if task in fts[None].dev]
     runs = {run.folder: DevSource(run.folder, str(data_dir) if data_dir else run.data_dir, tuple(run.dev),
-                                    run.known_tasks or BUILTIN_TASKS)
+                                    run.known_tasks or BUILTIN_TASKS, run.dev_cap)
             for row, base, *_ in pairs for run in (*row.seed_runs, *base.seed_runs)}
     scores, failed = score_runs(runs.values(), resamples, seed)
 
@@ -372,36 +425,88 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
             row.vs_ft = difference
         else:
             BY_TASK[kind](row)[task] = difference
-    return _footer(delta, (baseline or _named(fts, "FT")) if fts else None, alone, resamples, seed,
-                   any(row.vs_baseline for row in multitask)), notes
+    return _footer(delta, _against(groups, baseline) or _no_ft(rows), groups, resamples, seed,
+                   any(row.vs_baseline for group in groups for row in group.multitask),
+                   _not_alike(groups, delta, baseline), found=any(group.fts for group in groups)), notes
 
 
 def named_baseline(rows: list[RunRow], done: list[RunRow], baseline: str) -> dict:
-    """``--baseline ROW``: that finished, uncapped row as the one baseline of every row, or a one-line error."""
+    """``--baseline ROW``: that finished row (the first of that name) as the one baseline, or a one-line error;
+    ``compare_to_baselines`` compares each row with the row of that name scored on the same dev examples."""
     named = [row for row in done if row.run == baseline]
     if not named:
-        capped = " (a capped row is no baseline)" if any(row.run == baseline for row in rows if row.capped) else ""
-        raise ValueError(f"--baseline {baseline}: no finished row of that name{capped}; the rows are "
+        trial = any(row.run == baseline for row in rows if row.val_fraction)
+        trial = " (a search trial is no baseline)" if trial else ""
+        raise ValueError(f"--baseline {baseline}: no finished row of that name{trial}; the rows are "
                          f"{', '.join(row.run for row in done) or 'none'}")
     return {None: named[0]}
 
 
-def _footer(delta: str, against: str | None, alone: dict, resamples: int, seed: int, by_task: bool = False) -> str:
-    """The sentences under the table: what ``compare_to_baselines`` compared the rows with, and how."""
+def _no_ft(rows: list[RunRow]) -> str:
+    """Why no row has a Δ vs FT (no group has an FT row): no finished FT row, or only search trials of FT."""
+    if any(row.complete and row.baseline == "FT" for row in rows):
+        return "no finished FT row scored on dev to compare with (the FT rows are search trials, --val_fraction)"
+    return "no finished FT row to compare with"
+
+
+def _against(groups: list[Alike], baseline: str | None) -> str | None:
+    """The baselines of the averages in words: one name where one group has them (with its cap where it is
+    capped), else each group's; None when no group has one."""
+    named = [(group, baseline or _named(group.fts, "FT")) for group in groups if group.fts]
+    if not named:
+        return None
+    if len(named) == 1:
+        group, name = named[0]
+        return name if group.cap is None else f"{name} (capped alike, --max_eval_examples {group.cap})"
+    return (f"the {baseline or 'FT'} row scored on the same dev examples ("
+            + "; ".join(f"{group.label()}: {name}" for group, name in named) + ")")
+
+
+def _not_alike(groups: list[Alike], delta: str, baseline: str | None) -> list[str]:
+    """A sentence for each column where a row has no cell because no baseline was scored on the dev examples it
+    was (none uncapped, or none capped at its N), naming the rows; none where no group has such a baseline."""
+    sentences = []
+    kind = baseline or "FT"
+    if any(group.fts for group in groups):
+        reasons = [f"{', '.join(row.run for row in group.multitask)}: no {_alike_row(kind, group)}"
+                   for group in groups if not group.fts and group.multitask]
+        if reasons:
+            sentences.append(f"No {delta}: " + "; ".join(reasons) + ".")
+    for task in {task: None for group in groups for task in group.alone}:
+        reasons = [f"{', '.join(row.run for row in lacking)}: no {_alike_row(f'{task} ST', group)}"
+                   for group in groups if task not in group.alone
+                   for lacking in [[row for row in group.multitask if task in row.dev]] if lacking]
+        if reasons:
+            sentences.append(f"No {alone_column(task)}: " + "; ".join(reasons) + ".")
+    return sentences
+
+
+def _alike_row(kind: str, group: Alike) -> str:
+    """"FT row capped alike (--max_eval_examples 200)" or "uncapped FT row": the baseline a group lacks."""
+    return f"uncapped {kind} row" if group.cap is None else f"{kind} row capped alike (--max_eval_examples {group.cap})"
+
+
+def _footer(delta: str, against: str, groups: list[Alike], resamples: int, seed: int, by_task: bool = False,
+            missing: list[str] = (), found: bool = True) -> str:
+    """The sentences under the table: what ``compare_to_baselines`` compared the rows with (``against``: the
+    baselines in words; where none was ``found``, why not), how, and where a row has no baseline scored on its dev
+    examples (``missing``)."""
     sentences = [f"{delta} = average minus that of {against}, both from the dev prediction files;"
-                 if against else f"{delta}: no finished FT row to compare with.",
+                 if found else f"{delta}: {against}.",
                  f"{INTERVAL} = two-level paired bootstrap percentile interval ({resamples} resamples of each task's "
                  f"dev examples, and in each of the seeds, the same draws for a row and its baseline of the same seeds; "
                  f"seed {seed}; a row of one seed has no seed spread to draw: its interval is the examples' alone); "
                  f"* = the interval excludes 0."]
+    alone = [(group, task, chosen) for group in groups for task, chosen in group.alone.items()]
     if alone:
         sentences.append(f"<TASK> {ALONE} = that task's dev metric minus that of its single-task row ("
-                         + "; ".join(f"{task}: {_named(chosen, 'ST')}" for task, chosen in alone.items())
+                         + "; ".join(f"{task}{'' if group.cap is None else f' {group.label()}'}: {_named(chosen, 'ST')}"
+                                     for group, task, chosen in alone)
                          + "), with the same interval of that task's metric alone.")
     if by_task:
         sentences.append(f"<TASK> {delta} = that task's dev metric minus that of {against}, with the same interval "
                          f"of that task's metric alone.")
-    return " ".join(sentences)
+    return " ".join([*sentences, *missing])
 
 
 def _baselines(rows: list[RunRow], is_one) -> dict:
@@ -643,8 +748,12 @@ def _md_line(cells: list[str]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.tools.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="parent folder(s) of run folders")
-    parser.add_argument("--out", type=Path, help="write PREFIX.md, PREFIX.csv and PREFIX-forest.png (default: write "
-                                                 "nothing, print the table only)")
+    parser.add_argument("--out", type=Path, help="write PREFIX.md, PREFIX.csv and PREFIX-forest.png, and PREFIX.tex "
+                                                 "with --format latex (default: write nothing, print the table only)")
+    parser.add_argument("--format", choices=["markdown", "latex"], default="markdown",
+                        help="the table printed: markdown (default: the compact view, --full the whole Markdown "
+                             "table) or latex (a booktabs table to \\input, its finished rows; --out writes it to "
+                             "PREFIX.tex too)")
     parser.add_argument("--full", action="store_true",
                         help="print the whole Markdown table (every column) instead of the compact view")
     parser.add_argument("--sort", choices=["average", "name"], default="average",
@@ -668,7 +777,8 @@ def execute(args: argparse.Namespace) -> int:
                          f"{args.bootstrap_seed}")
     if args.out is not None and (args.out.name in ("", ".", "..") or args.out.is_dir()):
         raise ValueError(f"--out {args.out} is a folder; give a file prefix, e.g. {args.out / 'ablation'} (it writes "
-                         f"PREFIX.md, PREFIX.csv and PREFIX-forest.png)")
+                         f"PREFIX.md, PREFIX.csv{', PREFIX.tex' if args.format == 'latex' else ''} and "
+                         f"PREFIX-forest.png)")
     runs = [run for folder in args.folders for run in read_runs(folder)]
     rows = sort_rows(pool_seeds(runs), args.sort)
     if not rows:
@@ -677,17 +787,23 @@ def execute(args: argparse.Namespace) -> int:
     for note in notes:
         print(note, file=sys.stderr)
     markdown = render_markdown(rows, footer, args.baseline)
-    print(markdown if args.full else render_compact(rows, footer, args.baseline), end="")
+    latex = None
+    if args.format == "latex":   # from the same rows, after the same comparison
+        latex = render_latex(rows, latex_headers(rows, args.baseline), footer, args.baseline, args.bootstrap,
+                             args.bootstrap_seed, "tab:ablation" if args.out is None else label_of(args.out.name))
+    print(latex or (markdown if args.full else render_compact(rows, footer, args.baseline)), end="")
     prefix = args.out
     if prefix is None:  # the table on stdout only: nothing is written into the given folders
         print(f"({len(rows)} rows from {len(runs)} runs; nothing written: --out PREFIX writes PREFIX.md, "
-              "PREFIX.csv and PREFIX-forest.png)", file=sys.stderr)
+              f"PREFIX.csv{', PREFIX.tex' if latex else ''} and PREFIX-forest.png)", file=sys.stderr)
         return 0
     write_text_atomic(prefix.with_name(prefix.name + ".md"), markdown)
     write_csv(rows, prefix.with_name(prefix.name + ".csv"), args.baseline)
+    if latex:
+        write_text_atomic(prefix.with_name(prefix.name + ".tex"), latex)
     forest = write_forest(rows, prefix.with_name(prefix.name + "-forest.png"), args.baseline)
     print(f"({len(rows)} rows from {len(runs)} runs; wrote {prefix}.md, {prefix}.csv"
-          f"{f' and {prefix}-forest.png' if forest else ''})", file=sys.stderr)
+          f"{f', {prefix}.tex' if latex else ''}{f' and {prefix}-forest.png' if forest else ''})", file=sys.stderr)
     return 0
 
 

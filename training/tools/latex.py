@@ -1,0 +1,193 @@
+"""The report's table as LaTeX (``python -m training.tools.report FOLDER --format latex``): a booktabs ``table`` a
+paper can ``\\input``, written from the rows the Markdown table shows (``report.RunRow``: the same means, stds and
+intervals; nothing is computed here).
+
+    \\usepackage{booktabs,amssymb,graphicx}   % amssymb: \\checkmark; graphicx: a wide table shrunk to the text
+    ...
+    \\input{ablation}   % python -m training.tools.report predictions/ablate --format latex --out ablation
+
+The table: the finished rows only (unfinished and failed runs are named in a comment above it), in the report's
+order; columns run (with its PT, FT or ST mark), pooling, an on/off column for each extension that is on in at
+least one row (a column of × only is left out), seeds, each task's dev metric as mean ± std, the average (blank
+for a single-task row: its one metric is no average), Δ with its 95 % interval in one cell (``*`` where the
+interval excludes 0), then each task's Δ vs its single-task row or vs ``--baseline``'s where the report has them.
+A table wider than the text is scaled down to its width (never up). The caption says how many seeds the rows
+pool, how many bootstrap resamples the intervals draw and what the marks mean; the footer of the Markdown table
+is kept as comments above the table.
+
+Every cell is escaped (``\\ & % $ # _ { } ~ ^``) and holds no raw Unicode: Δ, ±, ✓, ×, †, ‡ and … become
+``$\\Delta$``, ``$\\pm$``, ``\\checkmark``, ``$\\times$``, ``$^\\dagger$``, ``$^\\ddagger$`` and ``\\ldots``; any other
+non-ASCII character its ASCII letter (é: e) or ``?``.
+"""
+from __future__ import annotations
+
+import re
+import textwrap
+import unicodedata
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import extensions
+
+if TYPE_CHECKING:
+    from .bootstrap import Difference
+
+RunRow = Any   # a report.RunRow: report imports this module, so this one does not import it back (no cycle)
+
+
+@dataclass(frozen=True)
+class Headers:
+    """The report's names for the table's columns (``report.latex_headers``), so both tables say the same."""
+    metrics: dict[str, str]                    # task -> its metric column ("SST acc"), in table order
+    delta: str                                 # "Δ vs FT", or "Δ vs ROW" with --baseline ROW
+    interval: str                              # "95% CI"
+    by_task: list[tuple[str, str, str]]        # (task, column name, kind: "alone" or "baseline") of per-task Δs
+
+SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+           "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+UNICODE = {"Δ": r"$\Delta$", "±": r"$\pm$", "✓": r"\checkmark{}", "×": r"$\times$", "†": r"$^\dagger$",
+           "‡": r"$^\ddagger$", "…": r"\ldots{}", "–": "--", "—": "---", "−": "-", "≥": r"$\geq$",
+           "≤": r"$\leq$"}
+STAR = r"$^{*}$"   # after an interval that excludes 0
+CAPPED_MARK, TRIAL_MARK = r"$^\dagger$", r"$^\ddagger$"
+REQUIRES = r"\usepackage{booktabs,amssymb,graphicx}"
+# graphicx's \resizebox, scaling a table wider than the text down to its width (never up)
+SHRINK = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"
+BASELINES = {"PT": "frozen BERT, heads only", "FT": "fine-tuning with no extension", "ST": "one task trained alone"}
+
+
+def escape(text: str) -> str:
+    """``text`` as LaTeX text: its special characters escaped, its Unicode marks as LaTeX, no raw Unicode."""
+    return "".join(SPECIAL.get(char) or UNICODE.get(char) or _ascii(char) for char in str(text))
+
+
+def _ascii(char: str) -> str:
+    if char.isascii():
+        return char
+    plain = unicodedata.normalize("NFKD", char).encode("ascii", "ignore").decode("ascii")
+    return escape(plain) if plain else "?"
+
+
+def number(value: float, signed: bool = False) -> str:
+    """``$0.482$``, ``$+0.004$``: three decimals in math mode (a real minus sign)."""
+    return f"${value:{'+' if signed else ''}.3f}$"
+
+
+def mean_std(mean: float | None, std: float | None) -> str:
+    """``$0.482 \\pm 0.006$``; ``$0.482$`` without a std (one seed); blank when unknown: the Markdown cell's."""
+    if mean is None:
+        return ""
+    return f"${mean:.3f}$" if std is None else f"${mean:.3f} \\pm {std:.3f}$"
+
+
+def difference(d: Difference | None) -> str:
+    """``$+0.004$ [$-0.002$, $+0.010$]``, and ``$^{*}$`` when the interval excludes 0; blank when there is none."""
+    if d is None:
+        return ""
+    return (f"{number(d.observed, True)} [{number(d.low, True)}, {number(d.high, True)}]"
+            + (STAR if d.excludes_zero else ""))
+
+
+def latex_columns(rows: list[RunRow], headers: Headers) -> list[tuple[str, str, Callable[[RunRow], str]]]:
+    """The table's columns for ``rows`` (the finished ones), each (header, alignment, cell)."""
+    ideas = [idea for idea in extensions.ideas()
+             if idea.column and any(row.flags and row.flags.get(idea.name) for row in rows)]
+    return [
+        ("run", "l", run_cell),
+        *([("pooling", "c", lambda row: escape(row.pooling or ""))] if any(row.pooling for row in rows) else []),
+        *((escape(idea.column), "c", lambda row, name=idea.name: "" if row.flags is None else
+           (r"\checkmark{}" if row.flags.get(name) else r"$\times$")) for idea in ideas),
+        ("seeds", "r", lambda row: str(len(row.seed_runs) or 1)),
+        *((escape(name), "r", lambda row, t=task: mean_std(row.dev.get(t), row.dev_std.get(t)))
+          for task, name in headers.metrics.items()),
+        ("average", "r", lambda row: "" if row.baseline == "ST" else mean_std(row.average, row.average_std)),
+        *([(escape(f"{headers.delta} [{headers.interval}]"), "r", lambda row: difference(row.vs_ft))]
+          if any(row.vs_ft for row in rows) else []),
+        *((escape(name), "r", lambda row, t=task, k=kind: difference(_by_task(row, k).get(t)))
+          for task, name, kind in headers.by_task)]
+
+
+def _by_task(row: RunRow, kind: str) -> dict:
+    return row.vs_alone if kind == "alone" else row.vs_baseline
+
+
+def run_cell(row: RunRow) -> str:
+    """The row's name, its baseline mark (PT, FT, ST) as in the Markdown table, † when capped, ‡ for a trial."""
+    mark = "" if not row.capped else TRIAL_MARK if row.val_fraction else CAPPED_MARK
+    return escape(f"{row.run} ({row.baseline})" if row.baseline else row.run) + mark
+
+
+def render_latex(rows: list[RunRow], headers: Headers, footer: str = "", baseline: str | None = None,
+                 resamples: int = 1000, seed: int = 0, label: str = "tab:ablation") -> str:
+    """The finished ``rows`` (after ``report.compare_to_baselines``) as a booktabs table with its caption; the
+    Markdown table's ``footer`` and the rows left out as comments above it."""
+    shown = [row for row in rows if row.complete]
+    table = latex_columns(shown, headers)
+    left_out = [row.run for row in rows if not row.complete]
+    notes = [escape(footer)] if footer else []
+    if left_out:
+        notes.append(escape(f"Left out, without finished dev scores: {', '.join(left_out)}."))
+    notes = [f"% {line}" for note in notes for line in textwrap.wrap(note, 110, break_on_hyphens=False)]
+    lines = [f"% minbert-report --format latex: needs {REQUIRES}", *notes,
+             r"\begin{table}[t]", r"\centering", r"\small",
+             rf"\caption{{{caption(shown, headers.delta, baseline, resamples, seed)}}}", rf"\label{{{label}}}",
+             SHRINK, r"\begin{tabular}{" + "".join(align for _, align, _ in table) + "}", r"\toprule",
+             " & ".join(header for header, _, _ in table) + r" \\", r"\midrule",
+             *(" & ".join(cell(row) for _, _, cell in table) + r" \\" for row in shown),
+             r"\bottomrule", r"\end{tabular}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def caption(rows: list[RunRow], delta: str, baseline: str | None, resamples: int, seed: int) -> str:
+    """What the table shows: the seeds each row pools, the metrics, the Δ and its bootstrap, the marks."""
+    if not rows:
+        return "No finished rows."
+    seeds = Counter(len(row.seed_runs) or 1 for row in rows)
+    usual = seeds.most_common(1)[0][0] if seeds else 1
+    others = "; ".join(f"{n} for {', '.join(escape(row.run) for row in rows if (len(row.seed_runs) or 1) == n)}"
+                       for n in sorted(seeds, reverse=True) if n != usual)
+    parts = [f"Dev scores, mean $\\pm$ sample standard deviation over the seeds each row pools "
+             f"({_count(usual, 'seed')}{' each' if len(rows) > 1 else ''}{f', except {others}' if others else ''}); "
+             f"average: the mean of the tasks' dev scores, a Pearson $r$ counted as $(r + 1) / 2$."]
+    delta = escape(delta)
+    if any(row.vs_ft for row in rows):
+        against = escape(baseline) if baseline else "its FT row (of the same pooling)"
+        parts.append(f"{delta}: a row's average minus that of {against} scored on the same dev examples.")
+    elif resamples == 0:
+        parts.append(f"No {delta}: not computed (\\texttt{{--bootstrap 0}}).")
+    else:
+        parts.append(f"No {delta}: no row has a baseline scored on its dev examples (the comments above say why).")
+    if any(row.vs_ft or row.vs_alone or row.vs_baseline for row in rows):
+        parts.append(f"In brackets: the 95\\% interval of a two-level paired bootstrap "
+                     f"({_count(resamples, 'resample')} of each task's dev examples, the seeds drawn too; seed {seed}); "
+                     f"{STAR}: it excludes 0.")
+    if any(row.vs_alone for row in rows):
+        parts.append("TASK vs alone: that task's metric minus that of its single-task (ST) row, with the same "
+                     "interval of that task's metric alone.")
+    if any(row.vs_baseline for row in rows):
+        parts.append(f"TASK {delta}: that task's metric minus that of {escape(baseline)}, with the same interval.")
+    kinds = [kind for kind in BASELINES if any(row.baseline == kind for row in rows)]
+    if kinds:
+        parts.append("; ".join(f"{kind}: {BASELINES[kind]}" for kind in kinds) + ".")
+    if any(row.flags and any(row.flags.values()) for row in rows):   # an on/off column is shown
+        parts.append(r"\checkmark{} on, $\times$ off.")
+    caps = sorted({row.dev_cap for row in rows if row.dev_cap is not None and not row.val_fraction})
+    if caps:
+        parts.append(f"{CAPPED_MARK} capped: dev scored on the first N examples of each task's dev file "
+                     f"(\\texttt{{{escape('--max_eval_examples')} N}}, N = {' or '.join(map(str, caps))}), compared "
+                     f"only with rows capped alike.")
+    if any(row.val_fraction for row in rows):
+        parts.append(f"{TRIAL_MARK} a search trial, scored on a split of the training files "
+                     f"(\\texttt{{{escape('--val_fraction')}}}), not on dev: not compared.")
+    return " ".join(parts)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def label_of(name: str) -> str:
+    """A ``\\label`` key from an output prefix's name: ``tab:`` and its letters, digits, ``-`` and ``:``."""
+    return "tab:" + (re.sub(r"[^A-Za-z0-9:-]+", "-", name).strip("-") or "ablation")
