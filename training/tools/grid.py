@@ -48,6 +48,18 @@ class NamedGrid:
 REAL_BUDGET_STAGES = tuple(word for stage in ("ucl", "scl", "lcl", "pre_qqp")
                            for word in (f"--{stage}_epochs", "1", f"--{stage}_steps", "126"))
 NAMED_GRIDS = {
+    # docs/grid.md, "A table in minutes": four rows at three seeds each, a sliver of an epoch, every run scored on
+    # the first 300 examples of each dev file (capped alike, so the report compares them with each other), no test
+    # predictions: a table with intervals on the embedded model and the real data, in minutes on 2 cores.
+    "quick": NamedGrid(
+        source="docs/grid.md#a-table-in-minutes",
+        rows=(("ft", ("--pooling", "mean", "--private_layers", "0")),
+              ("private2", ("--pooling", "mean", "--private_layers", "2")),
+              ("mean-preqqp", ("--pooling", "mean", "--pre_qqp", "--private_layers", "0")),
+              ("mean-joint", ("--pooling", "mean", "--joint_loss", "--private_layers", "0"))),
+        budget=("--epochs", "1", "--max_steps_per_epoch", "20", "--pre_qqp_epochs", "1", "--pre_qqp_steps", "20",
+                "--max_eval_examples", "300", "--no_test_predictions"),
+        prefix="quick-"),
     # docs/ablation.md, "The grid at a real budget, 3 seeds a row" (0e0746a): the registry had the six
     # extensions of its columns; --private_layers 0 was then the default, and is pinned as the registry pins it.
     "ablation": NamedGrid(
@@ -105,13 +117,13 @@ def plan(args: argparse.Namespace) -> list[GridRun]:
     rows), ``only`` (rows or None), ``seeds`` and ``first_seed`` (None: the defaults), the budget flags
     ``epochs``, ``max_steps_per_epoch`` and ``stage_steps`` (None: the grid's), ``extra`` (flags of every run)."""
     named = NAMED_GRIDS.get(args.grid)
-    flags = dict(zip(named.budget[::2], named.budget[1::2])) if named else budget()
+    flags = flag_values(named.budget) if named else budget()
     for flag in ("epochs", "max_steps_per_epoch"):
         if getattr(args, flag) is not None:
             flags[f"--{flag}"] = getattr(args, flag)
     if args.stage_steps is not None:
         flags |= {name: args.stage_steps for name in stage_steps_flags()}
-    budget_words = tuple(word for flag, value in flags.items() for word in (flag, value))
+    budget_words = tuple(word for flag, value in flags.items() for word in (flag, *([] if value is None else [value])))
     prefix = named.prefix if named else "ablate-"
     seeds = args.seeds or (named.seeds if named else 1)
     first = DEFAULT_SEED if args.first_seed is None else args.first_seed
@@ -121,6 +133,16 @@ def plan(args: argparse.Namespace) -> list[GridRun]:
                     # the seed last: it wins over a --seed among the extra flags
                     flags=(*budget_words, *row_flags, *args.extra, *(("--seed", str(seed)) if seed is not None else ())))
             for row, row_flags in rows_of(args) if not args.only or row in args.only for seed in seed_list]
+
+
+def flag_values(words: tuple[str, ...]) -> dict[str, str | None]:
+    """Flag -> its value (None: a switch, such as ``--no_test_predictions``) of a named grid's budget words."""
+    values: dict[str, str | None] = {}
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            following = words[i + 1] if i + 1 < len(words) else None
+            values[word] = None if following is None or following.startswith("--") else following
+    return values
 
 
 def ablate_plan(argv: list[str]) -> list[GridRun]:

@@ -26,17 +26,21 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
+from minbert.errors import describe, first_line
+
 from ..harness.outputs import read_metrics
-from ..harness.run_lock import is_live
+from ..harness.run_lock import LOCK, is_live
 from ..harness.status import FINAL, UNFINISHED, RunStatus
 from .grid import DEFAULT_SEED, NAMED_GRIDS, GridRun, plan, rows_of
 
@@ -45,6 +49,15 @@ NOT_STARTED = "not started"
 EXIT_INTERRUPTED = 130
 GRID_LOCK = ".grid.lock"
 POLL_SECONDS = 0.5
+CONNECT_SECONDS = 10.0       # --address: a TCP connection to the cluster's GCS port, at most this long
+JOIN_SECONDS = 45.0          # --address: ray.init joins within this, or the command ends (with the above: < 1 min)
+LOCAL_START_SECONDS = 300.0  # a local Ray starts within this (5-20 s on 2 loaded cores)
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)   # what a run ends "interrupted" on (exit code 130, 143)
+
+
+class GridError(Exception):
+    """What the command cannot do, in one line (exit code 2): a cluster that does not answer, a run no node can
+    hold, an --out_dir inside a run folder."""
 
 
 def stop_file(out_dir: Path) -> Path:
@@ -54,26 +67,62 @@ def stop_file(out_dir: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 every run finished; 1 some failed (the count is printed); 2 bad flags; 130 stopped."""
+    """Exit codes: 0 every run finished; 1 some failed (the count is printed) or the report failed; 2 bad flags,
+    a cluster that does not answer or cannot hold a run; 130 stopped (Ctrl-C, SIGTERM), at any point."""
     args = parse_args(argv)
     runs = plan(args)
     if args.list:
         print("\n".join(" ".join([run.name, *run.flags]) for run in runs))
         return 0
-    if error := check_flags(runs):
-        print(f"minbert-grid: {error}", file=sys.stderr)
-        return 2
     out_dir = Path(args.out_dir).resolve()
     try:
+        check_out_dir(out_dir)   # before anything is written
+        if error := check_flags(runs):
+            raise GridError(error)
         (out_dir / "logs").mkdir(parents=True, exist_ok=True)
         lock = GridLock(out_dir).acquire()
-    except OSError as err:
+    except (OSError, GridError) as err:
         print(f"minbert-grid: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return stopped("minbert-grid")
     try:
         return run_grid(args, runs, out_dir, lock)
+    except GridError as err:
+        print(f"minbert-grid: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:   # while Ray started, while the runs ended, during the report: no traceback
+        return stopped("minbert-grid")
     finally:
+        stop_file(out_dir).unlink(missing_ok=True)
         lock.release()
+
+
+def stopped(command: str) -> int:
+    """Ctrl-C or SIGTERM outside the runs' own stop (the grid's Stop): one line, exit code 130."""
+    print(f"\n{command}: stopped; the same command again continues", file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """``GridError`` when ``out_dir`` is a run folder or inside one: the grid would write its lock, its logs and
+    new run folders into that run's folder, and the report would read that run as a row of the grid."""
+    if (run := run_folder_of(out_dir)) is not None:
+        where = "is the run folder" if run == out_dir else f"is inside the run folder {run}"
+        raise GridError(f"--out_dir {out_dir} {where} (it holds a run's metrics.json or checkpoint/): "
+                        f"give a folder of its own, e.g. {run.parent / 'grid'}")
+
+
+def run_folder_of(path: Path) -> Path | None:
+    """The run folder that ``path`` is or lies in (a folder with a run's metrics.json, one naming its "config", or
+    a ``checkpoint/`` with run_config.json), walking up its parents; None when there is none."""
+    for folder in (path, *path.parents):
+        metrics = folder / "metrics.json"
+        if metrics.is_file() and "config" in read_metrics(folder):
+            return folder
+        if (folder / "checkpoint" / "run_config.json").is_file():
+            return folder
+    return None
 
 
 def split_at_dashes(argv: list[str] | None) -> tuple[list[str], list[str]]:
@@ -108,7 +157,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="GPUs of each run, fractional to share one: 0.25 runs four a GPU (default: 0, CPU)")
     parser.add_argument("--address", default=None,
                         help="join a Ray cluster started with `ray start` (HOST:PORT, or auto) instead of starting "
-                             "a local Ray on this machine")
+                             "a local Ray on this machine; one that does not answer within "
+                             f"{CONNECT_SECONDS + JOIN_SECONDS:g} s is one line and exit code 2")
+    add_wait_for_resources(parser)
     parser.add_argument("--list", action="store_true", help="print the runs (folder name and flags) and exit")
     parser.add_argument("--no_report", action="store_true", help="skip the results table at the end")
     args = parser.parse_args(own)
@@ -125,8 +176,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--grid {args.grid} reproduces a documented table, whose runs scored every dev example and "
                      f"predicted the test files: {capped[0]} is refused there (a smoke run of it: give a budget "
                      "flag too, e.g. --max_steps_per_epoch 5)")
-    if args.gpus_per_run < 0 or args.cpus_per_run <= 0:
-        parser.error("--cpus_per_run must be > 0 and --gpus_per_run >= 0")
+    if args.gpus_per_run < 0 or args.cpus_per_run <= 0 or args.wait_for_resources < 0:
+        parser.error("--cpus_per_run must be > 0, --gpus_per_run >= 0 and --wait_for_resources >= 0")
     if args.gpus_per_run > 1 and args.gpus_per_run != int(args.gpus_per_run):
         parser.error("--gpus_per_run above 1 must be a whole number")
     known = {name for name, _ in rows_of(args)}
@@ -136,6 +187,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def add_wait_for_resources(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait_for_resources", type=float, default=0.0, metavar="SECONDS",
+                        help="before any run is queued, the cluster must have a node with --cpus_per_run CPUs and "
+                             "--gpus_per_run GPUs, else one line and exit code 2; on a cluster whose nodes join "
+                             "later (an autoscaler), wait this long for one (default: 0, check once at the start)")
+
+
 def positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -143,26 +201,35 @@ def positive(text: str) -> int:
     return value
 
 
-# every run's flags checked in one Python start before anything runs: a bad flag after -- fails once
+# every run's flags checked in one Python start before anything runs, and against the model (its config.json
+# alone: positions, layers, pooling depth), as the run checks them: a bad flag after -- fails once
 CHECK = """
 import contextlib, io, json, sys
 sys.path.insert(0, sys.argv[1])
 import run_multitask
+from minbert.errors import describe
+from training.harness.runs import check_fits_model
 for name, flags in json.loads(sys.argv[2]):
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            run_multitask.parse_config(flags).validate()
+            config = run_multitask.parse_config(flags)
+            config.validate()
     except SystemExit:
         sys.exit(name + ": " + stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
-    except ValueError as err:
-        sys.exit(f"{name}: {err}")
+    except (ValueError, OSError) as err:
+        sys.exit(f"{name}: {describe(err)}")
+    try:
+        check_fits_model(config)
+    except Exception as err:   # a model that does not fit, or that is not there (WeightsError)
+        sys.exit(f"{name}: {describe(err)}")
 """
 
 
 def first_refused(named_flags: list[tuple[str, list[str]]]) -> str | None:
-    """None, or "NAME: why" for the first of (name, ``run_multitask.py`` flags) that it refuses (its parser or
-    ``RunConfig.validate``), in one line; all checked in one Python start."""
+    """None, or "NAME: why" for the first of (name, ``run_multitask.py`` flags) that it refuses (its parser,
+    ``RunConfig.validate``, or ``check_fits_model``: the model's config.json), in one line; all checked in one
+    Python start."""
     done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT), json.dumps(named_flags)], capture_output=True,
                           text=True)
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["flags refused"])[-1]
@@ -207,7 +274,10 @@ def train_one(config: dict) -> None:
     else:
         set_aside(run_dir, out_dir)
         rc = run_process(["--run_name", run.name, "--out_dir", str(out_dir), *run.flags], log, config)
-    tune.report(result(run, run_dir, {"resume": "resumed", "start": "started"}[step], rc, started, node, log))
+    if rc < 0:   # killed outright: its flock went with it, the file stays (the same command resumes the run)
+        clear_stale_lock(run_dir)
+    tune.report(result(run, run_dir, {"resume": "resumed", "start": "started"}[step], rc, started, node, log,
+                       stopping=stop_file(out_dir).exists()))
 
 
 def run_process(flags: list[str], log: Path, config: dict) -> int:
@@ -265,16 +335,67 @@ def set_aside(run_dir: Path, out_dir: Path) -> None:
     run_dir.rename(attempts / f"{run_dir.name}.{n}")
 
 
-def result(run: GridRun, run_dir: Path, action: str, rc: int, started: float, node: str, log: Path | None = None):
-    """What the trial reports to the driver: the run folder's status, its dev scores, and its error line."""
+def clear_stale_lock(run_dir: Path) -> None:
+    """Remove the ``.lock`` file a run killed outright left behind (the kernel released its ``flock``, so it is
+    stale: ``is_live`` says no); one a live process holds is left alone. Taken before the file goes, so no
+    other process can be holding it at that moment."""
+    try:
+        import fcntl
+        fd = os.open(run_dir / LOCK, os.O_RDWR)
+    except (ImportError, OSError):
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        (run_dir / LOCK).unlink(missing_ok=True)
+    except OSError:   # held: a live run's
+        pass
+    finally:
+        os.close(fd)
+
+
+def killed_by(rc: int) -> str | None:
+    """The signal's name when a process ended by a signal it did not handle (``subprocess``'s negative code)."""
+    if rc >= 0:
+        return None
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def result(run: GridRun, run_dir: Path, action: str, rc: int, started: float, node: str, log: Path | None = None,
+           stopping: bool = False):
+    """What the trial reports to the driver: the run folder's status, its dev scores, and its error line.
+
+    A run killed by a signal it does not handle (SIGKILL, the OOM killer) failed, whatever its metrics.json says
+    ("running": the same command resumes it), unless the grid's own stop sent it (SIGTERM before the run's handler
+    was in place). A run whose metrics.json says "finished" (or "stopped early") stays so when its exit code is
+    the grid's stop reaching it during its last clean-up (130, 143); any other error after it finished fails it."""
     metrics = read_metrics(run_dir)
     metrics = metrics if isinstance(metrics, dict) else {}
-    status = metrics.get("status") or RunStatus.FAILED
-    if rc != 0 and status == RunStatus.FINISHED:   # it finished, then something else failed (e.g. writing the model card)
+    written = metrics.get("status")
+    status, signal_name = written or RunStatus.FAILED, killed_by(rc)
+    # the grid's stop (or the trial's worker gone: PDEATHSIG) reached the run: its handler's 130 or 143, or the
+    # signal itself when it came before the handler was in place
+    grid_stop = rc in (128 + signal.SIGINT, 128 + signal.SIGTERM) or (stopping and -rc in HANDLED_SIGNALS)
+    if signal_name and grid_stop:   # "interrupted", or never started
+        signal_name, status = None, written or NOT_STARTED
+    if signal_name:
         status = RunStatus.FAILED
-    error = "" if status == RunStatus.FINISHED else (metrics.get("error") or last_error_line(log) or f"exit code {rc}")
+        then = (f"metrics.json says {written}: the same command resumes it" if written in UNFINISHED else
+                f"its metrics.json said {written} before: kept, not run again" if written in FINAL else
+                "the same command starts it again")
+        error = f"killed by {signal_name}, a signal it does not handle (kill -9, the OOM killer); {then}"
+    else:
+        if rc != 0 and not grid_stop and status in FINAL:
+            status = RunStatus.FAILED   # it finished, then something else failed (e.g. writing the model card)
+        error = "" if status in (*FINAL, NOT_STARTED) else \
+            (metrics.get("error") or last_error_line(log) or f"exit code {rc}")
+        if status == RunStatus.FAILED and written in FINAL:
+            error = f"{written}, then exit code {rc}: {error}"
     return {"run": run.name, "status": status, "action": action, "exit_code": rc, "error": error,
-            "overall": metrics.get("dev_overall"), "seconds": round(time.time() - started, 1), "node": node}
+            "signal": signal_name, "overall": metrics.get("dev_overall"), "seconds": round(time.time() - started, 1),
+            "node": node}
 
 
 def last_error_line(log: Path | None) -> str:
@@ -352,7 +473,8 @@ def run_grid(args: argparse.Namespace, runs: list[GridRun], out_dir: Path, lock:
     progress = Progress(len(todo))
     stop = Stop(out_dir, lambda: [out_dir / run.name for run in todo])
     if todo:
-        with ray_session(args.address, lock, stop):
+        with ray_session(args.address, lock, stop, per_run=(args.cpus_per_run, args.gpus_per_run),
+                         wait=getattr(args, "wait_for_resources", 0.0)):
             run_trials(args, todo, out_dir, progress, stop)
         wait_until_free([out_dir / run.name for run in todo], seconds=60.0)   # no run folder left live
         stop.file.unlink(missing_ok=True)
@@ -373,6 +495,11 @@ class Stop:
         name = signal.Signals(signum).name
         self.ask(f"{name} to the driver, process {os.getpid()}", f"again: {name} stops at once")
 
+    def at_once(self, signum, frame) -> None:
+        """Ctrl-C or SIGTERM while no run is live yet (Ray starting, the cluster checked): the command ends now."""
+        self.requested = True
+        raise KeyboardInterrupt
+
     def ask(self, reason: str, note: str = "") -> None:
         """Stop every run (they end "interrupted", resumable) and then Tune, for ``reason``."""
         self.requested, self.at = True, time.time()
@@ -385,35 +512,114 @@ class Stop:
 
 
 @contextmanager
-def ray_session(address: str | None, lock: GridLock, stop: "Stop"):
+def ray_session(address: str | None, lock: GridLock, stop: "Stop", per_run: tuple[float, float] | None = None,
+                wait: float = 0.0):
     """Ray for the block (``start_ray``), shut down after it, with Ctrl-C and SIGTERM going to ``stop``; its
-    temporary folder named in the lock while it lives (for the next holder to clear after a killed driver)."""
+    temporary folder named in the lock while it lives (for the next holder to clear after a killed driver).
+    ``per_run``: (CPUs, GPUs) one run takes, checked against the cluster's nodes before the block (``wait``
+    seconds at most for a node that can hold it), else ``GridError``.
+
+    Until the block starts no run is live, so Ctrl-C or SIGTERM ends the command at once (``KeyboardInterrupt``
+    out of here, Ray shut down or its processes ended): ``ray.init`` runs in a thread of its own, the main thread
+    waits for it, and a signal is handled within a fraction of a second, whatever Ray does meanwhile. In the
+    block, the first is ``Stop.request`` (every run ends "interrupted"), the second stops at once."""
     temp_dir = tempfile.mkdtemp(prefix="minbert-ray-")   # short: Ray's socket paths must fit 107 characters
     lock.hold(temp_dir)
     stop.file.unlink(missing_ok=True)
-    previous = {sig: signal.signal(sig, stop.request) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, stop.at_once) for sig in HANDLED_SIGNALS}
+    started, inside, release = None, False, threading.Event()
     try:
-        start_ray(address, temp_dir)   # before ray's import: it reads the environment start_ray sets
+        started = start_ray(address, temp_dir, stop.file.parent / "ray.log", release)
         import ray
-        # ray.init puts its own SIGTERM handler in the driver (a crash report, then the process ends at once,
-        # its runs left to their PDEATHSIG): ours again, so that SIGTERM stops as Ctrl-C does
-        signal.signal(signal.SIGTERM, stop.request)
         try:
+            if per_run is not None:
+                wait_for_room(*per_run, seconds=wait)
+            for sig in HANDLED_SIGNALS:
+                signal.signal(sig, stop.request)
+            inside = True
             yield
         finally:
+            for sig in HANDLED_SIGNALS:   # a signal during Ray's shutdown: at once (no stop file written then)
+                signal.signal(sig, stop.at_once)
             ray.shutdown()
     except KeyboardInterrupt:   # a second Ctrl-C: Ray goes now; the runs stop by the stop file or with their worker
         stop.requested = True
+        if not inside:
+            raise   # before any run: the command ends (exit code 130)
     finally:
+        release.set()   # the thread that started Ray ends (with it, whatever of a local Ray is left)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if started is None and not address:   # a local Ray cut off while it started: its processes end too
+            end_session(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
         lock.hold("")
 
 
-def start_ray(address: str | None, temp_dir: str) -> None:
+def wait_for_room(cpus: float, gpus: float, seconds: float) -> None:
+    """Wait until a live node of the cluster has ``cpus`` CPUs and ``gpus`` GPUs (one run's), ``seconds`` at most
+    (0: look once); ``GridError`` naming what is missing otherwise. Tune would queue the trials forever."""
+    import ray
+    deadline, said = time.time() + seconds, False
+    while (missing := unmet(ray.nodes(), cpus, gpus)) is not None:
+        if time.time() >= deadline:
+            hint = (f"after waiting {seconds:g} s (--wait_for_resources)" if seconds else
+                    "give less, or --wait_for_resources SECONDS on a cluster whose nodes join later")
+            raise GridError(f"{missing}; {hint}")
+        if not said:
+            print(f"waiting up to {seconds:g} s (--wait_for_resources) for a node that can hold a run: {missing}",
+                  flush=True)
+            said = True
+        time.sleep(min(2.0, max(0.0, deadline - time.time())))
+
+
+def unmet(nodes: list[dict], cpus: float, gpus: float) -> str | None:
+    """None when one live node of ``ray.nodes()`` has ``cpus`` CPUs and ``gpus`` GPUs together, else one line
+    naming the flag that no node meets and what the nodes have."""
+    alive = [node.get("Resources") or {} for node in nodes if node.get("Alive", True)]
+    if any(r.get("CPU", 0) >= cpus and r.get("GPU", 0) >= gpus for r in alive):
+        return None
+    most_cpus, most_gpus = (max((r.get(key, 0) for r in alive), default=0) for key in ("CPU", "GPU"))
+    has = (f"{len(alive)} node(s), {sum(r.get('CPU', 0) for r in alive):g} CPUs, "
+           f"{sum(r.get('GPU', 0) for r in alive):g} GPUs")
+    if gpus > 0 and most_gpus == 0:
+        return f"--gpus_per_run {gpus:g}: the cluster has no GPU ({has})"
+    if gpus > most_gpus:
+        return f"--gpus_per_run {gpus:g}: no node has {gpus:g} GPUs, the most on one is {most_gpus:g} ({has})"
+    if cpus > most_cpus:
+        return f"--cpus_per_run {cpus:g}: no node has {cpus:g} CPUs, the most on one is {most_cpus:g} ({has})"
+    return f"--cpus_per_run {cpus:g} --gpus_per_run {gpus:g}: no node has both ({has})"
+
+
+def check_reachable(address: str, seconds: float = CONNECT_SECONDS) -> None:
+    """``GridError`` unless a TCP connection to the cluster's GCS port (the address Ray would use: localhost
+    becomes this machine's address, "auto" the cluster this machine knows of) opens within ``seconds``."""
+    from ray._private.services import canonicalize_bootstrap_address
+    try:
+        where = canonicalize_bootstrap_address(address.split("://")[-1] if "://" in address else address)
+    except Exception as err:   # no cluster found for "auto", a malformed address
+        raise GridError(f"--address {address}: {first_line(err)}") from None
+    if where is None:
+        raise GridError(f"--address {address}: no Ray cluster found (start one with `ray start --head`, or give "
+                        "its HOST:PORT)")
+    host, _, port = where.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
+    except (OSError, ValueError) as err:
+        why = "no answer within {seconds:g} s" if isinstance(err, socket.timeout) else describe(err)
+        raise GridError(f"--address {address}: nothing answers at {where} ({why.format(seconds=seconds)}); is the "
+                        "cluster's head started (`ray start --head --port PORT`), and is this its GCS port?") from None
+
+
+def start_ray(address: str | None, temp_dir: str, log: Path | None = None,
+              release: threading.Event | None = None) -> bool:
     """``ray.init`` as this command's own: a local Ray (``address`` None) with its session files in ``temp_dir``,
-    or the cluster at ``address``; its workers import this project (PYTHONPATH)."""
+    or the cluster at ``address``; its workers import this project (PYTHONPATH). ``GridError`` when the cluster
+    does not answer (``check_reachable``, then ``JOIN_SECONDS``) or Ray does not start; Ray's own messages while
+    it starts (warnings, retries) go to ``log``. True once Ray is up.
+
+    ``ray.init`` runs in a thread of its own, which waits for ``release`` (set after ``ray.shutdown``) before it
+    ends: a local Ray's processes get SIGKILL when the *thread* that started them ends (``PR_SET_PDEATHSIG``)."""
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"            # nothing sent, nothing written in the home folder
     os.environ["TUNE_RESULT_BUFFER_LENGTH"] = "1"
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"        # Ctrl-C is ours (Stop): runs end cleanly first
@@ -428,13 +634,72 @@ def start_ray(address: str | None, temp_dir: str) -> None:
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         os.environ[SESSION_VARIABLE] = temp_dir
     import ray
+    if address:
+        check_reachable(address)
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    began = time.time()
-    ray.init(address=address or "local", _temp_dir=None if address else temp_dir,
-             include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             runtime_env={"env_vars": env})
+    began, outcome, ready, release = time.time(), {}, threading.Event(), release or threading.Event()
+
+    def init() -> None:
+        try:
+            ray.init(address=address or "local", _temp_dir=None if address else temp_dir,
+                     include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                     runtime_env={"env_vars": env})
+        except BaseException as err:   # handed to the main thread
+            outcome["error"] = err
+        finally:
+            ready.set()
+        release.wait()
+
+    # in a thread: ray.init can block in Ray's C++ for tens of seconds at a time (a cluster that does not answer
+    # retries every 30 s), where the main thread's signal handlers would wait; the main thread only waits here
+    seconds = JOIN_SECONDS if address else LOCAL_START_SECONDS
+    with stderr_to(log) as redirect:
+        threading.Thread(target=init, name="ray.init", daemon=True).start()
+        try:
+            ready.wait(seconds)   # Ctrl-C (Stop.at_once) raises here at once
+        except KeyboardInterrupt:
+            if not address and ready.wait(10.0) and ray.is_initialized():   # a local Ray a moment from whole
+                ray.shutdown()
+            raise
+        finally:   # a ray.init that goes on (the command ends now): its C++ keeps writing to the log, not here
+            redirect["keep"] = not ready.is_set()
+    if not ready.is_set():
+        raise GridError(f"--address {address}: Ray did not join the cluster there within {seconds:g} s (its log: "
+                        f"{log})" if address else f"the local Ray did not start within {seconds:g} s (its log: {log})")
+    if "error" in outcome:
+        err = outcome["error"]
+        if isinstance(err, KeyboardInterrupt):
+            raise err
+        where = f"--address {address}" if address else "the local Ray"
+        raise GridError(f"{where}: Ray did not start: {first_line(err)}")
     print(f"Ray ready in {time.time() - began:.1f} s: {ray.cluster_resources().get('CPU', 0):g} CPUs, "
           f"{ray.cluster_resources().get('GPU', 0):g} GPUs, {len(ray.nodes())} node(s)", flush=True)
+    return True
+
+
+@contextmanager
+def stderr_to(path: Path | None):
+    """This process's stderr (file descriptor 2: Ray's C++ writes there too) appended to ``path`` for the block.
+    When the block sets ``["keep"]`` (Ray's C++ still at work in a thread), descriptor 2 stays on ``path`` after
+    it and Python's ``sys.stderr`` alone goes back to where it was."""
+    redirect = {"keep": False}
+    if path is None:
+        yield redirect
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "a", encoding="utf-8") as out:
+        os.dup2(out.fileno(), 2)
+        try:
+            yield redirect
+        finally:
+            sys.stderr.flush()
+            if redirect["keep"]:
+                sys.stderr = os.fdopen(saved, "w", buffering=1, encoding=sys.stderr.encoding or "utf-8",
+                                       errors="backslashreplace")
+            else:
+                os.dup2(saved, 2)
+                os.close(saved)
 
 
 def run_trials(args, todo: list[GridRun], out_dir: Path, progress: "Progress", stop: Stop) -> None:
@@ -496,6 +761,9 @@ class Progress:
             self.line(f"{name}: {'kept' if result['action'] == 'kept' else 'finished'} in {minutes}{score}")
         elif result["status"] in UNFINISHED:
             self.line(f"{name}: stopped ({result['status']}) after {minutes}")
+        elif result.get("signal"):
+            then = result["error"].split("; ", 1)[-1]   # the error line's first part names the signal again
+            self.line(f"{name}: failed (killed by {result['signal']}) after {minutes}: {then}")
         else:
             self.line(f"{name}: {result['status'].upper()} after {minutes}: {result['error']}")
 
@@ -513,8 +781,13 @@ class Progress:
 
 def summarize(args, runs: list[GridRun], kept: list[GridRun], results: dict[str, dict], out_dir: Path,
               interrupted: bool) -> int:
-    """The grid's end: every run's state from its folder, failures by name with their one error line, the table."""
+    """The grid's end: every run's state from its folder, failures by name with their one error line, the table.
+    A run that failed in this command (killed by a signal, an error after it finished) is failed whatever its
+    folder says (the same command resumes a killed one, and keeps a finished one)."""
     states = {run.name: next_step(out_dir / run.name) for run in runs}
+    for name, trial in results.items():
+        if trial.get("status") == RunStatus.FAILED and name in states:
+            states[name] = "failed"
     done = [run.name for run in runs if states[run.name] == "keep"]
     stopped = [run.name for run in runs if states[run.name] == "resume"]
     waiting = [run.name for run in runs
@@ -533,15 +806,21 @@ def summarize(args, runs: list[GridRun], kept: list[GridRun], results: dict[str,
     if stopped or waiting:
         print(f"  stopped: {', '.join(stopped) or 'none'}; not started: {', '.join(waiting) or 'none'}; "
               "the same command again continues the grid")
+    report_failed = False
     if not args.no_report and done:
         print()
-        report = subprocess.run([sys.executable, "-m", "training.tools.report", str(out_dir), "--out",
-                                 str(out_dir / "ablation")], cwd=ROOT)
-        if report.returncode != 0:
+        report_failed = run_report(out_dir) != 0
+        if report_failed:
             print("minbert-grid: the report failed (see above); the run folders are complete", file=sys.stderr)
     if interrupted and (stopped or waiting):
         return EXIT_INTERRUPTED
-    return 1 if failed else 0
+    return 1 if failed or report_failed else 0
+
+
+def run_report(out_dir: Path) -> int:
+    """``training.tools.report`` on the grid's folder (the table, ``<out_dir>/ablation.*``); its exit code."""
+    return subprocess.run([sys.executable, "-m", "training.tools.report", str(out_dir), "--out",
+                           str(out_dir / "ablation")], cwd=ROOT).returncode
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import argparse
 import csv
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
@@ -48,13 +49,16 @@ from ..harness.run_lock import is_live
 from ..configuration.settings_file import read_settings_file
 from ..harness.status import FINAL, RunStatus
 from ..harness.trial_control import MARK
-from .ray_grid import (EXIT_INTERRUPTED, ROOT, GridLock, Stop, die_with_parent, first_refused, next_step,
-                       positive, ray_session, set_aside, split_at_dashes, stop_file, wait_until_free)
+from .ray_grid import (EXIT_INTERRUPTED, ROOT, GridError, GridLock, Stop, add_wait_for_resources, check_out_dir,
+                       die_with_parent, first_refused, killed_by, last_error_line, next_step, positive, ray_session,
+                       set_aside, split_at_dashes, stop_file, stopped, wait_until_free)
 
 SEARCH_KEY = "search"     # the trial config's entry that is not a flag: where and how the trial runs
 PREFIX = "trial-"
 ENDED = (*FINAL, RunStatus.FAILED)   # a trial in one of these is told to TPE, not run again
 MAX_EVALUATIONS = 10_000   # ASHA's max_t: runs end by themselves, long before
+ASKS = 20                  # TPE asked again this often for a point not drawn before, then the space walked in order
+FAILED_AT_START = "failed"  # <out_dir>/logs/failed/<trial>.json: a trial whose run failed before its folder was written
 # flags the search sets itself, or that say where a run is rather than what it does
 OWNED = ("out_dir", "run_name", "resume", "resume_fallback", "log_file", "wait_after_eval", "val_fraction",
          "test_predictions", "config", "max_eval_examples")
@@ -109,6 +113,25 @@ class Space:
     def to_dict(self) -> dict:
         return {"dimensions": {n: [d.kind, d.low, d.high, list(d.values)] for n, d in self.dimensions.items()},
                 "start_with": self.start_with}
+
+    def size(self) -> int | None:
+        """How many distinct points the space has (None: a float range, as good as endless)."""
+        count = 1
+        for d in self.dimensions.values():
+            if d.kind in ("choice", "fixed"):
+                count *= len(d.values)
+            elif d.kind in ("int", "log_int"):
+                count *= int(d.high) - int(d.low) + 1
+            else:
+                return None
+        return count
+
+    def points(self):
+        """Every point of a space of whole or listed values, in order (``size()`` of them)."""
+        axes = [list(d.values) if d.kind in ("choice", "fixed") else range(int(d.low), int(d.high) + 1)
+                for d in self.dimensions.values()]
+        for values in itertools.product(*axes):
+            yield dict(zip(self.dimensions, values))
 
 
 def read_space(path: str) -> Space:
@@ -226,7 +249,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="CPUs Ray gives each trial; its torch threads follow (default: %(default)s)")
     parser.add_argument("--gpus_per_run", type=float, default=0.0,
                         help="GPUs of each trial, fractional to share one (default: 0, CPU)")
-    parser.add_argument("--address", default=None, help="join a Ray cluster (HOST:PORT or auto) instead of a local Ray")
+    parser.add_argument("--address", default=None,
+                        help="join a Ray cluster (HOST:PORT or auto) instead of a local Ray; one that does not "
+                             "answer within a minute: exit code 2")
+    add_wait_for_resources(parser)
     parser.add_argument("--no_plot", action="store_true", help="skip search.png")
     parser.add_argument("--confirm", type=int, default=0, metavar="SEEDS",
                         help="once every trial has ended: train the best trial's flags and the default (the flags "
@@ -238,8 +264,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--out_dir needs a folder")
     if not 0 < args.val_fraction < 1:
         parser.error("--val_fraction must be in (0, 1): the trials are never scored on dev")
-    if args.reduction_factor <= 1 or args.cpus_per_run <= 0 or args.gpus_per_run < 0 or args.confirm < 0:
-        parser.error("--reduction_factor must be > 1, --cpus_per_run > 0, --gpus_per_run >= 0 and --confirm >= 0")
+    if (args.reduction_factor <= 1 or args.cpus_per_run <= 0 or args.gpus_per_run < 0 or args.confirm < 0
+            or args.wait_for_resources < 0):
+        parser.error("--reduction_factor must be > 1, --cpus_per_run > 0, --gpus_per_run >= 0, --confirm >= 0 and "
+                     "--wait_for_resources >= 0")
     for word in extra:
         name = word.split("=")[0]
         if name.startswith("--") and name[2:].removeprefix("no_") in OWNED:
@@ -391,7 +419,7 @@ def trial_class():
         def setup(self, config: dict) -> None:
             search = config[SEARCH_KEY]
             self.params = {k: v for k, v in config.items() if k != SEARCH_KEY}
-            out_dir = Path(search["out_dir"])
+            self.out_dir = out_dir = Path(search["out_dir"])
             self.name = trial_name(self.params)
             write_json(out_dir / "logs" / "params" / f"{self.name}.json", self.params)
             self.process = TrialProcess(out_dir / self.name, search["flags"] + flags_of(self.params),
@@ -411,11 +439,24 @@ def trial_class():
             # the run ended: finished or stopped early is a score; failed or interrupted (the search stopping) is
             # no score (TPE leaves it out, ASHA too), nor a crash: the table says which, the log why
             metrics = read_metrics(self.process.run_dir)
-            status = metrics.get("status") or RunStatus.FAILED if isinstance(metrics, dict) else RunStatus.FAILED
+            metrics = metrics if isinstance(metrics, dict) else {}
+            status, error = metrics.get("status") or RunStatus.FAILED, str(metrics.get("error") or "")
+            rc = self.process.child.returncode if self.process.child is not None else 0
+            if rc and not self.process.stop.exists() and status not in FINAL:
+                signal_name = killed_by(rc)
+                if signal_name or not metrics.get("status"):   # killed outright, or failed before its folder
+                    status = RunStatus.FAILED
+                    error = (f"killed by {signal_name}, a signal it does not handle" if signal_name else
+                             last_error_line(self.process.log) or f"exit code {rc}")
+                if not metrics.get("status"):   # nothing in the run folder says so: the search's own record
+                    write_json(self.out_dir / "logs" / FAILED_AT_START / f"{self.name}.json",
+                               {"error": error, "exit_code": rc})
+                elif signal_name:
+                    error += f"; metrics.json says {metrics['status']}: the same command resumes it"
             scored = status in FINAL and self.process.best is not None
             return {**({"score": self.process.best} if scored else {}), "evaluation": self.process.count,
                     "trial": self.name, "status": status, "action": self.started, "done": True,
-                    "error": "" if scored else str(metrics.get("error") or "")}
+                    "error": "" if scored else error}
 
         def save_checkpoint(self, checkpoint_dir: str) -> dict:
             return {"run": self.name}   # the run folder is the trial's checkpoint: a resumed trial resumes it
@@ -441,6 +482,7 @@ class TrialRecord:
     steps: int | None
     minutes: float | None
     started: str
+    error: str = ""   # a failed trial's one error line
 
     @property
     def ended(self) -> bool:
@@ -459,36 +501,53 @@ def read_trials(out_dir: Path) -> list[TrialRecord]:
         metrics = read_metrics(out_dir / path.stem)
         metrics = metrics if isinstance(metrics, dict) else {}
         scored = scored_evaluations(metrics)
-        status = metrics.get("status") or "not started"
+        status, error = metrics.get("status") or "not started", str(metrics.get("error") or "")
         if status in (RunStatus.RUNNING, "starting") and not is_live(out_dir / path.stem):
             status = RunStatus.INTERRUPTED   # killed: resumed by the next part
+        failure = out_dir / "logs" / FAILED_AT_START / path.name
+        if status == "not started" and failure.is_file():   # its run failed before writing its folder
+            status = RunStatus.FAILED
+            try:
+                error = str(json.loads(failure.read_text(encoding="utf-8")).get("error") or "")
+            except (OSError, ValueError, AttributeError):
+                error = ""
         wall = metrics.get("wall_seconds")
         records.append(TrialRecord(path.stem, params, status, max((e["dev_overall"] for e in scored), default=None),
                                    len(scored), scored[-1].get("run_step") if scored else None,
                                    round(wall / 60, 1) if isinstance(wall, (int, float)) else None,
-                                   str(metrics.get("started") or "~")))
+                                   str(metrics.get("started") or "~"), error if status == RunStatus.FAILED else ""))
     return sorted(records, key=lambda r: r.started)
 
 
 # ---- the driver ------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 the search ran (its trials may have failed); 1 no trial scored; 2 bad flags; 130 stopped."""
+    """Exit codes: 0 the search ran (its trials may have failed); 1 no trial scored, or --confirm's grid or report
+    failed; 2 bad flags, a space value the runs or the model refuse, a cluster that does not answer or cannot hold
+    a trial; 130 stopped (Ctrl-C, SIGTERM, --time_budget), at any point."""
     args = parse_args(argv)
-    if error := check_space(args):
-        print(f"minbert-search: {error}", file=sys.stderr)
-        return 2
     out_dir = Path(args.out_dir).resolve()
     try:
+        check_out_dir(out_dir)   # before anything is written
+        if error := check_space(args):
+            raise GridError(error)
         (out_dir / "logs" / "params").mkdir(parents=True, exist_ok=True)
         check_same_search(out_dir, args)
         lock = GridLock(out_dir).acquire()
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, GridError) as err:
         print(f"minbert-search: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return stopped("minbert-search")
     try:
         return run_search(args, out_dir, lock)
+    except GridError as err:
+        print(f"minbert-search: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return stopped("minbert-search")
     finally:
+        stop_file(out_dir).unlink(missing_ok=True)
         lock.release()
 
 
@@ -506,18 +565,29 @@ def check_same_search(out_dir: Path, args) -> None:
         write_json(path, recipe)
 
 
+def trials_wanted(args) -> int:
+    """``--trials``, or the space's size when it has fewer points: the search ends there (a point is run once)."""
+    size = args.space_spec.size()
+    return args.trials if size is None else min(args.trials, size)
+
+
 def run_search(args, out_dir: Path, lock: GridLock) -> int:
     records = read_trials(out_dir)
     ended = [r for r in records if r.ended]
     unfinished = [r for r in records if not r.ended]
-    todo = max(0, args.trials - len(ended))
+    wanted = trials_wanted(args)
+    todo = max(0, wanted - len(ended))
     where = f"Ray at {args.address}" if args.address else "a local Ray"
-    print(f"search -> {out_dir}: {args.trials} trials, {len(ended)} ended before, {min(len(unfinished), todo)} to "
+    if wanted < args.trials:
+        print(f"the space has {wanted} point{'s' if wanted != 1 else ''}: the search ends at {wanted} trials "
+              f"(--trials {args.trials}), each point run once", flush=True)
+    print(f"search -> {out_dir}: {wanted} trials, {len(ended)} ended before, {min(len(unfinished), todo)} to "
           f"continue, {max(0, todo - len(unfinished))} new, on {where}; scored on --val_fraction {args.val_fraction} "
           "of each training file", flush=True)
     stop = Stop(out_dir, lambda: [p for p in out_dir.glob(f"{PREFIX}*") if p.is_dir()])
     if todo:
-        with ray_session(args.address, lock, stop):
+        with ray_session(args.address, lock, stop, per_run=(args.cpus_per_run, args.gpus_per_run),
+                         wait=args.wait_for_resources):
             run_tune(args, out_dir, ended, unfinished[:todo], todo, stop)
         wait_until_free(stop.run_dirs(), seconds=60.0)
         stop.file.unlink(missing_ok=True)
@@ -528,7 +598,7 @@ def run_search(args, out_dir: Path, lock: GridLock) -> int:
         return EXIT_INTERRUPTED
     if best is None:
         return 1
-    if args.confirm and len([r for r in records if r.ended]) >= args.trials:
+    if args.confirm and len([r for r in records if r.ended]) >= wanted:
         return confirm(args, out_dir)
     return 0
 
@@ -549,7 +619,8 @@ def confirm(args, out_dir: Path) -> int:
     lock = GridLock(folder).acquire()
     try:
         rc = run_grid(argparse.Namespace(address=args.address, cpus_per_run=args.cpus_per_run,
-                                         gpus_per_run=args.gpus_per_run, no_report=True), runs, folder, lock)
+                                         gpus_per_run=args.gpus_per_run, wait_for_resources=args.wait_for_resources,
+                                         no_report=True), runs, folder, lock)
     finally:
         lock.release()
     if rc == 0:
@@ -567,7 +638,7 @@ def run_tune(args, out_dir: Path, ended: list[TrialRecord], unfinished: list[Tri
     searcher = tpe_searcher(args, ended, unfinished)
     scheduler = ASHAScheduler(time_attr="evaluation", metric="score", mode="max", max_t=MAX_EVALUATIONS,
                               grace_period=args.grace_period, reduction_factor=args.reduction_factor)
-    progress = SearchProgress(args.trials, ended)
+    progress = SearchProgress(trials_wanted(args), ended)
     began = time.time()
 
     class Events(tune.Callback):
@@ -624,10 +695,60 @@ def tpe_searcher(args, ended: list[TrialRecord], unfinished: list[TrialRecord]):
                 value=record.score if record.score is not None else None,
                 state=optuna.trial.TrialState.COMPLETE if record.score is not None else optuna.trial.TrialState.FAIL))
     first = [r.params for r in unfinished] + ([] if ended or unfinished else fill(args.space_spec))
-    return OptunaSearch(space=space, metric="score", mode="max", points_to_evaluate=first or None,
-                        # a new seed for each part: the same seed would draw the first part's trials again
-                        sampler=optuna.samplers.TPESampler(seed=args.seed + len(ended) + len(unfinished)),
-                        study_name=study_name, storage=storage)
+    tpe = OptunaSearch(space=space, metric="score", mode="max", points_to_evaluate=first or None,
+                       # a new seed for each part: the same seed would draw the first part's trials again
+                       sampler=optuna.samplers.TPESampler(seed=args.seed + len(ended) + len(unfinished)),
+                       study_name=study_name, storage=storage)
+    return distinct(tpe, study, args.space_spec, {r.name for r in ended})
+
+
+def distinct(inner, study, space: Space, seen: set[str]):
+    """``inner`` (TPE) drawing points not drawn before: one drawn before (an ended trial, this part's, a listed
+    start point twice) is told to TPE as failed (a point is run once: nothing learned) and TPE is asked again,
+    ``ASKS`` times, then the space's first point not drawn yet is given to it (``study.enqueue_trial``); a space
+    whose every point is drawn is FINISHED (Tune ends the search). So the search ends, and each point is one
+    trial, one row, one run folder. ``seen``: the names of the trials drawn before (``trial_name``)."""
+    from ray.tune.search import Searcher
+
+    class Distinct(Searcher):
+        def __init__(self):
+            super().__init__(metric="score", mode="max")
+            self.inner_ids: dict[str, str] = {}   # Tune's trial id -> the id TPE knows the point by
+
+        def set_search_properties(self, metric, mode, config, **spec) -> bool:
+            return inner.set_search_properties(metric, mode, config, **spec)
+
+        def suggest(self, trial_id: str):
+            size = space.size()
+            if size is not None and len(seen) >= size:
+                return Searcher.FINISHED
+            for attempt in range(ASKS + 1):
+                if attempt == ASKS and size is not None:   # TPE keeps to drawn points: the space in order
+                    point = next((p for p in space.points() if trial_name(p) not in seen), None)
+                    if point is None:
+                        return Searcher.FINISHED
+                    study.enqueue_trial(point)
+                inner_id = f"{trial_id}.{attempt}"
+                config = inner.suggest(inner_id)
+                if config is None or config == Searcher.FINISHED:
+                    return config
+                name = trial_name(config)
+                if name not in seen or attempt == ASKS:   # (a float range: a repeat after ASKS asks is run)
+                    seen.add(name)
+                    self.inner_ids[trial_id] = inner_id
+                    return config
+                inner.on_trial_complete(inner_id, None, error=True)
+
+        def on_trial_result(self, trial_id: str, result: dict) -> None:
+            if trial_id in self.inner_ids:
+                inner.on_trial_result(self.inner_ids[trial_id], result)
+
+        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+            if trial_id in self.inner_ids:   # a failed run (e.g. at its start) is told to TPE as failed
+                failed = error or (result or {}).get("status") == RunStatus.FAILED
+                inner.on_trial_complete(self.inner_ids.pop(trial_id), result, failed)
+
+    return Distinct()
 
 
 def fill(space: Space) -> list[dict]:
@@ -688,7 +809,8 @@ def write_outputs(args, out_dir: Path, records: list[TrialRecord]) -> TrialRecor
              r.evaluations, "" if r.steps is None else r.steps, r.status, "" if r.minutes is None else r.minutes]
             for i, r in enumerate(records, 1)]
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows([header, *rows])
+    csv.writer(buffer, lineterminator="\n").writerows([[*header, "error"],
+                                                       *([*row, r.error] for row, r in zip(rows, records))])
     (out_dir / "trials.csv").write_text(buffer.getvalue(), encoding="utf-8")
     scored = [r for r in records if r.score is not None and r.status in FINAL]
     best = max(scored, key=lambda r: r.score, default=None)
@@ -697,6 +819,10 @@ def write_outputs(args, out_dir: Path, records: list[TrialRecord]) -> TrialRecor
              "unread), the best of the trial's evaluations. Space: " + args.space, "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
              *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+    failed = [r for r in records if r.status == RunStatus.FAILED]
+    if failed:   # each with its one error line; not run again (delete logs/failed/<trial>.json to run it again)
+        lines += ["", "Failed:", *(f"- {r.name}: {r.error or 'see its log'} (its log: logs/{r.name}.log)"
+                                   for r in failed)]
     if best is not None:
         recipe = best_recipe(best, args)
         write_json(out_dir / "best.json", recipe)
