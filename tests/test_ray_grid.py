@@ -373,3 +373,27 @@ def test_a_stopped_driver_then_the_same_command_finishes_the_grid(cluster, tiny_
     metrics = json.loads((long / "metrics.json").read_text())
     assert metrics["status"] == "finished" and metrics.get("resumed"), "ft was trained again instead of resumed"
     assert len(metrics["epochs"]) == 12 and (long / "checkpoint" / "model.safetensors").exists()
+
+
+def test_the_quick_grid_is_four_rows_of_three_seeds_capped_alike():
+    """Issue 75: a table with intervals in minutes: every run of the quick grid scores the same dev examples (the
+    same --max_eval_examples), so the report compares them; no test predictions."""
+    runs = [line.split() for line in listed("--grid", "quick", "--list").stdout.splitlines()]
+    assert len(runs) == 4 * 3 and runs[0][0] == "quick-ft-s11711" and runs[-1][0] == "quick-mean-joint-s11713"
+    caps = {words[words.index("--max_eval_examples") + 1] for words in runs}
+    assert caps == {"300"} and all("--no_test_predictions" in words for words in runs)
+
+
+def test_the_estimate_comes_from_the_grid_s_finished_runs(tmp_path):
+    from argparse import Namespace
+
+    from training.tools.grid import GridRun
+    from training.tools.ray_grid import estimate
+    done = [GridRun(f"done{i}", "ft", ()) for i in range(2)]
+    for run, seconds in zip(done, (60, 120)):
+        (tmp_path / run.name).mkdir()
+        (tmp_path / run.name / "metrics.json").write_text(json.dumps({"status": "finished", "wall_seconds": seconds}))
+    todo = [GridRun(f"todo{i}", "ft", ()) for i in range(4)]
+    line = estimate(todo, done, tmp_path, Namespace(address="h:1", cpus_per_run=1.0))
+    assert line == "time: about 6 min for 4 runs, 1 at once (the 2 finished here took 1.5 min each)"
+    assert estimate(todo, [], tmp_path, Namespace(address=None, cpus_per_run=1.0)).startswith("time: no estimate yet")

@@ -470,6 +470,8 @@ def run_grid(args: argparse.Namespace, runs: list[GridRun], out_dir: Path, lock:
     print(f"grid -> {out_dir}: {len(runs)} runs, {len(kept)} finished already (kept), {len(todo)} to run on {where}, "
           f"{args.cpus_per_run:g} CPU{'s' if args.cpus_per_run != 1 else ''}"
           + (f" and {args.gpus_per_run:g} GPU" if args.gpus_per_run else "") + " a run", flush=True)
+    if todo:
+        print(estimate(todo, kept, out_dir, args), flush=True)
     progress = Progress(len(todo))
     stop = Stop(out_dir, lambda: [out_dir / run.name for run in todo])
     if todo:
@@ -479,6 +481,20 @@ def run_grid(args: argparse.Namespace, runs: list[GridRun], out_dir: Path, lock:
         wait_until_free([out_dir / run.name for run in todo], seconds=60.0)   # no run folder left live
         stop.file.unlink(missing_ok=True)
     return summarize(args, runs, kept, progress.results, out_dir, stop.requested)
+
+
+def estimate(todo: list[GridRun], kept: list[GridRun], out_dir: Path, args: argparse.Namespace) -> str:
+    """The time the runs to do should take, from the wall time of this grid's finished runs on this machine (the
+    same budget), as many at once as a local Ray's CPUs hold; without a finished run, no estimate, and why."""
+    seconds = [metrics["wall_seconds"] for run in kept
+               if isinstance((metrics := read_metrics(out_dir / run.name)).get("wall_seconds"), (int, float))]
+    if not seconds:
+        return (f"time: no estimate yet ({len(todo)} runs; none of this grid has finished in {out_dir}: the next "
+                "start of the same command estimates from those that have)")
+    each = sum(seconds) / len(seconds)
+    at_once = 1 if args.address else max(1, min(len(todo), int((os.cpu_count() or 1) // args.cpus_per_run)))
+    return (f"time: about {each * -(-len(todo) // at_once) / 60:.0f} min for {len(todo)} runs, {at_once} at once "
+            f"(the {len(seconds)} finished here took {each / 60:.1f} min each)")
 
 
 class Stop:
