@@ -232,13 +232,16 @@ def assert_same_run(a: Path, b: Path) -> None:
 def test_local_grid_two_rows_two_seeds_same_runs_as_alone_and_nothing_of_ray_left(tiny_model_dir, tmp_path):
     home = Path.home()
     before = {p: p.exists() for p in (home / ".ray", home / "ray_results")}
-    temp_before = set(Path(tempfile.gettempdir()).glob("minbert-ray-*"))
+    # this grid's own temporary folder (short: Ray's socket paths must fit 107 characters): under pytest -n 2
+    # another test's Ray may have its minbert-ray-* folder in /tmp at the same time
+    own_tmp = Path(tempfile.mkdtemp(prefix="g"))
     out_dir = tmp_path / "grid"
     budget = ["--epochs", "1", "--max_steps_per_epoch", "4", "--stage_steps", "2"]
     mark = {"MINBERT_TEST_MARK": secrets.token_hex(8)}   # in the environment of every process of this grid's Ray
     done = subprocess.run(grid_command(out_dir, "--only", "ft", "mean-smart", "--seeds", "2", *budget,
                                        extra=tiny_flags(tiny_model_dir)),
-                          capture_output=True, text=True, cwd=tmp_path, env=env(**mark), timeout=600)
+                          capture_output=True, text=True, cwd=tmp_path, env=env(TMPDIR=str(own_tmp), **mark),
+                          timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     names = ["ablate-ft-s11711", "ablate-ft-s11712", "ablate-mean-smart-s11711", "ablate-mean-smart-s11712"]
     assert all(status(out_dir / name) == "finished" for name in names)
@@ -256,7 +259,8 @@ def test_local_grid_two_rows_two_seeds_same_runs_as_alone_and_nothing_of_ray_lef
     assert {name: len(row.seed_runs) for name, row in rows.items()} == {"ablate-ft": 2, "ablate-mean-smart": 2}
     # nothing of Ray left: no process, no temporary folder, nothing in the home folder
     assert {p: p.exists() for p in before} == before
-    assert set(Path(tempfile.gettempdir()).glob("minbert-ray-*")) == temp_before
+    assert not list(own_tmp.glob("minbert-ray-*")), list(own_tmp.iterdir())
+    shutil.rmtree(own_tmp)
     # (this grid's: another test's Ray may be running beside it under pytest -n 2)
     assert_none_left(f"MINBERT_TEST_MARK={mark['MINBERT_TEST_MARK']}")
     assert not (out_dir / ".grid.lock").read_text()

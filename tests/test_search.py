@@ -5,6 +5,7 @@ usage errors. The slow test runs a real 4-trial search on the tiny fixture model
 from its data folder, kills the driver half-way, runs the same command again, then confirms the winner against
 the default on dev (``--confirm 1``).
 """
+import argparse
 import contextlib
 import io
 import json
@@ -148,6 +149,21 @@ def test_the_best_recipe_holds_the_run_s_settings_alone():
     assert run_multitask.explicit_flags(["--data_dir", "d", "--lr", "1e-4", "--no_bucket"]) == {"data_dir", "lr", "bucket"}
 
 
+def test_best_json_s_path_flags_are_absolute(tmp_path, monkeypatch):
+    """best.json kept --data_dir as given (../shared/data/multitask), so ``--config best.json`` failed from another
+    folder, while a run saves its path flags absolute: every path flag, after -- or in the space, is made absolute
+    in the folder the trials ran in; other text flags are kept as given."""
+    monkeypatch.chdir(tmp_path)
+    here = tmp_path.resolve()
+    args = argparse.Namespace(extra=["--data_dir", "../data", "--model", "model", "--task_file", "tasks.json",
+                                     "--tasks", "sst,sts", "--epochs", "1"])
+    best = search.TrialRecord("t", {"ucl_data": "sentences.txt", "lr": 1e-4}, "finished", 0.7, 1, 10, 1.0, "~")
+    recipe = search.best_recipe(best, args)
+    assert recipe["data_dir"] == str(here.parent / "data") and recipe["model"] == str(here / "model")
+    assert recipe["task_file"] == str(here / "tasks.json") and recipe["ucl_data"] == str(here / "sentences.txt")
+    assert recipe["tasks"] == "sst,sts" and recipe["lr"] == 1e-4 and recipe["epochs"] == 1
+
+
 def test_the_progress_line_s_best_counts_the_trials_of_earlier_parts(capsys):
     """Part 4 of the real search printed "[6/16 trials, best 0.7565]" while a trial of part 3 had 0.7613: the
     best was taken over this part's trials alone."""
@@ -178,15 +194,31 @@ def test_the_plot_draws_every_kind_of_point(tmp_path):
     """The search's own test runs with --no_plot: here the plot is drawn, with a log axis, a choice axis and a
     point of each colour, and written whole."""
     space_file = tmp_path / "space.yaml"
-    space_file.write_text("lr: {log_uniform: [1.0e-5, 1.0e-3]}\nprivate_layers: [0, 2]\n")
-    records = [search.TrialRecord(f"t{i}", {"lr": lr, "private_layers": layers}, status, score, 1, 100, 1.0, "~")
-               for i, (lr, layers, status, score) in enumerate([(1e-4, 2, "finished", 0.76),
-                                                                (3e-4, 0, "stopped early", 0.71),
-                                                                (2e-5, 2, "interrupted", 0.74),
-                                                                (5e-4, 0, "failed", None)])]
+    space_file.write_text("lr: {log_uniform: [1.0e-5, 1.0e-3]}\nhead_lr: {log_uniform: [3.0e-4, 4.5e-4]}\n"
+                          "private_layers: [0, 2]\n")
+    records = [search.TrialRecord(f"t{i}", {"lr": lr, "head_lr": head_lr, "private_layers": layers}, status, score, 1,
+                                  100, 1.0, "~")
+               for i, (lr, head_lr, layers, status, score) in enumerate([(1e-4, 3.1e-4, 2, "finished", 0.76),
+                                                                         (3e-4, 4.4e-4, 0, "stopped early", 0.71),
+                                                                         (2e-5, 3.6e-4, 2, "interrupted", 0.74),
+                                                                         (5e-4, 4e-4, 0, "failed", None)])]
     search.plot(tmp_path / "search.png", records, search.read_space(str(space_file)))
     assert (tmp_path / "search.png").read_bytes().startswith(b"\x89PNG")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["search.png", "space.yaml"]   # no .tmp.png left
+
+
+@pytest.mark.parametrize("low, high, ticks, labels", [
+    (5e-5, 3e-4, [5e-5, 1e-4, 2e-4], ["5e-5", "1e-4", "2e-4"]),            # one power of 10 inside: 1-2-5
+    (6e-4, 1.1e-3, [6e-4, 7e-4, 8e-4, 9e-4, 1e-3], ["6e-4", "7e-4", "8e-4", "9e-4", "1e-3"]),
+    (3.1e-4, 3.9e-4, [3.1e-4, 3.9e-4], ["3.1e-4", "3.9e-4"]),                # no round value: the drawn ends
+    (1e-3, 0.1, [1e-3, 0.01, 0.1], ["1e-3", "1e-2", "1e-1"]),                # one notation an axis
+    (0.02, 0.3, [0.02, 0.05, 0.1, 0.2], ["0.02", "0.05", "0.1", "0.2"]),
+    (8, 128, [10, 100], ["10", "100"]),
+])
+def test_every_log_axis_of_the_plot_has_labelled_ticks(low, high, ticks, labels):
+    """search.png's head_lr panel (log scale, within one decade, no power of 10 inside) had no tick label at all."""
+    found = search.log_ticks(low, high, drawn=[low, high])
+    assert found == pytest.approx(ticks) and search.tick_labels(found) == labels
 
 
 def test_a_stop_after_the_last_evaluation_leaves_the_run_finished(tiny_model_dir, tmp_path, monkeypatch, capsys):

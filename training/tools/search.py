@@ -24,7 +24,7 @@ The same command again continues the search: ended trials (finished, stopped ear
 TPE as they scored and not run again; a trial cut off (Ctrl-C, ``--time_budget``, a kill) resumes its run
 folder. Outputs in ``--out_dir``: the run folders ``trial-<hash>/`` (``training.tools.report`` reads
 them), ``trials.csv`` and ``trials.md`` (flags, score, evaluations, steps, status), ``best.json`` (the
-best trial's flags, for ``run_multitask.py --config``) and ``search.png``.
+best trial's flags, path flags absolute, for ``run_multitask.py --config``) and ``search.png``.
 """
 from __future__ import annotations
 
@@ -840,21 +840,30 @@ def cell(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+# the folders the run makes absolute itself (training/harness/trainer.py with_absolute_paths), beside the flags
+# marked ``flag(..., path=True)`` (training/configuration/flags.py absolute_paths)
+RUN_PATHS = ("data_dir", "model")
+
 RECIPE = """
 import json, sys
+from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import run_multitask
 argv = json.loads(sys.argv[2])
 args = run_multitask.build_parser().parse_args(argv)
-print(json.dumps({name: getattr(args, name) for name in sorted(run_multitask.explicit_flags(argv))}))
+paths = {n for n, f in run_multitask.all_flag_fields().items() if f.metadata.get("path")} | set(sys.argv[3:])
+values = {name: getattr(args, name) for name in sorted(run_multitask.explicit_flags(argv))}
+print(json.dumps({name: str(Path(value).resolve()) if name in paths and isinstance(value, str) else value
+                  for name, value in values.items()}))
 """
 
 
 def best_recipe(best: TrialRecord, args) -> dict:
     """The best trial's flags, typed as ``run_multitask.py`` reads them, less the search's own: a file
-    ``--config`` takes, training on the whole training files and scoring dev."""
-    done = subprocess.run([sys.executable, "-c", RECIPE, str(ROOT), json.dumps([*args.extra, *flags_of(best.params)])],
-                          capture_output=True, text=True, check=True)
+    ``--config`` takes, training on the whole training files and scoring dev. Its path flags are absolute, as
+    a run saves them (resolved in this working directory, where the trials ran), so it works from any folder."""
+    done = subprocess.run([sys.executable, "-c", RECIPE, str(ROOT), json.dumps([*args.extra, *flags_of(best.params)]),
+                           *RUN_PATHS], capture_output=True, text=True, check=True)
     return {k: v for k, v in json.loads(done.stdout).items() if k not in (*OWNED, "quiet")}
 
 
@@ -876,6 +885,31 @@ def legend_entries(records: list[TrialRecord]) -> list[tuple[str, str]]:
     if others:
         entries.append((", ".join(others) + " (best score so far)", CUT_OFF_DOT))
     return entries
+
+
+def log_ticks(low: float, high: float, drawn=()) -> list[float]:
+    """Ticks for a log axis from ``low`` to ``high``: powers of 10, else 1-2-5, else every whole mantissa,
+    the first of these with two ticks inside; else the least and the most of the ``drawn`` values."""
+    import math
+    for mantissas in ((1,), (1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
+        ticks = [float(f"{m}e{e}") for e in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+                 for m in mantissas]
+        inside = [t for t in ticks if low <= t <= high]
+        if len(inside) >= 2:
+            return inside
+    return sorted({min(drawn), max(drawn)}) if drawn else [low, high]
+
+
+def tick_labels(ticks: list[float]) -> list[str]:
+    """Short labels for a log axis's ticks, one notation an axis: 10, 100; 0.05, 0.1; 3e-4, 3.1e-4, 1e-3."""
+    def label(value: float) -> str:
+        if value >= 1 and value == round(value):
+            return str(round(value))
+        if min(ticks) >= 0.01:
+            return f"{value:.2g}"
+        mantissa, exponent = f"{value:.1e}".split("e")
+        return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+    return [label(t) for t in ticks]
 
 
 def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
@@ -907,10 +941,13 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
             ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=20)
         else:
             x = [v for v, _, _ in points]
-            if d.kind.startswith("log"):
-                ax.set_xscale("log")
-                ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())   # 2x10^-4 ... overlapped
         ax.scatter(x, [s for _, s, _ in points], c=[dot(st) for _, _, st in points], s=18)
+        if d.kind.startswith("log") and x:
+            ax.set_xscale("log")
+            ticks = log_ticks(*ax.get_xlim(), drawn=x)   # a narrow range has no power of 10: no label at all
+            ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FixedFormatter(tick_labels(ticks)))
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())   # 2x10^-4 ... overlapped
         ax.set(title=d.name, ylabel="validation score")
     for ax in [a for row in axes for a in row][len(searched) + 1:]:
         ax.axis("off")
