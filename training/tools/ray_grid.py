@@ -627,15 +627,8 @@ def check_reachable(address: str, seconds: float = CONNECT_SECONDS) -> None:
                         "cluster's head started (`ray start --head --port PORT`), and is this its GCS port?") from None
 
 
-def start_ray(address: str | None, temp_dir: str, log: Path | None = None,
-              release: threading.Event | None = None) -> bool:
-    """``ray.init`` as this command's own: a local Ray (``address`` None) with its session files in ``temp_dir``,
-    or the cluster at ``address``; its workers import this project (PYTHONPATH). ``GridError`` when the cluster
-    does not answer (``check_reachable``, then ``JOIN_SECONDS``) or Ray does not start; Ray's own messages while
-    it starts (warnings, retries) go to ``log``. True once Ray is up.
-
-    ``ray.init`` runs in a thread of its own, which waits for ``release`` (set after ``ray.shutdown``) before it
-    ends: a local Ray's processes get SIGKILL when the *thread* that started them ends (``PR_SET_PDEATHSIG``)."""
+def set_ray_environment(address: str | None, temp_dir: str) -> None:
+    """The environment Ray and Tune read when they start (the command's own process: an entry point's)."""
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"            # nothing sent, nothing written in the home folder
     os.environ["TUNE_RESULT_BUFFER_LENGTH"] = "1"
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"        # Ctrl-C is ours (Stop): runs end cleanly first
@@ -649,6 +642,18 @@ def start_ray(address: str | None, temp_dir: str, log: Path | None = None,
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         os.environ[SESSION_VARIABLE] = temp_dir
+
+
+def start_ray(address: str | None, temp_dir: str, log: Path | None = None,
+              release: threading.Event | None = None) -> bool:
+    """``ray.init`` as this command's own: a local Ray (``address`` None) with its session files in ``temp_dir``,
+    or the cluster at ``address``; its workers import this project (PYTHONPATH). ``GridError`` when the cluster
+    does not answer (``check_reachable``, then ``JOIN_SECONDS``) or Ray does not start; Ray's own messages while
+    it starts (warnings, retries) go to ``log``. True once Ray is up.
+
+    ``ray.init`` runs in a thread of its own, which waits for ``release`` (set after ``ray.shutdown``) before it
+    ends: a local Ray's processes get SIGKILL when the *thread* that started them ends (``PR_SET_PDEATHSIG``)."""
+    set_ray_environment(address, temp_dir)
     import ray
     if address:
         check_reachable(address)
