@@ -176,8 +176,13 @@ def write_predictions(path: Path, task: Task, result: TaskPredictions) -> None:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["id", task.prediction_column])
     for example_id, value in zip(result.ids, result.predictions):
-        writer.writerow([example_id, f"{value:.4f}" if task.label_type == "score" else int(value)])
+        writer.writerow([example_id, prediction_cell(task, value)])
     write_text_atomic(path, buffer.getvalue())
+
+
+def prediction_cell(task: Task, value) -> str | int:
+    """One prediction as the files write it: a class as an integer, a score with 4 decimals."""
+    return f"{value:.4f}" if task.label_type == "score" else int(value)
 
 
 def write_input_predictions(path: Path, task: Task, result: TaskPredictions, texts: dict[str, tuple[str, ...]],
@@ -190,8 +195,8 @@ def write_input_predictions(path: Path, task: Task, result: TaskPredictions, tex
     named = label_names is not None and task.label_type == "class"
     writer.writerow(["id", *text_columns, task.prediction_column, *(["label_name"] if named else [])])
     for example_id, value in zip(result.ids, result.predictions):
-        shown = f"{value:.4f}" if task.label_type == "score" else int(value)
-        writer.writerow([example_id, *texts[example_id], shown, *([label_names[int(value)]] if named else [])])
+        writer.writerow([example_id, *texts[example_id], prediction_cell(task, value),
+                         *([label_names[int(value)]] if named else [])])
     write_text_atomic(path, buffer.getvalue())
 
 

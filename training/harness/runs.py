@@ -80,6 +80,11 @@ def check_fits_model(config: RunConfig, bert: BertConfig | None = None, model_di
     config_file = model_dir / "config.json"
     bert = bert or BertConfig.from_json(config_file)
     check_depth(config, bert, config_file)
+    check_lengths(config, bert, config_file)
+
+
+def check_lengths(config: RunConfig, bert: BertConfig, config_file: Path) -> None:
+    """The lengths a run gives its sentences (``--max_length``, an extension's), against the model's positions."""
     lengths = [("--max_length", config.data.max_length)]
     lengths += [length for e in enabled(config) for length in e.max_lengths(config)]
     for flag, length in lengths:

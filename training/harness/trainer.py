@@ -32,7 +32,7 @@ from .run_log import RunLog
 from ..learning.rng import seed_everything
 from ..learning.recipe import Callbacks, Inputs, Parallel, build_run
 from ..learning.schedule import RoundRobinScheduler
-from .runs import build_model, check_fits_model, model_directory, tokenizer_for
+from .runs import build_model, check_lengths, model_directory, tokenizer_for
 from ..learning.stages import Run, multitask_stage
 from ..learning.tasks import Task, format_metrics, overall_score
 from .status import RunStatus
@@ -105,7 +105,7 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     for extension in enabled(config):
         extension.check_files(config)
     model = build_model(config, model_dir)
-    check_fits_model(config, model.bert.config, model_dir)
+    check_lengths(config, model.bert.config, model_dir / "config.json")   # build_model checked the depth
     tokenizer = tokenizer_for(model_dir, model.bert)
     tasks = config.known_tasks()
     splits, data_report = read_all_splits(data_dir, splits_to_read(config), tasks, config.data.strict, log)

@@ -99,10 +99,7 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
         if given := [f"--{flag}" for flag in CSV_FLAGS if getattr(args, flag) is not None]:
             raise ValueError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with a CSV/TSV --input: "
                              f"{path.name} is read as text, {text_format(task)}")
-        columns, label, id_column, delimiter = task.text_columns, None, None, None
-        check_folder(out)
-        check_overwrite([target, out / METRICS], args.overwrite)
-        examples, report = read_text_examples(path, task)
+        columns, label, id_column, delimiter, layout = task.text_columns, None, None, None, None
     else:
         columns = tuple(c.strip() for c in args.columns.split(",")) if args.columns else task.text_columns
         if len(columns) != len(task.text_columns) or not all(columns) or len(set(columns)) != len(columns):
@@ -119,11 +116,11 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
         label = None if args.no_score else args.label_column or (task.label_column if task.label_column in header
                                                                   else None)
         id_column = args.id_column or (task.id_column if task.id_column in header else None)
-        check_folder(out)
-        check_overwrite([target, out / METRICS], args.overwrite)
         layout = dataclasses.replace(task.layout(), text_columns=columns, label_column=label, id_column=id_column,
                                      delimiter=delimiter)
-        examples, report = read_examples(path, layout)
+    check_folder(out)
+    check_overwrite([target, out / METRICS], args.overwrite)
+    examples, report = read_text_examples(path, task) if layout is None else read_examples(path, layout)
     if report.bad_rows and not args.skip_bad_rows:
         raise DataError(bad_row_error(path, report, label, delimiter))
     if report.bad_rows:

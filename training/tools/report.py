@@ -389,7 +389,7 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     notes = [f"note: {row.run}: not compared ({row.capped}, --val_fraction: a search trial)"
              for row in rows if row.complete and row.val_fraction]
     if baseline is not None:
-        named_baseline(rows, scored, baseline)   # one line if no row anywhere has that name
+        check_baseline(rows, scored, baseline)   # one line if no row anywhere has that name
     groups = alike_groups(scored, baseline)
     if not any(group.fts or group.alone for group in groups):
         return f"{delta} and {INTERVAL}: {_no_ft(rows)}.", notes
@@ -430,16 +430,14 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
                    _not_alike(groups, delta, baseline), found=any(group.fts for group in groups)), notes
 
 
-def named_baseline(rows: list[RunRow], done: list[RunRow], baseline: str) -> dict:
-    """``--baseline ROW``: that finished row (the first of that name) as the one baseline, or a one-line error;
-    ``compare_to_baselines`` compares each row with the row of that name scored on the same dev examples."""
-    named = [row for row in done if row.run == baseline]
-    if not named:
+def check_baseline(rows: list[RunRow], done: list[RunRow], baseline: str) -> None:
+    """``--baseline ROW``: a one-line error when no finished row has that name (``alike_groups`` then compares
+    each row with the row of that name scored on the same dev examples)."""
+    if not any(row.run == baseline for row in done):
         trial = any(row.run == baseline for row in rows if row.val_fraction)
         trial = " (a search trial is no baseline)" if trial else ""
         raise ValueError(f"--baseline {baseline}: no finished row of that name{trial}; the rows are "
                          f"{', '.join(row.run for row in done) or 'none'}")
-    return {None: named[0]}
 
 
 def _no_ft(rows: list[RunRow]) -> str:
