@@ -12,15 +12,16 @@ import argparse
 import json
 import sys
 
-from training.tools.command import run_command, usage_errors_once
-from training.configuration.sections import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS
-from training.configuration.run_config import RunConfig
 from training.configuration.config_file import config_as_file, read_config_file
-from training import extensions as registry
 from training.configuration.flags import add_flags, add_refused, flag_fields, section_from_args
-from training.configuration.task_file import TaskFileError, check_agreement
+from training.configuration.sections import CORE_SECTIONS, REFERENCE_SPEED, SPLIT_FLAGS
+from training.configuration.task_declarations import TaskFileError
+from training.configuration.task_file import check_agreement
+from training import extensions as registry
 from training.harness.memory import keep_freed_memory
+from training.harness.run_config import RunConfig, extension_sections
 from training.harness.trainer import run
+from training.tools.command import run_command, usage_errors_once
 
 EPILOG = """other tools:
   python -m training.tools.predict RUN --data_dir DIR --out DIR   predict files with a trained run
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def all_flag_fields() -> dict:
     """Every flag's settings field: the core sections' and each extension's."""
-    return flag_fields([*CORE_SECTIONS.values(), *(e.settings for e in registry.EXTENSIONS)])
+    return flag_fields([*CORE_SECTIONS.values(), *extension_sections().values()])
 
 
 def parse_config(argv=None) -> RunConfig:
@@ -77,7 +78,7 @@ def parse_command(argv=None) -> tuple[RunConfig, bool]:
                      "checkpoint/run_config.json (give that to --config)")
     given = explicit_flags(argv)
     try:
-        layers = [read_config_file(args.config, all_flag_fields())] if args.config else []
+        layers = [read_config_file(args.config, all_flag_fields(), extension_sections())] if args.config else []
     except ValueError as err:   # unreadable, not JSON / YAML, a key or value its flag refuses: a usage error
         parser.error(str(err))
     if args.reference:  # the reference paths over the defaults (and a file's speed settings); flags given win
@@ -92,7 +93,7 @@ def parse_command(argv=None) -> tuple[RunConfig, bool]:
         except TaskFileError as err:
             parser.error(str(err))
     config = RunConfig(**{name: section_from_args(cls, args) for name, cls in CORE_SECTIONS.items()},
-                       extensions={e.name: section_from_args(e.settings, args) for e in registry.EXTENSIONS})
+                       extensions={name: section_from_args(cls, args) for name, cls in extension_sections().items()})
     return config, args.print_config
 
 

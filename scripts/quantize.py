@@ -61,6 +61,7 @@ from training.data.readers import DataError, resolve_data_dir  # noqa: E402
 from minbert.atomic import atomic_path, remove_stale_temporaries, write_text_atomic  # noqa: E402
 from training.tools.command import check_overwrite, run_command  # noqa: E402
 from training.configuration.sections import DataConfig, add_flags  # noqa: E402
+from training.learning.task_schema import run_tasks  # noqa: E402
 from training.learning.evaluate import predict  # noqa: E402
 from training.harness.runs import load_run  # noqa: E402
 from training.learning.tasks import Task, overall_score  # noqa: E402
@@ -134,7 +135,7 @@ def quantize_checkpoint(checkpoint: Path, data_dir: str | None, out: Path, max_d
     check_overwrite([out / INT8_WEIGHTS, out / REPORT], overwrite)  # creates nothing
     run = load_run(checkpoint)
     directory, fp32, tokenizer, run_config = run.source, run.model.to(CPU), run.tokenizer, run.config
-    tasks = run_config.tasks()
+    tasks = run_tasks(run_config)
     missing = [name for name in tasks if name not in fp32.heads]
     if missing:
         raise ValueError(f"{directory}: no {', '.join(map(repr, missing))} head (its run trained "
@@ -165,7 +166,7 @@ def measure(directory: Path, fp32: nn.Module, int8: nn.Module, tokenizer, run_co
             per_channel: bool, log) -> dict:
     """The report of ``quantize_checkpoint``: size, speed and dev metrics of both models."""
     fp32_bytes = (directory / "model.safetensors").stat().st_size
-    tasks = run_config.tasks()
+    tasks = run_tasks(run_config)
 
     def loader(examples):  # as the trainer's evaluation loaders: the run's max_length and bucketing
         return make_loader(examples, tokenizer, run_config.data.max_length, batch_size, shuffle=False,

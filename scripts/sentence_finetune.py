@@ -38,7 +38,7 @@ from training.learning.recipe import ParamSet, build_adamw
 from training.harness.checkpoint import save_checkpoint
 from training.tools.command import run_command
 from training.configuration.sections import SPLIT_FLAGS, DataConfig, ModelConfig, TrainConfig, add_flags, section_from_args
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.data.batching import to_device
 from training.harness.distributed import pick_device
 from training.configuration.flags import add_refused

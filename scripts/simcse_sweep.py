@@ -28,7 +28,7 @@ from heads import POOLING_MODES
 from minbert.atomic import atomic_path, make_folder, write_text_atomic
 from training.tools.command import run_command
 from training.configuration.sections import SPLIT_FLAGS, OutputConfig, add_flags
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.harness.curves import MatplotlibMissing, pyplot
 from training.extensions.ucl import UclConfig
 from training.configuration.flags import add_refused

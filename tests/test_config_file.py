@@ -10,7 +10,7 @@ import pytest
 import run_multitask
 from minbert.weights import WeightsError
 from training.configuration.sections import REFERENCE_SPEED
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.harness.runs import load_run
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"

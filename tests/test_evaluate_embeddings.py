@@ -16,7 +16,7 @@ from training.data.senteval import file_layout, find_datasets, load_dataset, rea
 from minbert import BertModel, BertTokenizer
 from training.harness.checkpoint import save_checkpoint
 from training.configuration.sections import ModelConfig
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.learning.encoding import encode
 from training.harness.runs import build_model
 from training.learning.similarity import average_over_datasets, correlations

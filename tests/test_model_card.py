@@ -11,7 +11,7 @@ import pytest
 from safetensors import safe_open
 
 import run_multitask
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.harness.model_card import command, model_card, write_model_card
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"

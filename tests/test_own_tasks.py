@@ -16,7 +16,10 @@ from training.data.readers import FileLayout, read_examples
 from heads import ClassesScorer, PairHead
 from training.configuration import task_file
 from training.harness.runs import load_run
-from training.learning import sts_losses, task_schema
+from heads import sts_losses
+from training.configuration import task_declarations
+from training.learning import task_schema
+from training.learning.task_schema import known_tasks
 from training.tools import predict as predict_tool
 from training.tools import report
 
@@ -109,7 +112,7 @@ def test_load_run_without_the_file_reproduces_the_dev_predictions(runs):
         run = load_run(runs / "runs" / name)
         head = run.model.heads["nli"]
         assert isinstance(head, PairHead) and isinstance(head.scorer, ClassesScorer) and head.scorer.num_classes == 3
-        examples, _ = run.config.known_tasks()["nli"].read(runs / "data" / "nli-dev.tsv")
+        examples, _ = known_tasks(run.config)["nli"].read(runs / "data" / "nli-dev.tsv")
         got = run.predict_examples("nli", examples).predictions.astype(int).tolist()
         written = [int(row["Predicted_gold"]) for row in read_csv(runs / "runs" / name / "nli-dev-output.csv")]
         assert got == written
@@ -138,13 +141,13 @@ def test_predict_data_dir_mode_and_the_report_know_the_task(runs, capsys):
 @pytest.mark.slow
 def test_resume_reads_the_saved_declaration(runs):
     """``--resume`` builds its configuration from the saved one: the task is known again, no file needed."""
-    from training.configuration.run_config import RunConfig
+    from training.harness.run_config import RunConfig
     from training.harness.run_folder import resumed_config
     saved = json.loads((runs / "runs" / "alone" / "metrics.json").read_text(encoding="utf-8"))["config"]
     flags = RunConfig.defaults()
     flags.output.resume = str(runs / "runs" / "alone")
     config = resumed_config(flags, saved, runs / "runs" / "alone" / "metrics.json")
-    assert config.task_names() == ["nli"] and config.known_tasks()["nli"].num_classes == 3
+    assert config.task_names() == ["nli"] and known_tasks(config)["nli"].num_classes == 3
 
 
 @pytest.mark.slow
@@ -288,16 +291,16 @@ def test_yaml_declarations_read_as_json_ones(tmp_path):
 
 
 def test_each_kind_gets_its_head_loss_and_prediction():
-    single = task_schema.task_from_declaration(task_schema.check_declaration(
+    single = task_schema.task_from_declaration(task_declarations.check_declaration(
         bad(kind="classification", text_columns="premise", num_classes=4), "test"))
     model = run_multitask.RunConfig.defaults().model
     assert not single.is_pair and single.head(8, model)(torch.zeros(2, 8)).shape == (2, 4)
-    binary = task_schema.task_from_declaration(task_schema.check_declaration(bad(num_classes=2), "test"))
+    binary = task_schema.task_from_declaration(task_declarations.check_declaration(bad(num_classes=2), "test"))
     assert binary.divergence == "binary" and binary.head(8, model)(torch.zeros(2, 8), torch.ones(2, 8)).shape == (2,)
-    multi = task_schema.task_from_declaration(task_schema.check_declaration(DECLARATION, "test"))
+    multi = task_schema.task_from_declaration(task_declarations.check_declaration(DECLARATION, "test"))
     assert multi.divergence == "multiclass"
     assert multi.head(8, model)(torch.zeros(2, 8), torch.ones(2, 8)).shape == (2, 3)
-    regression = task_schema.task_from_declaration(task_schema.check_declaration(
+    regression = task_schema.task_from_declaration(task_declarations.check_declaration(
         bad(kind="pair_regression", num_classes=None, score_range=[-1, 1]), "test"))
     assert regression.metric_name == "pearson" and regression.score_range == (-1.0, 1.0)
     # the head's 0..5 scale maps onto the declared range, both ways
@@ -366,7 +369,7 @@ def test_a_cut_run_of_a_declared_task_resumes_to_the_same_run(tmp_path, tiny_mod
 def saved_run_config(path: Path, *declarations) -> Path:
     """A run's saved configuration (as checkpoint/run_config.json holds it): its declarations and tasks."""
     saved = run_multitask.parse_config(["--tasks", "nli"]).to_dict()
-    saved["data"]["own_tasks"] = [task_schema.check_declaration(d, "test") for d in declarations or [DECLARATION]]
+    saved["data"]["own_tasks"] = [task_declarations.check_declaration(d, "test") for d in declarations or [DECLARATION]]
     path.write_text(json.dumps(saved), encoding="utf-8")
     return path
 
@@ -420,14 +423,14 @@ def test_a_run_s_tasks_are_its_own_not_a_shared_table(tmp_path):
                                        "--tasks", "nli"])
     three.validate()
     four.validate()
-    assert three.known_tasks()["nli"].num_classes == 3 and four.known_tasks()["nli"].num_classes == 4
-    assert "nli" not in run_multitask.parse_config([]).known_tasks()
+    assert known_tasks(three)["nli"].num_classes == 3 and known_tasks(four)["nli"].num_classes == 4
+    assert "nli" not in known_tasks(run_multitask.parse_config([]))
 
 
 def test_a_declared_regression_trains_with_sts_loss_on_its_mapped_scale():
     """A declared pair regression is STS's kind of head: --sts_loss reaches it (it was MSE whatever the flag),
     on the gold scores mapped onto the head's 0..5 scale; on 0..5 itself it is STS's row."""
-    declared = task_schema.task_from_declaration(task_schema.check_declaration(
+    declared = task_schema.task_from_declaration(task_declarations.check_declaration(
         bad(kind="pair_regression", num_classes=None, score_range=[1, 3]), "test"))
     model = run_multitask.RunConfig.defaults().model
     model.sts_loss = "cosent"

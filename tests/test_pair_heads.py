@@ -13,7 +13,7 @@ import run_multitask
 from heads import PairHead
 from heads.pair_parts import SCORERS, Scorer
 from training.harness.runs import load_run
-from training.learning.sts_losses import STS_LOSSES, StsLoss, cosent_loss, mse_loss, probability_loss
+from heads.sts_losses import STS_LOSSES, StsLoss, cosent_loss, mse_loss, probability_loss
 from training.learning.task_schema import BUILTIN_TASKS
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"

@@ -13,7 +13,7 @@ from test_own_tasks import DECLARATION, toy_rows, write_tsv
 from test_predict_embed import FIXTURE_DATA, train
 from training import load_run
 from training.configuration import task_file
-from training.learning import task_schema
+from training.configuration import task_declarations
 from training.tools import predict
 
 SST_NAMES = ["negative", "somewhat negative", "neutral", "somewhat positive", "positive"]
@@ -128,11 +128,11 @@ def test_label_names_are_checked_against_the_classes_and_optional(tmp_path):
 
     assert "label_names" not in task_file.read_task_file(declare())[0]   # absent: saved as before
     assert task_file.read_task_file(declare(label_names=[" a", "b", "c"]))[0]["label_names"] == ["a", "b", "c"]
-    with pytest.raises(task_schema.TaskFileError, match=r"field 'label_names': 2 names for 3 classes"):
+    with pytest.raises(task_declarations.TaskFileError, match=r"field 'label_names': 2 names for 3 classes"):
         task_file.read_task_file(declare(label_names=["yes", "no"]))
-    with pytest.raises(task_schema.TaskFileError, match=r"field 'label_names': a list of 3 distinct"):
+    with pytest.raises(task_declarations.TaskFileError, match=r"field 'label_names': a list of 3 distinct"):
         task_file.read_task_file(declare(label_names=["a", "a", "b"]))
-    with pytest.raises(task_schema.TaskFileError, match=r"field 'label_names': a pair_regression predicts a score"):
+    with pytest.raises(task_declarations.TaskFileError, match=r"field 'label_names': a pair_regression predicts a score"):
         task_file.read_task_file(declare(kind="pair_regression", num_classes=None, score_range=[0, 1],
                                          label_names=["low", "high"]))
-    assert task_schema.label_names("sst") == SST_NAMES and task_schema.label_names("sts") is None
+    assert task_declarations.label_names("sst") == SST_NAMES and task_declarations.label_names("sts") is None

@@ -15,7 +15,7 @@ import run_multitask
 from heads import MultitaskBert, PairHead, SentimentHead
 from minbert import BertConfig, BertModel
 from test_resume import FIXTURE_DATA, argv, assert_same_run, command, env, final_state, resume_after_cut
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.harness.resume import list_checkpoints
 from training.harness.runs import load_run
 from training.learning.task_schema import BUILTIN_TASKS

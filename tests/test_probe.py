@@ -10,7 +10,7 @@ import torch
 
 from training.harness.checkpoint import save_checkpoint
 from training.configuration.sections import ModelConfig, TrainConfig
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.harness.runs import build_model
 from scripts.probe import TASK_CHOICES, build_parser, cluster_scores, main, probe_scores, subsample
 

@@ -14,7 +14,7 @@ from training.data.readers import read_examples
 from minbert import BertConfig, BertModel, default_model_dir
 from training.harness.checkpoint import save_checkpoint
 from training.configuration.sections import DataConfig, ModelConfig
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.harness.runs import build_model, load_run
 from training.learning.task_schema import BUILTIN_TASKS
 

@@ -15,6 +15,7 @@ from training.extensions import plugins
 from training.harness.trainer import read_inputs
 from training.learning.callbacks import Log
 from training.learning.precision import Precision
+from training.learning.task_schema import run_tasks
 from training.learning.recipe import build_run
 from training.learning.rng import seed_everything
 from training.learning.stages import multitask_stage
@@ -69,7 +70,7 @@ def test_the_recipe_by_hand_is_the_default_command(tmp_path, tiny_model_dir):
     run = build_run(config, inputs, cpu, Precision("off", cpu), plugins(config))
     result = multitask_stage(run)
     assert [e["train_steps"] for e in result["epochs"]] == [6]   # two rounds of the three tasks
-    by_hand = {name: predictions.score(run.config.tasks()[name]) for name, predictions in result["best"]["dev"].items()}
+    by_hand = {name: predictions.score(run_tasks(run.config)[name]) for name, predictions in result["best"]["dev"].items()}
 
     assert run_multitask.main([*flags, "--out_dir", str(tmp_path), "--run_name", "command", "--quiet"]) == 0
     metrics = json.loads((tmp_path / "command" / "metrics.json").read_text())

@@ -20,7 +20,7 @@ import run_multitask
 import training.extensions
 import training.tools.grid
 from training.configuration.sections import CORE_SECTIONS
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.extensions import EXTENSIONS
 from training.extensions.base import Extension, GradientSurgery
 from training.configuration.flags import flag

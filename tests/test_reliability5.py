@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import run_multitask
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.harness.outputs import abandoned_claim, claim_run_dir
 
 from test_resume import argv, command, env

@@ -17,7 +17,7 @@ from training.data.readers import read_examples
 from heads import MultitaskBert
 from heads.pooling import pool
 from minbert import BertModel, BertTokenizer, WeightsError
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.learning.evaluate import predict
 from training.harness.checkpoint import load_checkpoint
 from training.learning.encoding import encode

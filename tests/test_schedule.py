@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import run_multitask
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.learning.schedule import RoundRobinScheduler
 
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 import run_multitask
 from training.harness.checkpoint import load_checkpoint
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.harness.resume import list_checkpoints
 from training.harness.runs import build_model, load_run, model_directory
 from training.learning.contrastive import ContrastiveObjective

@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 
 import run_multitask
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.extensions.joint_loss import loss_weights
 from training.extensions.lcl import lcl_task
-from training.learning.task_schema import (BUILTIN_DECLARATIONS, BUILTIN_TASKS, OPTIONAL, REQUIRED, check_declaration,
-                                  task_from_declaration)
-from training.learning.tasks import format_metrics, overall_score, parse_tasks, pearson
+from training.configuration.task_declarations import (BUILTIN_DECLARATIONS, OPTIONAL, REQUIRED, check_declaration,
+                                                      parse_tasks)
+from training.learning.task_schema import BUILTIN_TASKS, task_from_declaration
+from training.learning.tasks import format_metrics, overall_score, pearson
 
 CFIMDB_DATA = Path(__file__).parent / "fixtures" / "cfimdb"
 # a row's fields that are data (the others are functions, made anew by each build)

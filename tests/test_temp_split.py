@@ -7,7 +7,7 @@ import pytest
 
 import run_multitask
 from minbert import BertModel
-from training.configuration.run_config import RunConfig
+from training.harness.run_config import RunConfig
 from training.extensions import lcl, ucl
 from training.harness.runs import with_heads
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from minbert.errors import first_line
 
-from .sections import REMOVED, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, removed_extension_settings, saved_values
-from .run_config import RunConfig
+from .sections import (REMOVED, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, RunSettings, removed_extension_settings,
+                       saved_values)
 from .flags import converter, is_switch
 from .settings_file import read_settings_file
 
@@ -31,9 +31,9 @@ class ConfigFileError(ValueError):
     """A file ``--config`` cannot take: one line naming the file and the key."""
 
 
-def read_config_file(path: str | Path, fields: dict[str, dataclasses.Field]) -> dict:
+def read_config_file(path: str | Path, fields: dict[str, dataclasses.Field], extensions: dict[str, type]) -> dict:
     """The settings the file gives (no more), by field name, typed and checked as their flags (``fields``:
-    every flag's field, ``flag_fields``)."""
+    every flag's field, ``flag_fields``; ``extensions``: each extension's settings dataclass by name)."""
     file = Path(path)
     data = read_settings_file(file, "--config")   # unreadable, not JSON / YAML, PyYAML missing: a ValueError
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
@@ -60,7 +60,7 @@ def read_config_file(path: str | Path, fields: dict[str, dataclasses.Field]) -> 
         if field in fields and name not in not_taken:
             named[name] = typed(fields[field], value, f"--config {file}: {name}")
     try:
-        config = RunConfig.from_dict({"file": named})
+        config = RunSettings.read({"file": named}, extensions)
     except (TypeError, ValueError) as err:
         raise ConfigFileError(f"--config {file}: {first_line(err)}") from None
     present = {new for old in named for new in (RENAMED[old][0] if old in RENAMED else (old,))}
@@ -127,7 +127,7 @@ def check_choice(field: dataclasses.Field, value, where: str) -> None:
         raise ConfigFileError(f"{where} {value!r}: choose one of {', '.join(map(str, choices))}")
 
 
-def config_as_file(config: RunConfig) -> dict:
+def config_as_file(config: RunSettings) -> dict:
     """``--print_config``'s file: every section of ``config`` (validated by the caller), declared tasks
     included, less where a run goes (``NOT_FROM_FILE``): ``read_config_file`` reads it back to the same."""
     return {name: {key: value for key, value in values.items() if key not in NOT_FROM_FILE}

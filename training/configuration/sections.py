@@ -1,9 +1,9 @@
 """Run configuration: one dataclass per concern, each field one command-line flag (``training/configuration/flags.py``).
 The core sections are here, with what reads a configuration saved by any version (renamed, removed and
 absent settings); each extension's section lives in its own module (``training/extensions``).
-``RunSettings`` is a run's sections together, what the run's parts read. This module imports no extension:
-``training/configuration/run_config.py``'s ``RunConfig``, above the registry, adds the extensions' defaults, the checks and
-the reading of a saved configuration.
+``RunSettings`` is a run's sections together, what the run's parts read, and the reading of a saved one.
+This module imports no extension: ``training/harness/run_config.py``'s ``RunConfig``, above the registry,
+adds the extensions' sections and defaults and the checks of the whole.
 """
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ from typing import Self
 from heads import POOLING_MODES
 from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 
-from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
-from ..learning.schedule import STRATEGIES
-from ..learning.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
-from ..learning.task_schema import BUILTIN_TASKS, task_table
-from ..learning.tasks import DEFAULT_TASKS, Task, parse_tasks
+from heads.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
 
+from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
+from .task_declarations import BUILTIN_NAMES, DEFAULT_TASKS, check_declaration, parse_tasks
 
 DEFAULT_SEED = 11711   # --seed's default; a grid's seeds count up from it (training/tools/grid.py)
+STRATEGIES = ("min", "exhaust", "proportional")   # --rr: how long a round-robin epoch is (training/learning/schedule.py)
 
 @dataclass
 class ModelConfig:
@@ -29,7 +28,8 @@ class ModelConfig:
                                    "saved run (its folder or checkpoint/) to start from its encoder; default: the "
                                    "embedded all-MiniLM-L6-v2", type=str)
     pooling: str = flag("mean", "sentence vector from the encoder", choices=sorted(POOLING_MODES))
-    # the choices are the parts' registries (heads/pair_parts.py, training/learning/sts_losses.py), read when parsed
+    # the choices are the registries of the heads' parts (heads/pair_parts.py, heads/sts_losses.py), read when
+    # parsed: a new part is one line there
     para_head: str = flag(PAIR_DEFAULTS["para_head"], "paraphrase (QQP) head: linear on [u; v; |u-v|]; "
                           "(cos(u, v) - b)/tau with b learned, started from the data (tau: --head_temp); or linear "
                           "on u + v", choices=SCORERS)
@@ -83,7 +83,7 @@ class DataConfig:
 @dataclass
 class TrainConfig:
     tasks: str = flag(",".join(DEFAULT_TASKS), "comma-separated tasks to train and predict, from "
-                                               f"{', '.join(BUILTIN_TASKS)} and those --task_file declares")
+                                               f"{', '.join(BUILTIN_NAMES)} and those --task_file declares")
     epochs: int = flag(3, "multi-task epochs; 0: the stages alone (e.g. --ucl), the run keeps the encoder they "
                           "leave (no heads, no predictions)")
     lr: float = flag(1e-4, "learning rate of the encoder")
@@ -242,8 +242,8 @@ CORE_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
 @dataclass
 class RunSettings:
     """A run's settings: the core sections and each extension's (name -> its dataclass). What the run's parts
-    read, typed here below the registry; ``RunConfig`` (training/configuration/run_config.py) is the one that is made, with
-    every extension's section filled, checked and read back from a saved form."""
+    read, typed here below the registry; ``RunConfig`` (training/harness/run_config.py) is the one that is made,
+    with every extension's section filled and the whole checked."""
     model: ModelConfig
     data: DataConfig
     train: TrainConfig
@@ -273,20 +273,42 @@ class RunSettings:
         core = {name: sections.pop(name, None) or section() for name, section in CORE_SECTIONS.items()}
         return cls(**core, extensions=sections)
 
-    def known_tasks(self) -> dict[str, Task]:
-        """Every task this run can name, by name: the built-in ones and its own (``own_tasks``, the checked
-        declarations of ``--task_file``, saved with the run). Built here, never registered anywhere."""
-        d = self.data
-        return task_table(d.own_tasks, f"--task_file {d.task_file}" if d.task_file else "the run's configuration")
+    @classmethod
+    def read(cls, data: dict, extensions: dict[str, type]) -> Self:
+        """Inverse of ``to_dict``, the one reader of a saved configuration, given each extension's settings
+        dataclass by name (the registry's). A field is found by name in whichever section it was saved (flag
+        names are unique), so other versions' layouts read too; unknown names are ignored, an absent field
+        takes ``ABSENT_MEANS`` (what the saving version did), else its default, and an older name is read
+        through ``RENAMED``. A run that used a removed extension is refused in one line (``REMOVED_EXTENSIONS``)."""
+        values = saved_values(data)
+        if refused := removed_extension(values):
+            raise ValueError(refused)
+        for old, (names, convert) in RENAMED.items():
+            if old in values:
+                value = convert(values.pop(old))
+                values |= {new: value for new in names if new not in values}
+        values = ABSENT_MEANS | values
+        for key in ("para_head", "sts_head"):
+            if values.get(key) == "projected":
+                raise ValueError(f"--{key} projected {REMOVED_IN}")
+
+        def build(section: type):
+            return section(**{f.name: values[f.name] for f in dataclasses.fields(section) if f.name in values})
+        config = cls(**{name: build(section) for name, section in CORE_SECTIONS.items()},
+                     extensions={name: build(section) for name, section in extensions.items()})
+        config.declared_tasks()   # a saved run's own tasks, checked again (a saved file may be hand-edited)
+        return config
+
+    def declared_tasks(self) -> list[dict]:
+        """The run's own task declarations (``own_tasks``, those of ``--task_file``), checked again."""
+        where = f"--task_file {self.data.task_file}" if self.data.task_file else "the run's configuration"
+        return [check_declaration(d, where, i) for i, d in enumerate(self.data.own_tasks)]
 
     def task_names(self) -> list[str]:
-        """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs)."""
-        return list(self.tasks())
-
-    def tasks(self) -> dict[str, Task]:
-        """The ``Task`` rows of ``--tasks``, in their order."""
-        known = self.known_tasks()
-        return {name: known[name] for name in parse_tasks(self.train.tasks, known)}
+        """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs): built-in names or
+        those of the run's own declarations."""
+        own = [d["name"] for d in self.declared_tasks()]
+        return parse_tasks(self.train.tasks, dict.fromkeys([*BUILTIN_NAMES, *own]))
 
     def builds_towers(self) -> bool:
         """Whether the model gets private towers (``--private_layers``): K > 0 and two or more tasks, since

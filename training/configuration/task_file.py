@@ -1,18 +1,17 @@
 """A user's own tasks, declared in a small JSON (or YAML) file and trained with no code change:
 ``--task_file my_tasks.json --tasks sst,mytask`` (docs/own-tasks.md).
 
-A declaration is in the schema the built-in tasks are declared in (``training/learning/task_schema.py``) and
-becomes a ``Task`` row by the same function. The run saves the checked declarations in its
-configuration (``DataConfig.own_tasks``), and its task table (``RunConfig.known_tasks``) is built from
-them: ``load_run``, ``--resume``, predict and the report work without the original file.
+A declaration is in the schema the built-in tasks are declared in (``task_declarations.py``) and becomes a
+``Task`` row by the same function (``training/learning/task_schema.py``). The run saves the checked
+declarations in its configuration (``DataConfig.own_tasks``), and its task table (``known_tasks(config)``) is
+built from them: ``load_run``, ``--resume``, predict and the report work without the original file.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from .settings_file import read_settings_file
-from ..learning.task_schema import TaskFileError, check_declaration, task_table
-from ..learning.tasks import Task
+from .task_declarations import TaskFileError, check_declaration
 
 
 def read_task_file(path: str | Path) -> list[dict]:
@@ -62,7 +61,3 @@ def own_declarations(saved: dict) -> list[dict]:
     found = data.get("own_tasks") if isinstance(data, dict) else None
     return found if isinstance(found, list) else []
 
-
-def saved_tasks(saved: dict, where: str = "the run's saved configuration") -> dict[str, Task]:
-    """The task table of a saved configuration: the built-in tasks and the declarations it carries."""
-    return task_table(own_declarations(saved), where)

@@ -9,6 +9,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Callable
 
 from ..learning.recipe import Plugins
+from ..learning.task_schema import known_tasks
 from .base import Extension, Idea
 from .core import CORE_IDEAS
 
@@ -84,7 +85,7 @@ def splits_needed(config: RunSettings) -> dict[str, tuple[str, ...]]:
 
 def data_files_needed(config: RunSettings) -> list[str]:
     """The files the run needs in the data directory (a task's test file is optional)."""
-    known = config.known_tasks()
+    known = known_tasks(config)
     files = [known[name].files[split] for name, splits in splits_needed(config).items()
              for split in splits if split != "test"]
     for extension in enabled(config):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS
 
-from ..learning.sts_losses import DEFAULT_STS_LOSS
+from heads.sts_losses import DEFAULT_STS_LOSS
 from .base import Idea, saved_flag
 
 

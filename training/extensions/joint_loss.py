@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..configuration.flags import flag, per_task
 from ..learning.losses import make_loss_weighting
+from ..learning.task_schema import run_tasks
 from .base import Extension
 
 
@@ -40,7 +41,7 @@ class JointLoss(Extension):
 
     def loss_weighting(self, config):
         return make_loss_weighting(config.joint_loss.loss_weighting, config.task_names(), loss_weights(config),
-                                   config.tasks())
+                                   run_tasks(config))
 
 
 EXTENSION = JointLoss()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..learning.contrastive import ContrastiveStage, budget_checks, train_contrastive
 from ..configuration.flags import flag, optional_int
 from ..learning.losses import label_contrastive_loss
+from ..learning.task_schema import run_tasks
 from .base import Extension
 
 
@@ -24,7 +25,7 @@ class LclConfig:
 
 def lcl_task(config) -> str | None:
     """The stage's task: the first single-sentence classification task of ``--tasks``."""
-    return next((name for name, task in config.tasks().items()
+    return next((name for name, task in run_tasks(config).items()
                  if not task.is_pair and task.label_type == "class"), None)
 
 
@@ -53,7 +54,7 @@ class LabelContrastive(Extension):
             embeddings = run.forward_model(None, inputs)[0]
             return label_contrastive_loss(embeddings, batch["labels"].to(run.device), run.config.train.cl_temp)
 
-        source = f"the {task} training set ({run.config.tasks()[task].files['train']})"
+        source = f"the {task} training set ({run_tasks(run.config)[task].files['train']})"
         return train_contrastive(run, ContrastiveStage("lcl", examples, source, "sentence", loss_fn, c.lcl_epochs,
                                                        c.lcl_steps, c.lcl_batch_size, c.lcl_lr))
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..configuration.flags import flag
 from ..learning.smart import Ascent, BregmanProximal, smart_loss
+from ..learning.task_schema import run_tasks
 from .base import Extension
 
 
@@ -36,7 +37,7 @@ class Smart(Extension):
                 (0 <= c.smart_beta < 1, "--smart_beta must be in [0, 1)")]
 
     def regularizer(self, config, model) -> "SmartRegularizer":
-        return SmartRegularizer(model, config.smart, config.tasks())
+        return SmartRegularizer(model, config.smart, run_tasks(config))
 
 
 class SmartRegularizer:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from minbert.atomic import atomic_path
 
-from ..configuration.task_file import saved_tasks
+from ..learning.task_schema import saved_tasks
 
 
 class MatplotlibMissing(RuntimeError):

@@ -18,10 +18,10 @@ from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS, Cl
 from minbert.atomic import write_text_atomic
 
 from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
-from ..configuration.run_config import RunConfig
-from ..learning.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
-from ..configuration.task_file import saved_tasks
-from ..learning.task_schema import STS_SCALE
+from .run_config import RunConfig
+from heads.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
+from ..configuration.task_declarations import STS_SCALE
+from ..learning.task_schema import saved_tasks
 from ..learning.tasks import Task
 
 EMBEDDED = "the embedded all-MiniLM-L6-v2"

@@ -15,7 +15,7 @@ import torch
 from minbert.errors import first_line
 
 from ..configuration.sections import REMOVED_IN, WHERE_A_RUN_IS, removed_extension, removed_settings, saved_values
-from ..configuration.run_config import RunConfig
+from .run_config import RunConfig
 from .distributed import Distributed, shutdown
 from .fingerprint import check_unchanged, fingerprint, input_files
 from .model_card import write_model_card

@@ -22,7 +22,8 @@ from minbert.weights import resolve_model_dir
 from ..extensions import enabled
 from .checkpoint import EXPORTED_TOWER, RUN_CONFIG, load_checkpoint, saved_run_config
 from ..configuration.sections import ModelConfig
-from ..configuration.run_config import RunConfig
+from ..learning.task_schema import known_tasks
+from .run_config import RunConfig
 from .distributed import pick_device
 from .loaded_run import LoadedRun
 from .outputs import scored_evaluations
@@ -228,7 +229,7 @@ def with_heads(bert: BertModel, config: RunConfig, tasks: Sequence[str]) -> Mult
         raise ValueError("--pooling pooler: a DistilBERT model has no pooler (no next-sentence head); "
                            "choose another --pooling, e.g. mean or cls")
     width = pooled_size(bert.config.hidden_size, config.model.pooling)
-    known = config.known_tasks()
+    known = known_tasks(config)
     return MultitaskBert(bert, {name: known[name].head(width, config.model) for name in tasks},
                          config.model.pooling, config.model.private_layers if len(tasks) > 1 else 0,
                          home=EXPORTED_TOWER if EXPORTED_TOWER in tasks else None)

@@ -19,7 +19,8 @@ from heads import MultitaskBert
 from minbert import BertTokenizer
 
 from .checkpoint import save_checkpoint
-from ..configuration.run_config import RunConfig
+from .run_config import RunConfig
+from ..learning.task_schema import known_tasks, run_tasks
 from ..configuration.flags import absolute_paths
 from .distributed import Distributed, average_gradients, check_batch_size, init_distributed, pick_device, wrap_model
 from ..learning.evaluate import predict
@@ -107,12 +108,12 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     model = build_model(config, model_dir)
     check_lengths(config, model.bert.config, model_dir / "config.json")   # build_model checked the depth
     tokenizer = tokenizer_for(model_dir, model.bert)
-    tasks = config.known_tasks()
+    tasks = known_tasks(config)
     splits, data_report = read_all_splits(data_dir, splits_to_read(config), tasks, config.data.strict, log)
     hold_out_validation(splits, tasks, config.data.val_fraction, data_report, log)
     cap_dev(splits, config.data.max_eval_examples, log)
     check_evaluations(config, splits)
-    return RunInputs(model, tokenizer, splits, data_dir, model_dir, data_report)
+    return RunInputs(model, tokenizer, splits, run_tasks(config), data_dir, model_dir, data_report)
 
 
 def splits_to_read(config: RunConfig) -> dict[str, tuple[str, ...]]:
@@ -243,7 +244,7 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
     def predict_split(task, examples, label):
         return predict(run.model, task, run.loader(examples, run.config.data.batch_size, False), run.device, label,
                        run.log.progress_bars, run.loop.precision)
-    tasks = run.config.tasks()
+    tasks = run.task_loss.tasks
     written, skipped, test = folder.write.predictions(best["dev"], tasks, run.splits, predict_split, run.log,
                                                       run.config.output.test_predictions)
     final_dev = {name: best["dev"][name].score(task) for name, task in tasks.items()}

@@ -30,6 +30,7 @@ from .loop import TrainingLoop, warmup_then_linear_decay
 from .precision import Precision
 from .stages import BatchOrder, Run
 from .task_loss import TaskLoss
+from .tasks import Task
 
 if TYPE_CHECKING:   # annotations only
     from ..configuration.sections import RunSettings
@@ -41,6 +42,7 @@ class Inputs:
     model: MultitaskBert                          # pretrained encoder, fresh heads
     tokenizer: BertTokenizer
     splits: dict[str, dict[str, list[Example]]]   # task -> split -> examples
+    tasks: dict[str, Task]                        # the Task rows of --tasks, in their order
     data_dir: Path | None = None                  # None when the run reads no task file
 
 
@@ -89,7 +91,7 @@ def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precisi
     callbacks.log(f"parameters: {sum(p.numel() for p in model.parameters()):,} in the model, {trained:,} trained "
                   f"(option {config.model.option})")
     forward_model = set_speed(model, config, parallel)
-    task_loss = TaskLoss(model, config.tasks(), device, plugins.regularizers(model), weighting, forward_model,
+    task_loss = TaskLoss(model, inputs.tasks, device, plugins.regularizers(model), weighting, forward_model,
                          parallel.average_gradients)
     loop = TrainingLoop(precision, callbacks.log, callbacks.clock, t.max_grad_norm, grad_accum=t.grad_accum,
                         schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio),

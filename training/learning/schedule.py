@@ -6,7 +6,7 @@ from typing import Iterator
 
 from torch.utils.data import DataLoader
 
-STRATEGIES = ("min", "exhaust", "proportional")
+from ..configuration.sections import STRATEGIES
 
 
 class RoundRobinScheduler:

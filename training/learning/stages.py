@@ -186,7 +186,7 @@ class MultitaskObjective(TaskObjective):
         far. ``step`` is the run's step count (TensorBoard's and curves.png's x axis, ``record["run_step"]``);
         ``record["step"]`` the stage's; ``last``: the stage's last evaluation, after which nothing is left to
         stop (a search's scheduler still hears of it: its last rung)."""
-        run, started, tasks = self.run, time.time(), self.run.config.tasks()
+        run, started, tasks = self.run, time.time(), self.run.task_loss.tasks
         dev = {name: predict(run.model, tasks[name], run.loader(split["dev"], run.config.data.batch_size, False, 0),
                              run.device, f"dev {name}", run.log.nested_progress_bars, run.loop.precision)
                for name, split in run.splits.items()}

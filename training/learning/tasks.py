@@ -104,16 +104,3 @@ def loss_of(model, task: Task):
     head = heads[task.name] if heads is not None and task.name in heads else None
     return getattr(head, "loss", None) or task.loss
 
-
-DEFAULT_TASKS = ("sst", "qqp", "sts")
-
-
-def parse_tasks(value: str, known: Mapping[str, Task]) -> list[str]:
-    """``--tasks sst,qqp`` as ``["sst", "qqp"]``: names ``known`` has, no repeats, at least one."""
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in known]
-    if unknown or not names or len(set(names)) != len(names):
-        hint = f" (your own tasks: declare {', '.join(unknown)} in a --task_file)" if unknown else ""
-        raise ValueError(f"--tasks must be distinct names from {', '.join(known)}, comma-separated; got {value!r}"
-                         f"{hint}")
-    return names

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from .. import extensions
 from ..configuration.sections import DEFAULT_SEED
 from ..extensions.base import Extension
-from ..learning.tasks import DEFAULT_TASKS
+from ..configuration.task_declarations import DEFAULT_TASKS
 
 # The multi-task budget of every run (the extensions add theirs): one epoch of 30 round-robin rounds.
 BUDGET = {"--epochs": "1", "--max_steps_per_epoch": "30"}

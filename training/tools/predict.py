@@ -41,8 +41,9 @@ from ..configuration.sections import DataConfig, TrainConfig, add_flags
 from .embed import text_lines
 from ..harness.outputs import prediction_path, write_input_predictions, write_json, write_predictions
 from ..harness.runs import load_run
-from ..learning.task_schema import label_names
-from ..learning.tasks import Task, format_metrics, parse_tasks
+from ..configuration.task_declarations import label_names, parse_tasks
+from ..learning.task_schema import known_tasks
+from ..learning.tasks import Task, format_metrics
 
 METRICS = "metrics.json"
 
@@ -62,7 +63,7 @@ def execute(args: argparse.Namespace) -> int:
     check_not_another_run(out, args.overwrite)
     if args.input is not None:
         return predict_input(run, args, out)
-    tasks = parse_tasks(args.tasks, run.config.known_tasks()) if args.tasks else run.config.task_names()
+    tasks = parse_tasks(args.tasks, known_tasks(run.config)) if args.tasks else run.config.task_names()
     data_dir = resolve_data_dir(args.data_dir)
     scores = predict_files(run, tasks, data_dir, out, args.batch_size, overwrite=args.overwrite)
     write_json(out / METRICS, {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
@@ -92,7 +93,7 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     """``--input FILE``: the task's predictions of every row of the file, with its text and the class names,
     scored where it has labels; a row that cannot be read is an error unless ``--skip_bad_rows``."""
     name = input_task(run, args.task)
-    known = run.config.known_tasks()
+    known = known_tasks(run.config)
     task, path = known[name], Path(args.input)
     target = out / f"{task.output_prefix}-{path.stem}-output.csv"
     if is_text_file(path):
@@ -289,7 +290,7 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
     metric}`` for the labelled ones. Unless ``overwrite``, an output file that exists already is an error."""
     for name in tasks:  # every task checked before any file is written
         run.check_head(name)
-    known = run.config.known_tasks()
+    known = known_tasks(run.config)
     planned, missing = planned_files(tasks, known, data_dir)
     check_folder(out)  # an --out that can never be a folder fails before any prediction
     check_overwrite([*(prediction_path(out, known[n], split) for n, split, _ in planned), out / METRICS], overwrite)

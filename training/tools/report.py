@@ -41,15 +41,15 @@ import numpy as np
 from minbert.atomic import write_text_atomic
 
 from .command import run_command
-from ..configuration.run_config import RunConfig
+from ..harness.run_config import RunConfig
 from ..configuration.sections import removed_extension, saved_values
 from ..harness.curves import MatplotlibMissing
 from ..harness.status import RunStatus
 from .. import extensions
 from ..extensions.base import saved_flag
-from ..configuration.task_file import saved_tasks
-from ..learning.task_schema import BUILTIN_TASKS
-from ..learning.tasks import DEFAULT_TASKS, Task, overall_score
+from ..configuration.task_declarations import DEFAULT_TASKS
+from ..learning.task_schema import BUILTIN_TASKS, saved_tasks
+from ..learning.tasks import Task, overall_score
 from .latex import Headers, label_of, render_latex
 from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
 

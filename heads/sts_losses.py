@@ -2,6 +2,8 @@
 gold similarity ``y`` over a batch. MSE is the task's own; the other two make the temperature τ
 (``--head_temp``) part of the loss. Pearson r, the metric, does not change when every score is scaled or
 shifted, so τ changes what is learned (how hard each pair is pushed), not how the scores are read.
+A loss is a part of the STS pair head, beside its projection and scorer (``pair_parts.py``): it may change the
+head's score (``probability``) and writes its line in the model card; ``STS_LOSSES`` is its registry.
 """
 from __future__ import annotations
 

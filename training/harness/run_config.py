@@ -1,7 +1,7 @@
-"""``RunConfig``: a run's whole configuration, the core sections of ``training/configuration/sections.py`` and each enabled
-or not extension's section from the registry (``training/extensions``), checked as a whole (``validate``) and
-read back from any version's saved form (``from_dict``). It sits above the registry, so the sections below
-import no extension; what the run's parts read of it is ``config.RunSettings``, below the registry.
+"""``RunConfig``: a run's whole configuration, the core sections of ``training/configuration/sections.py`` and each
+enabled or not extension's section from the registry (``training/extensions``), checked as a whole (``validate``)
+and read back from any version's saved form (``from_dict``). It sits above the registry, so the configuration
+package imports no extension; what the run's parts read of it is ``RunSettings``, below the registry.
 """
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import extensions as registry   # the registry's one list, read where it is (tests extend it)
-from .sections import (ABSENT_MEANS, CORE_SECTIONS, REMOVED_IN, RENAMED, RunSettings, removed_extension,
-                       saved_values)
-from .task_file import read_task_file
+from ..configuration.sections import RunSettings
+from ..configuration.task_file import read_task_file
 
 
 @dataclass
@@ -25,29 +24,8 @@ class RunConfig(RunSettings):
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
-        """Inverse of ``to_dict``, the one reader of a saved configuration. A field is found by name in
-        whichever section it was saved (flag names are unique), so other versions' layouts read too;
-        unknown names are ignored, an absent field takes ``ABSENT_MEANS`` (what the saving version
-        did), else its default, and an older name is read through ``RENAMED``. A run that used a removed
-        extension is refused in one line (``REMOVED_EXTENSIONS``)."""
-        values = saved_values(data)
-        if refused := removed_extension(values):
-            raise ValueError(refused)
-        for old, (names, convert) in RENAMED.items():
-            if old in values:
-                value = convert(values.pop(old))
-                values |= {new: value for new in names if new not in values}
-        values = ABSENT_MEANS | values
-        for key in ("para_head", "sts_head"):
-            if values.get(key) == "projected":
-                raise ValueError(f"--{key} projected {REMOVED_IN}")
-
-        def build(section: type):
-            return section(**{f.name: values[f.name] for f in dataclasses.fields(section) if f.name in values})
-        config = cls(**{name: build(section) for name, section in CORE_SECTIONS.items()},
-                     extensions={e.name: build(e.settings) for e in registry.EXTENSIONS})
-        config.known_tasks()   # a saved run's own tasks, checked again (a saved file may be hand-edited)
-        return config
+        """Inverse of ``to_dict``: ``RunSettings.read`` with the registry's sections."""
+        return cls.read(data, extension_sections())
 
     def validate(self) -> None:
         """Reject nonsense values with one line naming the flag."""
@@ -121,7 +99,7 @@ class RunConfig(RunSettings):
             if not set(declared) & {name.strip() for name in self.train.tasks.split(",")}:
                 raise ValueError(f"--task_file {d.task_file} declares {', '.join(declared)}, but --tasks "
                                  f"{self.train.tasks} names none of them: add them to --tasks")
-        self.known_tasks()
+        self.declared_tasks()
 
     def training_batch_sizes(self) -> list[tuple[str, int]]:
         """Every training batch size in use as (the flag that sets it, size): the global batches that
@@ -129,3 +107,8 @@ class RunConfig(RunSettings):
         task_flag = "--task_batch_sizes ({})" if self.data.task_batch_sizes else "--batch_size"
         sizes = [(task_flag.format(name), size) for name, size in self.batch_sizes().items()]
         return sizes + [size for e in registry.EXTENSIONS if e.enabled(self) for size in e.batch_sizes(self)]
+
+
+def extension_sections() -> dict[str, type]:
+    """Each extension's settings dataclass by name, in registry order."""
+    return {e.name: e.settings for e in registry.EXTENSIONS}
