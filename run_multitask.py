@@ -108,8 +108,7 @@ def explicit_flags(argv=None) -> set[str]:
 def print_config(config: RunConfig) -> None:
     """The configuration as ``--config`` reads it back (LightningCLI's ``--print_config``), checked as a run
     would check it, with the declarations of ``--task_file`` written in, so that the file alone runs the same."""
-    config.validate()
-    print(json.dumps(config_as_file(config), indent=2))
+    print(json.dumps(config_as_file(config.validate()), indent=2))
 
 
 def main(argv=None) -> int:

@@ -23,6 +23,7 @@ in its run config), and ``metrics.json`` (settings, steps, the loss curve, wall 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -71,7 +72,9 @@ def execute(args: argparse.Namespace) -> int:
     encoder = pretrained_run(config.model.model, config.model.pooling)
 
     bert = encoder.model.bert
-    config.model.hidden_dropout_prob = bert.config.hidden_dropout_prob  # the head's dropout, as the encoder's
+    # the head's dropout, as the encoder's
+    config = config.with_sections(model=dataclasses.replace(config.model,
+                                                            hidden_dropout_prob=bert.config.hidden_dropout_prob))
     torch.manual_seed(config.train.seed)  # the head's initialisation and the dropout masks
     model = with_heads(bert, config, [task.name] if args.loss == "ce" else []).to(device).train()
     loader = make_loader(examples, encoder.tokenizer, config.data.max_length, config.data.batch_size, shuffle=True,

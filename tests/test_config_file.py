@@ -1,6 +1,7 @@
 """--config FILE (issue 44, item 3): a run's saved configuration, its metrics.json or a file of one's own
 (sections or flat, JSON or YAML) sets the flags; flags on the command line override it; what names a
 run (run_name, resume, log_file) is never taken from a file; bad files are argparse's usage error."""
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -32,7 +33,8 @@ def test_a_saved_run_config_with_epochs_overridden_runs_for_one_epoch(saved_run)
     config = run_multitask.parse_config(["--config", str(saved_run / "checkpoint" / "run_config.json"),
                                          "--epochs", "1"])
     assert config.train.epochs == 1 and config.output.run_name is None   # the flag wins; a new run's name
-    config.train.epochs, config.output.run_name = saved.train.epochs, saved.output.run_name
+    config = config.with_sections(train=dataclasses.replace(config.train, epochs=saved.train.epochs),
+                                  output=dataclasses.replace(config.output, run_name=saved.output.run_name))
     assert config == saved                                                # everything else as saved
     assert run_multitask.main(["--config", str(saved_run / "checkpoint" / "run_config.json"), "--epochs", "1",
                                "--run_name", "again"]) == 0
@@ -157,11 +159,12 @@ def test_print_config_writes_a_file_that_runs_the_same_configuration(tmp_path, c
     (tmp_path / "printed.json").write_text(printed)
     declared.unlink()   # the printed file carries the declarations: it runs without the task file
     again = run_multitask.parse_config(["--config", str(tmp_path / "printed.json")])
-    again.validate()
+    again = again.validate()
     assert again.data.own_tasks == [{**DECLARATION, "score_range": None, "metric": "accuracy",
                                         "output_prefix": "nli", "prediction_column": "Predicted_gold"}]
     expected = run_multitask.parse_config(argv)
-    expected.data.own_tasks, expected.output.run_name = again.data.own_tasks, None
+    expected = expected.with_sections(data=dataclasses.replace(expected.data, own_tasks=again.data.own_tasks),
+                                      output=dataclasses.replace(expected.output, run_name=None))
     assert again == expected
     assert (again.train.epochs, again.model.pooling, again.train.lr, again.train.max_grad_norm) == (2, "mean", 3e-5, None)
     assert "run_name" not in printed and json.loads(printed)["smart"]["smart"] is True

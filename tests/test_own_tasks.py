@@ -18,6 +18,7 @@ from training.configuration import task_file
 from training.harness.runs import load_run
 from heads import sts_losses
 from training.configuration import task_declarations
+from training.configuration.sections import ModelConfig, OutputConfig
 from training.learning import task_schema
 from training.learning.task_schema import known_tasks
 from training.tools import predict as predict_tool
@@ -144,8 +145,7 @@ def test_resume_reads_the_saved_declaration(runs):
     from training.harness.run_config import RunConfig
     from training.harness.run_folder import resumed_config
     saved = json.loads((runs / "runs" / "alone" / "metrics.json").read_text(encoding="utf-8"))["config"]
-    flags = RunConfig.defaults()
-    flags.output.resume = str(runs / "runs" / "alone")
+    flags = RunConfig.defaults(output=OutputConfig(resume=str(runs / "runs" / "alone")))
     config = resumed_config(flags, saved, runs / "runs" / "alone" / "metrics.json")
     assert config.task_names() == ["nli"] and known_tasks(config)["nli"].num_classes == 3
 
@@ -421,8 +421,7 @@ def test_a_run_s_tasks_are_its_own_not_a_shared_table(tmp_path):
     three = run_multitask.parse_config(["--task_file", str(write_declaration(tmp_path / "3.json")), "--tasks", "nli"])
     four = run_multitask.parse_config(["--task_file", str(write_declaration(tmp_path / "4.json", bad(num_classes=4))),
                                        "--tasks", "nli"])
-    three.validate()
-    four.validate()
+    three, four = three.validate(), four.validate()
     assert known_tasks(three)["nli"].num_classes == 3 and known_tasks(four)["nli"].num_classes == 4
     assert "nli" not in known_tasks(run_multitask.parse_config([]))
 
@@ -432,12 +431,9 @@ def test_a_declared_regression_trains_with_sts_loss_on_its_mapped_scale():
     on the gold scores mapped onto the head's 0..5 scale; on 0..5 itself it is STS's row."""
     declared = task_schema.task_from_declaration(task_declarations.check_declaration(
         bad(kind="pair_regression", num_classes=None, score_range=[1, 3]), "test"))
-    model = run_multitask.RunConfig.defaults().model
-    model.sts_loss = "cosent"
-    head = declared.head(8, model)
+    head = declared.head(8, ModelConfig(sts_loss="cosent"))
     scores, gold = torch.tensor([1.0, 4.0, 2.0]), torch.tensor([1.5, 2.5, 3.0])
     assert head.loss is not None
     assert head.loss(scores, gold).item() == pytest.approx(sts_losses.cosent_loss(scores, (gold - 1) * 2.5).item())
-    model.sts_loss = "mse"
-    assert declared.head(8, model).loss is None   # the task's own: MSE on the mapped scale
+    assert declared.head(8, ModelConfig(sts_loss="mse")).loss is None   # the task's own: MSE on the mapped scale
     assert declared.loss(torch.tensor([2.5]), torch.tensor([2.0])).item() == 0.0

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 import run_multitask
 import training.extensions
 import training.tools.grid
-from training.configuration.sections import CORE_SECTIONS
+from training.configuration.sections import CORE_SECTIONS, TrainConfig
 from training.harness.run_config import RunConfig
 from training.extensions import EXTENSIONS
 from training.extensions.base import Extension, GradientSurgery
@@ -94,8 +94,7 @@ def test_a_new_extension_is_one_module(with_toy, tmp_path, tiny_model_dir, capsy
     rows = dict(training.tools.grid.grid_rows())
     assert rows["mean-toy"] == ["--pooling", "mean", "--toy", "--private_layers", "0"] and "--toy" in rows["mean-all"]
     assert training.tools.grid.budget()["--toy_rounds"] == "1"
-    stages_alone = RunConfig.defaults()
-    stages_alone.train.epochs = 0
+    stages_alone = RunConfig.defaults(train=TrainConfig(epochs=0))
     with pytest.raises(ValueError, match="give --ucl, --scl, --lcl or --toy"):
         stages_alone.validate()
 

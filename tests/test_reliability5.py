@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import run_multitask
+from training.configuration.sections import OutputConfig
 from training.harness.run_config import RunConfig
 from training.harness.outputs import abandoned_claim, claim_run_dir
 
@@ -31,8 +32,7 @@ def starting_claim(folder: Path, pid: int) -> Path:
 
 
 def test_the_claim_of_a_run_killed_before_it_started_is_taken_over(tmp_path):
-    config = RunConfig.defaults()
-    config.output.out_dir, config.output.run_name = str(tmp_path), "run"
+    config = RunConfig.defaults(output=OutputConfig(out_dir=str(tmp_path), run_name="run"))
     starting_claim(tmp_path / "run", dead_pid())
     assert abandoned_claim(tmp_path / "run")
     assert claim_run_dir(config) == tmp_path / "run"
@@ -47,8 +47,7 @@ def test_a_live_claim_or_a_folder_holding_more_is_never_taken(tmp_path, alive, e
     if extra:
         (folder / extra).write_text("mine\n")
     assert not abandoned_claim(folder)
-    config = RunConfig.defaults()
-    config.output.out_dir, config.output.run_name = str(tmp_path), "run"
+    config = RunConfig.defaults(output=OutputConfig(out_dir=str(tmp_path), run_name="run"))
     with pytest.raises(FileExistsError, match="already holds a run"):
         claim_run_dir(config)
 

@@ -1,5 +1,6 @@
 """The task table: rows, the overall score, --tasks and one run of a task outside the benchmark."""
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
@@ -108,8 +109,8 @@ def config(**settings) -> RunConfig:
     """The default configuration with ``settings`` (field name -> value) set in whichever section has them."""
     c = run_multitask.parse_config([])
     for key, value in settings.items():
-        section = next(s for s in c.sections().values() if hasattr(s, key))
-        setattr(section, key, value)
+        name, section = next((n, s) for n, s in c.sections().items() if hasattr(s, key))
+        c = c.with_sections(**{name: dataclasses.replace(section, **{key: value})})
     return c
 
 
@@ -129,13 +130,10 @@ def test_stages_that_need_a_missing_task_are_refused(flags, message):
 
 
 def test_scl_and_lcl_need_their_tasks():
-    c = config(tasks="qqp")
-    c.scl.scl = True
     with pytest.raises(ValueError, match="--scl builds its triples"):
-        c.validate()
-    c.scl.scl, c.lcl.lcl = False, True
+        config(tasks="qqp", scl=True).validate()
     with pytest.raises(ValueError, match="--lcl needs a single-sentence classification task"):
-        c.validate()
+        config(tasks="qqp", lcl=True).validate()
     assert lcl_task(config(tasks="sts,cfimdb,sst")) == "cfimdb"
 
 

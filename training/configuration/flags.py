@@ -19,12 +19,11 @@ def flag(default, help: str, choices=None, type=None, path=None):
     return field(default=default, metadata={key: value for key, value in meta.items() if value is not None})
 
 
-def absolute_paths(section) -> None:
-    """Each path flag of the settings dataclass ``section`` (``flag(..., path=...)``) made absolute, in place."""
-    for item in dataclasses.fields(section):
-        kind, value = item.metadata.get("path"), getattr(section, item.name)
-        if kind is not None and isinstance(value, str):
-            setattr(section, item.name, str(Path(value).resolve()))
+def absolute_paths(section):
+    """A copy of the settings dataclass ``section`` with each path flag (``flag(..., path=...)``) absolute."""
+    paths = {item.name: str(Path(getattr(section, item.name)).resolve()) for item in dataclasses.fields(section)
+             if item.metadata.get("path") is not None and isinstance(getattr(section, item.name), str)}
+    return dataclasses.replace(section, **paths)
 
 
 def optional_float(text: str, convert=float, what: str = "number") -> float | None:

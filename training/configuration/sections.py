@@ -22,7 +22,7 @@ from .task_declarations import BUILTIN_NAMES, DEFAULT_TASKS, check_declaration, 
 DEFAULT_SEED = 11711   # --seed's default; a grid's seeds count up from it (training/tools/grid.py)
 STRATEGIES = ("min", "exhaust", "proportional")   # --rr: how long a round-robin epoch is (training/learning/schedule.py)
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     model: str | None = flag(None, "local HF-format BERT directory (config.json, vocab.txt, model.safetensors), or a "
                                    "saved run (its folder or checkpoint/) to start from its encoder; default: the "
@@ -53,7 +53,7 @@ class ModelConfig:
                                   "checkpoint/ exports; no effect with one task")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     data_dir: str | None = flag(None, "folder with the CS224N CSVs (default: $MINBERT_DATA, then ./data)", type=str)
     max_length: int = flag(128, "truncate each sentence to this many word pieces, [CLS]/[SEP] included")
@@ -80,7 +80,7 @@ class DataConfig:
     own_tasks: list = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     tasks: str = flag(",".join(DEFAULT_TASKS), "comma-separated tasks to train and predict, from "
                                                f"{', '.join(BUILTIN_NAMES)} and those --task_file declares")
@@ -113,7 +113,7 @@ class TrainConfig:
                        type=device_name)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SpeedConfig:
     """How fast, not what: the defaults are the fastest paths measured on CPU (docs/performance.md),
     ``--reference`` (``REFERENCE_SPEED``) the written-out ones the tests check them against. They agree
@@ -158,7 +158,7 @@ REFERENCE_SPEED = {"attention": "manual", "adamw": "loop", "bucket": False, "dro
 WHERE_A_RUN_IS = ("run_name", "resume", "resume_fallback", "log_file", "wait_after_eval")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OutputConfig:
     out_dir: str = flag("predictions", "parent folder of run folders")
     run_name: str | None = flag(None, "run folder name (default: built from the main flags)", type=str)
@@ -239,7 +239,7 @@ CORE_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
                  "output": OutputConfig}
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunSettings:
     """A run's settings: the core sections and each extension's (name -> its dataclass). What the run's parts
     read, typed here below the registry; ``RunConfig`` (training/harness/run_config.py) is the one that is made,
@@ -261,6 +261,11 @@ class RunSettings:
     def sections(self) -> dict:
         """Every settings section by name: the core ones, then the extensions' in registry order."""
         return {name: getattr(self, name) for name in CORE_SECTIONS} | self.extensions
+
+    def with_sections(self, **sections) -> Self:
+        """A copy with the ``sections`` given (name -> settings dataclass, core or extension) in place of its own."""
+        core = {name: sections.pop(name) for name in CORE_SECTIONS if name in sections}
+        return dataclasses.replace(self, **core, extensions=self.extensions | sections)
 
     def to_dict(self) -> dict:
         """Section -> field -> value, as saved in metrics.json and run_config.json."""

@@ -14,7 +14,7 @@ from ..configuration.flags import flag
 from .base import Extension
 
 
-@dataclass
+@dataclass(frozen=True)
 class AnnealSamplingConfig:
     anneal_sampling: bool = flag(False, "annealed sampling (BERT and PALs): each batch's task drawn with probability "
                                         "proportional to N_i^a, a falling from 1 to 0.2 over the epochs")

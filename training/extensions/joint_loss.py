@@ -12,7 +12,7 @@ from ..learning.task_schema import run_tasks
 from .base import Extension
 
 
-@dataclass
+@dataclass(frozen=True)
 class JointLossConfig:
     joint_loss: bool = flag(False, "one batch of every task, weighted sum of the losses, one optimizer step "
                                    "(instead of one step per task batch)")

@@ -14,7 +14,7 @@ from ..learning.task_schema import run_tasks
 from .base import Extension
 
 
-@dataclass
+@dataclass(frozen=True)
 class LclConfig:
     lcl: bool = flag(False, "label-contrastive stage on the SST training sentences (same class = positive)")
     lcl_epochs: int = flag(1, "label-contrastive epochs")

@@ -16,7 +16,7 @@ from ..configuration.flags import flag
 from .base import Extension, GradientSurgery
 
 
-@dataclass
+@dataclass(frozen=True)
 class PcgradConfig:
     pcgrad: bool = flag(False, "PCGrad: one batch of every task per step; a task's gradient on the shared encoder is "
                                "projected off each other task's it conflicts with (random order), then summed")

@@ -10,7 +10,7 @@ from ..learning.stages import TaskObjective
 from .base import Extension
 
 
-@dataclass
+@dataclass(frozen=True)
 class PreQqpConfig:
     pre_qqp: bool = flag(False, "before multi-task training, train encoder + paraphrase head on QQP alone")
     pre_qqp_epochs: int = flag(1, "QQP pre-training epochs (the CS224N study used 10)")

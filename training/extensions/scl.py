@@ -17,7 +17,7 @@ from ..learning.losses import info_nce
 from .base import Extension
 
 
-@dataclass
+@dataclass(frozen=True)
 class SclConfig:
     scl: bool = flag(False, "supervised SimCSE stage (positives and hard negatives)")
     scl_data: str | None = flag(None, "CSV of sent0,sent1,hard_neg triples (default: built from QQP and STS "

@@ -12,7 +12,7 @@ from ..learning.task_schema import run_tasks
 from .base import Extension
 
 
-@dataclass
+@dataclass(frozen=True)
 class SmartConfig:
     smart: bool = flag(False, "add the SMART adversarial regulariser to every task loss")
     smart_weight: float = flag(0.5, "weight of the regulariser")

@@ -26,7 +26,7 @@ from .base import Extension
 STS_DEV_FILE = BUILTIN_TASKS["sts"].files["dev"]   # --ucl_eval_every scores this file of the data directory by default
 
 
-@dataclass
+@dataclass(frozen=True)
 class UclConfig:
     ucl: bool = flag(False, "unsupervised SimCSE stage (dropout positives, in-batch negatives)")
     ucl_data: str | None = flag(None, "one sentence per line (default: the training sets' sentences)", type=str,

@@ -15,26 +15,34 @@ from ..configuration.sections import RunSettings
 from ..configuration.task_file import read_task_file
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig(RunSettings):
-    """``RunSettings`` with every extension of the registry given its section (its defaults where none is)."""
+    """``RunSettings`` with every extension of the registry given its section (its defaults where none is).
+    Frozen, as every section is: a change is a new value (``with_sections``), made before the run starts."""
 
     def __post_init__(self):
-        self.extensions = {e.name: self.extensions.get(e.name) or e.settings() for e in registry.EXTENSIONS}
+        filled = {e.name: self.extensions.get(e.name) or e.settings() for e in registry.EXTENSIONS}
+        object.__setattr__(self, "extensions", filled)   # the frozen dataclass's own way to set a field once
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
         """Inverse of ``to_dict``: ``RunSettings.read`` with the registry's sections."""
         return cls.read(data, extension_sections())
 
-    def validate(self) -> None:
-        """Reject nonsense values with one line naming the flag."""
+    def validate(self) -> "RunConfig":
+        """Reject nonsense values with one line naming the flag; returns the configuration to run, with the
+        declarations of ``--task_file`` read in (``declare_own_tasks``)."""
         for section in self.sections().values():
             for f in dataclasses.fields(section):
                 value = getattr(section, f.name)
                 if isinstance(value, float) and not math.isfinite(value):
                     raise ValueError(f"--{f.name} must be a finite number, got {value}")
-        self.declare_own_tasks()
+        config = self.declare_own_tasks()
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """``validate``'s checks of a configuration whose own tasks are declared."""
         self.task_names()  # a bad --tasks first: the checks below read it
         name = self.output.run_name
         if name is not None and (name in ("", ".", "..") or Path(name).name != name or "\\" in name):
@@ -89,17 +97,19 @@ class RunConfig(RunSettings):
              f"one epoch)"),
         ]
 
-    def declare_own_tasks(self) -> None:
-        """Read the tasks of ``--task_file`` into the configuration (once: the declarations a run saved win over
-        the file, which may have changed or gone since), refusing a file none of whose tasks ``--tasks`` names."""
-        d = self.data
+    def declare_own_tasks(self) -> "RunConfig":
+        """The configuration with the tasks of ``--task_file`` read in (once: the declarations a run saved win
+        over the file, which may have changed or gone since), refusing a file none of whose tasks ``--tasks``
+        names."""
+        d, config = self.data, self
         if d.task_file and not d.own_tasks:
-            d.own_tasks = read_task_file(d.task_file)
-            declared = [task["name"] for task in d.own_tasks]
+            config = self.with_sections(data=dataclasses.replace(d, own_tasks=read_task_file(d.task_file)))
+            declared = [task["name"] for task in config.data.own_tasks]
             if not set(declared) & {name.strip() for name in self.train.tasks.split(",")}:
                 raise ValueError(f"--task_file {d.task_file} declares {', '.join(declared)}, but --tasks "
                                  f"{self.train.tasks} names none of them: add them to --tasks")
-        self.declared_tasks()
+        config.declared_tasks()
+        return config
 
     def training_batch_sizes(self) -> list[tuple[str, int]]:
         """Every training batch size in use as (the flag that sets it, size): the global batches that

@@ -5,6 +5,7 @@ started gives its folder back and one that had is marked "failed" or "interrupte
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from datetime import datetime
@@ -220,10 +221,7 @@ def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunCon
         raise ValueError(f"--resume continues the run with its saved configuration, and these flags differ from it: "
                          f"{', '.join(ignored)}; drop them (to train otherwise, start a new run, e.g. with "
                          f"--model {flags.output.resume} to start from its weights)")
-    for name in RESUME_FLAGS:
-        if hasattr(config.output, name):   # a trial's --wait_after_eval too: resumed by hand, it runs on its own
-            setattr(config.output, name, getattr(flags.output, name))
-    if flags.data.data_dir:
-        config.data.data_dir = flags.data.data_dir
-    config.validate()
-    return config
+    taken = {name: getattr(flags.output, name) for name in RESUME_FLAGS   # a trial's --wait_after_eval too:
+             if hasattr(config.output, name)}                              # resumed by hand, it runs on its own
+    data = dataclasses.replace(config.data, data_dir=flags.data.data_dir) if flags.data.data_dir else config.data
+    return config.with_sections(output=dataclasses.replace(config.output, **taken), data=data).validate()

@@ -4,7 +4,7 @@ multi-task training, keep the best epoch on dev, write predictions, metrics and 
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -43,7 +43,7 @@ from .trial_control import ask_scheduler
 def run(config: RunConfig, log: RunLog | None = None) -> dict:
     """Train and evaluate one configuration; return the metrics of ``metrics.json`` (``RunFolder``)."""
     if not config.output.resume:   # a resumed run's saved configuration is validated by resume_from
-        config.validate()
+        config = config.validate()
     started = time.time()
     config, resume, stale, lock = resume_from(config)
     try:
@@ -181,14 +181,13 @@ def check_evaluations(config: RunConfig, splits: dict) -> None:
 def with_absolute_paths(config: RunConfig, inputs: RunInputs) -> RunConfig:
     """A copy of ``config`` with absolute data and model folders and every path flag absolute: the run resumes,
     and its model loads, from any working directory."""
-    config = copy.deepcopy(config)
+    data, model = config.data, config.model
     if inputs.data_dir is not None:
-        config.data.data_dir = str(inputs.data_dir.resolve())
-    if config.model.model is not None:
-        config.model.model = str(Path(config.model.model).resolve())
-    for section in config.sections().values():   # the extensions' path flags (--ucl_data, --scl_data, ...)
-        absolute_paths(section)
-    return config
+        data = dataclasses.replace(data, data_dir=str(inputs.data_dir.resolve()))
+    if model.model is not None:
+        model = dataclasses.replace(model, model=str(Path(model.model).resolve()))
+    sections = config.sections() | {"data": data, "model": model}
+    return config.with_sections(**{name: absolute_paths(section) for name, section in sections.items()})
 
 
 def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: torch.device, place: Distributed,
