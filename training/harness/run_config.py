@@ -58,6 +58,7 @@ class RunConfig(RunSettings):
                 raise ValueError(f"{', '.join(idle)} {'has' if one else 'have'} no effect without --{extension.name}: "
                                  f"add --{extension.name}, or drop {'it' if one else 'them'}")
         self.batch_sizes()
+        registry.check_hooks(self)   # two extensions deciding one thing (e.g. the batch order)
 
     def _core_checks(self) -> list[tuple[bool, str]]:
         t, d, m = self.train, self.data, self.model

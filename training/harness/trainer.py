@@ -24,7 +24,7 @@ from ..learning.task_schema import known_tasks, run_tasks
 from ..configuration.flags import absolute_paths
 from .distributed import Distributed, average_gradients, check_batch_size, init_distributed, pick_device, wrap_model
 from ..learning.evaluate import predict
-from ..extensions import check_hooks, data_files_needed, enabled, enabled_stages, plugins, splits_needed
+from ..extensions import data_files_needed, enabled, enabled_stages, plugins, splits_needed
 from ..learning.loop import TrainingDiverged, per_second
 from ..learning.precision import Precision
 from .resume import Checkpoint, TrainingClock
@@ -47,7 +47,6 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
     started = time.time()
     config, resume, stale, lock = resume_from(config)
     try:
-        check_hooks(config)   # two extensions deciding one thing (e.g. the batch order) are refused here
         place, device = init_distributed(pick_device(config.train.device))
         check_processes(config, place)
         precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
