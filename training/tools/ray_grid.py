@@ -5,17 +5,14 @@ shared by k runs, several GPUs or several machines; a stopped grid goes on where
     minbert-grid --grid ablation --cpus_per_run 1 -- --data_dir DIR           # a named, pinned grid
     minbert-grid --grid full --gpus_per_run 0.25 --address auto -- --data_dir DIR   # a cluster, 4 runs a GPU
 
-Every trial is one ``run_multitask.py`` process writing exactly the run folder that command writes
-(``<out_dir>/<prefix><row>-s<seed>/``, the names ``scripts/ablate.sh`` gives), so ``training.tools.report``
-and ``ablate.sh`` read a Ray grid unchanged, and a run in a trial is the same run as alone with the same
-threads. A trial is idempotent (``next_step``): a finished run folder is kept, a stopped one continues
-with ``--resume``, anything else starts clean (an earlier attempt's folder moved to ``<out_dir>/attempts/``).
-So the same command again, after Ctrl-C, a killed driver or a lost machine, finishes the grid.
+Every trial is one ``run_multitask.py`` process writing the run folder that command writes
+(``<out_dir>/<prefix><row>-s<seed>/``, as ``scripts/ablate.sh`` names it), so ``training.tools.report`` reads a
+Ray grid unchanged. A trial is idempotent (``next_step``): a finished run is kept, a stopped one resumed, anything
+else starts clean (an earlier attempt moved to ``<out_dir>/attempts/``): the same command again finishes the grid.
 
-Ray stays inside what this command owns: it starts its own local Ray (``address="local"``: never one found
-on the machine) with its session files in a temporary folder of its own, removed at the end (and by the
-next command in the same ``--out_dir`` after a killed driver), Tune's files under ``<out_dir>/logs/tune``,
-no usage statistics; it never runs ``ray stop``. docs/grid.md: commands for GPUs, clusters and Slurm.
+Ray stays inside what this command owns: its own local Ray (never one found on the machine), its session files in
+a temporary folder of its own (removed at the end, or by the next command after a killed driver), Tune's files
+under ``<out_dir>/logs/tune``, no usage statistics, never ``ray stop``. docs/grid.md: GPUs, clusters and Slurm.
 """
 from __future__ import annotations
 
@@ -56,13 +53,11 @@ HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)   # what a run ends "interrupt
 
 
 class GridError(Exception):
-    """What the command cannot do, in one line (exit code 2): a cluster that does not answer, a run no node can
-    hold, an --out_dir inside a run folder."""
+    """What the command cannot do, in one line (exit code 2)."""
 
 
 def stop_file(out_dir: Path) -> Path:
-    """The grid's stop signal to its trials, wherever they run (the out_dir is shared by every node):
-    the driver writes it on Ctrl-C or SIGTERM, each trial's run then ends "interrupted"."""
+    """The driver's stop signal to its trials on every node (the out_dir is shared): their runs end "interrupted"."""
     return out_dir / "logs" / "grid.stop"
 
 
@@ -75,24 +70,33 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(" ".join([run.name, *run.flags]) for run in runs))
         return 0
     out_dir = Path(args.out_dir).resolve()
-    try:
-        check_out_dir(out_dir)   # before anything is written
-        if error := check_flags(runs):
+
+    def prepare() -> None:
+        if error := first_refused([(f"run {run.name}", list(run.flags)) for run in runs]):
             raise GridError(error)
         (out_dir / "logs").mkdir(parents=True, exist_ok=True)
+    return guarded("minbert-grid", out_dir, prepare, lambda lock: run_grid(args, runs, out_dir, lock))
+
+
+def guarded(command: str, out_dir: Path, prepare: Callable[[], None], run: Callable[[GridLock], int]) -> int:
+    """``prepare`` (after ``check_out_dir``, before anything is written), then ``run`` holding the folder's lock:
+    what the command cannot do is one line and exit code 2, Ctrl-C at any point exit code 130, no traceback."""
+    try:
+        check_out_dir(out_dir)
+        prepare()
         lock = GridLock(out_dir).acquire()
-    except (OSError, GridError) as err:
-        print(f"minbert-grid: {err}", file=sys.stderr)
+    except (OSError, ValueError, GridError) as err:
+        print(f"{command}: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return stopped("minbert-grid")
+        return stopped(command)
     try:
-        return run_grid(args, runs, out_dir, lock)
+        return run(lock)
     except GridError as err:
-        print(f"minbert-grid: {err}", file=sys.stderr)
+        print(f"{command}: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:   # while Ray started, while the runs ended, during the report: no traceback
-        return stopped("minbert-grid")
+    except KeyboardInterrupt:
+        return stopped(command)
     finally:
         stop_file(out_dir).unlink(missing_ok=True)
         lock.release()
@@ -105,8 +109,7 @@ def stopped(command: str) -> int:
 
 
 def check_out_dir(out_dir: Path) -> None:
-    """``GridError`` when ``out_dir`` is a run folder or inside one: the grid would write its lock, its logs and
-    new run folders into that run's folder, and the report would read that run as a row of the grid."""
+    """``GridError`` when ``out_dir`` is a run folder or inside one (the report would read that run as a row)."""
     if (run := run_folder_of(out_dir)) is not None:
         where = "is the run folder" if run == out_dir else f"is inside the run folder {run}"
         raise GridError(f"--out_dir {out_dir} {where} (it holds a run's metrics.json or checkpoint/): "
@@ -114,13 +117,11 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def run_folder_of(path: Path) -> Path | None:
-    """The run folder that ``path`` is or lies in (a folder with a run's metrics.json, one naming its "config", or
-    a ``checkpoint/`` with run_config.json), walking up its parents; None when there is none."""
+    """The run folder (a run's metrics.json naming its "config", or ``checkpoint/run_config.json``) that ``path``
+    is or lies in; None when there is none."""
     for folder in (path, *path.parents):
-        metrics = folder / "metrics.json"
-        if metrics.is_file() and "config" in read_metrics(folder):
-            return folder
-        if (folder / "checkpoint" / "run_config.json").is_file():
+        if ((folder / "metrics.json").is_file() and "config" in read_metrics(folder)
+                or (folder / "checkpoint" / "run_config.json").is_file()):
             return folder
     return None
 
@@ -136,7 +137,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="minbert-grid", description=__doc__.split("\n\n")[0],
         epilog="Flags after -- go to every run, e.g. -- --data_dir ../shared/data/multitask --save_every 50. "
-               "Named grids: " + "; ".join(f"{name}: {len(g.rows)} rows, {g.source}" for name, g in NAMED_GRIDS.items()))
+               "Named grids: " + "; ".join(f"{name}: {len(g.rows)} rows, {g.source}"
+                                           for name, g in NAMED_GRIDS.items()))
     parser.add_argument("--grid", choices=sorted(NAMED_GRIDS), default=None,
                         help="a named grid, its rows and budget pinned (default: the registry's rows and ablate.sh's "
                              "budget, which change when an extension is added)")
@@ -147,9 +149,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--first_seed", type=int, default=None,
                         help=f"the first of the consecutive seeds (default {DEFAULT_SEED}); split a grid's seeds "
                              "between machines with it")
-    parser.add_argument("--out_dir", default="predictions/ablate", help="where the run folders go (default: %(default)s)")
+    parser.add_argument("--out_dir", default="predictions/ablate",
+                        help="where the run folders go (default: %(default)s)")
     parser.add_argument("--epochs", default=None, help="multi-task epochs of every run")
-    parser.add_argument("--max_steps_per_epoch", default=None, help="round-robin rounds an epoch (none: the whole epoch)")
+    parser.add_argument("--max_steps_per_epoch", default=None,
+                        help="round-robin rounds an epoch (none: the whole epoch)")
     parser.add_argument("--stage_steps", default=None, help="batches of every extension's stage")
     parser.add_argument("--cpus_per_run", type=float, default=1.0,
                         help="CPUs Ray gives each run; its torch threads follow (at least 1) (default: %(default)s)")
@@ -180,9 +184,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--cpus_per_run must be > 0, --gpus_per_run >= 0 and --wait_for_resources >= 0")
     if args.gpus_per_run > 1 and args.gpus_per_run != int(args.gpus_per_run):
         parser.error("--gpus_per_run above 1 must be a whole number")
-    known = {name for name, _ in rows_of(args)}
-    unknown = sorted(set(args.only or ()) - known)
-    if unknown:
+    if unknown := sorted(set(args.only or ()) - {name for name, _ in rows_of(args)}):
         parser.error(f"no row named {', '.join(unknown)} (see --list)")
     return args
 
@@ -201,8 +203,7 @@ def positive(text: str) -> int:
     return value
 
 
-# every run's flags checked in one Python start before anything runs, and against the model (its config.json
-# alone: positions, layers, pooling depth), as the run checks them: a bad flag after -- fails once
+# every run's flags checked in one Python start before anything runs, as the run checks them and against the model
 CHECK = """
 import contextlib, io, json, sys
 sys.path.insert(0, sys.argv[1])
@@ -228,24 +229,17 @@ for name, flags in json.loads(sys.argv[2]):
 
 def first_refused(named_flags: list[tuple[str, list[str]]]) -> str | None:
     """None, or "NAME: why" for the first of (name, ``run_multitask.py`` flags) that it refuses (its parser,
-    ``RunConfig.validate``, or ``check_fits_model``: the model's config.json), in one line; all checked in one
-    Python start."""
+    ``RunConfig.validate``, or ``check_fits_model``), in one line: a bad flag after -- fails once, before Ray."""
     done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT), json.dumps(named_flags)], capture_output=True,
                           text=True)
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["flags refused"])[-1]
 
 
-def check_flags(runs: list[GridRun]) -> str | None:
-    """None, or the first run's flags that ``run_multitask.py`` refuses, in one line."""
-    return first_refused([(f"run {run.name}", list(run.flags)) for run in runs])
-
-
 # ---- one trial ---------------------------------------------------------------------------------------------
 
 def next_step(run_dir: Path) -> str:
-    """What a trial does with its run folder: "keep" a finished run (or one a search's scheduler stopped early),
-    "resume" a stopped one (metrics.json says running or interrupted: Ctrl-C, a kill, a lost machine), "start"
-    otherwise (an earlier attempt that failed or never started is moved aside first)."""
+    """What a trial does with its run folder: "keep" a finished run (or one stopped early), "resume" a stopped one
+    (Ctrl-C, a kill, a lost machine), "start" otherwise (an earlier attempt is moved aside first)."""
     metrics = read_metrics(run_dir)
     status = metrics.get("status") if isinstance(metrics, dict) else None
     if status in FINAL:
@@ -253,27 +247,46 @@ def next_step(run_dir: Path) -> str:
     return "resume" if status in UNFINISHED else "start"
 
 
+def run_words(run_dir: Path, flags) -> tuple[str, list[str]]:
+    """The ``next_step`` of a trial's run folder and the ``run_multitask.py`` words that take it (none to keep it);
+    a fresh start sets an earlier attempt aside."""
+    wait_until_free([run_dir], seconds=120.0)   # a killed driver's run may still be ending
+    step = next_step(run_dir)
+    if step == "keep":
+        return step, []
+    if step == "resume":
+        return step, ["--resume", str(run_dir)]
+    set_aside(run_dir, run_dir.parent)
+    return step, ["--run_name", run_dir.name, "--out_dir", str(run_dir.parent), *flags]
+
+
+def start_run(words: list[str], out, threads: int, cwd: str, **streams) -> subprocess.Popen:
+    """``run_multitask.py WORDS`` with ``threads`` torch threads, its command line first in the log ``out``, in
+    ``cwd`` where it is a folder (relative paths in the flags resolve there); it dies with its parent."""
+    out.write(f"$ run_multitask.py {' '.join(words)}\n")
+    out.flush()
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
+    return subprocess.Popen([sys.executable, str(ROOT / "run_multitask.py"), *words], stderr=subprocess.STDOUT,
+                            cwd=cwd if Path(cwd).is_dir() else None, env=env, preexec_fn=die_with_parent, **streams)
+
+
 def train_one(config: dict) -> None:
     """The Tune trainable: one run in a ``run_multitask.py`` process, its output in ``<out_dir>/logs/<run>.log``.
     The process dies with the trial (SIGTERM when this worker goes: it marks itself interrupted, as on Ctrl-C)."""
+    import ray
     from ray import tune
 
     run, out_dir = GridRun(**{**config["run"], "flags": tuple(config["run"]["flags"])}), Path(config["out_dir"])
     run_dir, log = out_dir / run.name, out_dir / "logs" / f"{run.name}.log"
-    started, node = time.time(), node_id()
+    started, node = time.time(), ray.get_runtime_context().get_node_id()
     if stop_file(out_dir).exists():   # the grid is stopping: a trial Tune starts now runs nothing
         tune.report({**result(run, run_dir, "none", 0, started, node), "status": NOT_STARTED})
         return
-    wait_until_free([run_dir], seconds=120.0)   # a killed driver's run may still be ending
-    step = next_step(run_dir)
+    step, words = run_words(run_dir, run.flags)
     if step == "keep":
         tune.report(result(run, run_dir, "kept", 0, started, node))
         return
-    if step == "resume":
-        rc = run_process(["--resume", str(run_dir)], log, config)
-    else:
-        set_aside(run_dir, out_dir)
-        rc = run_process(["--run_name", run.name, "--out_dir", str(out_dir), *run.flags], log, config)
+    rc = run_process(words, log, config)
     if rc < 0:   # killed outright: its flock went with it, the file stays (the same command resumes the run)
         clear_stale_lock(run_dir)
     tune.report(result(run, run_dir, {"resume": "resumed", "start": "started"}[step], rc, started, node, log,
@@ -281,17 +294,10 @@ def train_one(config: dict) -> None:
 
 
 def run_process(flags: list[str], log: Path, config: dict) -> int:
-    """``run_multitask.py FLAGS`` with this trial's threads; its exit code once it ends. When the grid is
-    stopped (its stop file appears), the run gets SIGTERM: it ends "interrupted", as on Ctrl-C."""
-    threads = str(config["threads"])
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TQDM_DISABLE": "1"}
-    cwd = config["cwd"] if Path(config["cwd"]).is_dir() else None   # relative paths in the flags resolve there
+    """``run_multitask.py FLAGS``' exit code once it ends. When the grid is stopped (its stop file appears), the
+    run gets SIGTERM: it ends "interrupted", as on Ctrl-C."""
     with open(log, "a", encoding="utf-8") as out:
-        out.write(f"$ run_multitask.py {' '.join(flags)}\n")
-        out.flush()
-        child = subprocess.Popen([sys.executable, str(ROOT / "run_multitask.py"), *flags], stdout=out,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, env=env,
-                                 preexec_fn=die_with_parent)
+        child = start_run(flags, out, config["threads"], config["cwd"], stdout=out, stdin=subprocess.DEVNULL)
         stop = stop_file(Path(config["out_dir"]))
         try:
             while child.poll() is None:
@@ -307,8 +313,7 @@ def run_process(flags: list[str], log: Path, config: dict) -> int:
 
 
 def die_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when the Ray worker that started it dies (Linux's
-    ``PR_SET_PDEATHSIG``), so no run outlives its trial, whatever killed the worker."""
+    """In the child, before exec: no run outlives the Ray worker that started it, whatever killed the worker."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
     except OSError:   # not Linux: the finally of run_process is the only guard
@@ -316,8 +321,7 @@ def die_with_parent() -> None:
 
 
 def wait_until_free(run_dirs: list[Path], seconds: float) -> None:
-    """Wait while a process holds the ``.lock`` of any of ``run_dirs`` (a run finishing its clean-up after
-    a stop), ``seconds`` at most: after that the run's own lock error, or the report, says who holds it."""
+    """Wait, ``seconds`` at most, while a run of ``run_dirs`` finishes its clean-up after a stop (holds its lock)."""
     deadline = time.time() + seconds
     while any(is_live(run_dir) for run_dir in run_dirs) and time.time() < deadline:
         time.sleep(POLL_SECONDS)
@@ -336,9 +340,8 @@ def set_aside(run_dir: Path, out_dir: Path) -> None:
 
 
 def clear_stale_lock(run_dir: Path) -> None:
-    """Remove the ``.lock`` file a run killed outright left behind (the kernel released its ``flock``, so it is
-    stale: ``is_live`` says no); one a live process holds is left alone. Taken before the file goes, so no
-    other process can be holding it at that moment."""
+    """Remove the ``.lock`` file a run killed outright left behind; one a live process holds is left alone (taken
+    before the file goes, so no other process can be holding it then)."""
     try:
         import fcntl
         fd = os.open(run_dir / LOCK, os.O_RDWR)
@@ -365,12 +368,10 @@ def killed_by(rc: int) -> str | None:
 
 def result(run: GridRun, run_dir: Path, action: str, rc: int, started: float, node: str, log: Path | None = None,
            stopping: bool = False):
-    """What the trial reports to the driver: the run folder's status, its dev scores, and its error line.
-
-    A run killed by a signal it does not handle (SIGKILL, the OOM killer) failed, whatever its metrics.json says
-    ("running": the same command resumes it), unless the grid's own stop sent it (SIGTERM before the run's handler
-    was in place). A run whose metrics.json says "finished" (or "stopped early") stays so when its exit code is
-    the grid's stop reaching it during its last clean-up (130, 143); any other error after it finished fails it."""
+    """What the trial reports to the driver: the run folder's status, its dev scores, and its error line. A run
+    killed by a signal it does not handle failed, whatever its metrics.json says, unless the grid's own stop sent
+    it; a finished run stays finished when the grid's stop reaches its last clean-up (130, 143), not on any other
+    error after it finished."""
     metrics = read_metrics(run_dir)
     metrics = metrics if isinstance(metrics, dict) else {}
     written = metrics.get("status")
@@ -406,17 +407,11 @@ def last_error_line(log: Path | None) -> str:
     return (errors or lines or [""])[-1]
 
 
-def node_id() -> str:
-    import ray
-    return ray.get_runtime_context().get_node_id()
-
-
 # ---- the driver ----------------------------------------------------------------------------------------------
 
 class GridLock:
-    """One grid at a time in an ``--out_dir`` (``flock`` on ``<out_dir>/.grid.lock``, released on any exit).
-    The file names the holder's Ray temporary folder, so a driver killed outright leaves nothing for long:
-    the next holder removes it."""
+    """One grid at a time in an ``--out_dir`` (``flock`` on ``<out_dir>/.grid.lock``). The file names the holder's
+    Ray temporary folder: the next holder removes what a driver killed outright left."""
 
     def __init__(self, out_dir: Path):
         self.path, self.fd = out_dir / GRID_LOCK, None
@@ -452,8 +447,8 @@ SESSION_VARIABLE = "MINBERT_GRID_SESSION"   # in the environment of every proces
 
 
 def end_session(temp_dir: str) -> None:
-    """SIGTERM the processes of a killed driver's local Ray that outlived it (its agents linger a minute
-    or two): exactly those whose environment names that driver's session, nothing found by name."""
+    """SIGTERM the processes of a killed driver's local Ray that outlived it: exactly those whose environment names
+    that driver's session, nothing found by name."""
     marker = f"{SESSION_VARIABLE}={temp_dir}".encode()
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -475,17 +470,22 @@ def run_grid(args: argparse.Namespace, runs: list[GridRun], out_dir: Path, lock:
     progress = Progress(len(todo))
     stop = Stop(out_dir, lambda: [out_dir / run.name for run in todo])
     if todo:
-        with ray_session(args.address, lock, stop, per_run=(args.cpus_per_run, args.gpus_per_run),
-                         wait=getattr(args, "wait_for_resources", 0.0)):
-            run_trials(args, todo, out_dir, progress, stop)
-        wait_until_free([out_dir / run.name for run in todo], seconds=60.0)   # no run folder left live
-        stop.file.unlink(missing_ok=True)
+        on_ray(args, lock, stop, lambda: run_trials(args, todo, out_dir, progress, stop))
     return summarize(args, runs, kept, progress.results, out_dir, stop.requested)
 
 
+def on_ray(args: argparse.Namespace, lock: GridLock, stop: Stop, trials: Callable[[], None]) -> None:
+    """``trials`` on the Ray of ``ray_session`` (``args``: where, and what one run takes); then no run left live."""
+    with ray_session(args.address, lock, stop, per_run=(args.cpus_per_run, args.gpus_per_run),
+                     wait=getattr(args, "wait_for_resources", 0.0)):
+        trials()
+    wait_until_free(stop.run_dirs(), seconds=60.0)
+    stop.file.unlink(missing_ok=True)
+
+
 def estimate(todo: list[GridRun], kept: list[GridRun], out_dir: Path, args: argparse.Namespace) -> str:
-    """The time the runs to do should take, from the wall time of this grid's finished runs on this machine (the
-    same budget), as many at once as a local Ray's CPUs hold; without a finished run, no estimate, and why."""
+    """The time the runs to do should take, from this grid's finished runs (the same budget), as many at once as a
+    local Ray's CPUs hold; without a finished run, no estimate, and why."""
     seconds = [metrics["wall_seconds"] for run in kept
                if isinstance((metrics := read_metrics(out_dir / run.name)).get("wall_seconds"), (int, float))]
     if not seconds:
@@ -530,15 +530,10 @@ class Stop:
 @contextmanager
 def ray_session(address: str | None, lock: GridLock, stop: "Stop", per_run: tuple[float, float] | None = None,
                 wait: float = 0.0):
-    """Ray for the block (``start_ray``), shut down after it, with Ctrl-C and SIGTERM going to ``stop``; its
-    temporary folder named in the lock while it lives (for the next holder to clear after a killed driver).
-    ``per_run``: (CPUs, GPUs) one run takes, checked against the cluster's nodes before the block (``wait``
-    seconds at most for a node that can hold it), else ``GridError``.
-
-    Until the block starts no run is live, so Ctrl-C or SIGTERM ends the command at once (``KeyboardInterrupt``
-    out of here, Ray shut down or its processes ended): ``ray.init`` runs in a thread of its own, the main thread
-    waits for it, and a signal is handled within a fraction of a second, whatever Ray does meanwhile. In the
-    block, the first is ``Stop.request`` (every run ends "interrupted"), the second stops at once."""
+    """Ray for the block (``start_ray``), shut down after it, its temporary folder named in the lock while it lives.
+    ``per_run``: (CPUs, GPUs) one run takes, checked against the cluster's nodes first (``wait_for_room``).
+    Until the block starts no run is live, so Ctrl-C or SIGTERM ends the command at once (``KeyboardInterrupt``);
+    in the block the first is ``Stop.request`` (every run ends "interrupted"), the second stops at once."""
     temp_dir = tempfile.mkdtemp(prefix="minbert-ray-")   # short: Ray's socket paths must fit 107 characters
     lock.hold(temp_dir)
     stop.file.unlink(missing_ok=True)
@@ -573,8 +568,8 @@ def ray_session(address: str | None, lock: GridLock, stop: "Stop", per_run: tupl
 
 
 def wait_for_room(cpus: float, gpus: float, seconds: float) -> None:
-    """Wait until a live node of the cluster has ``cpus`` CPUs and ``gpus`` GPUs (one run's), ``seconds`` at most
-    (0: look once); ``GridError`` naming what is missing otherwise. Tune would queue the trials forever."""
+    """Wait, ``seconds`` at most, for a live node with one run's CPUs and GPUs; ``GridError`` naming what is missing
+    otherwise (Tune would queue the trials forever)."""
     import ray
     deadline, said = time.time() + seconds, False
     while (missing := unmet(ray.nodes(), cpus, gpus)) is not None:
@@ -608,8 +603,8 @@ def unmet(nodes: list[dict], cpus: float, gpus: float) -> str | None:
 
 
 def check_reachable(address: str, seconds: float = CONNECT_SECONDS) -> None:
-    """``GridError`` unless a TCP connection to the cluster's GCS port (the address Ray would use: localhost
-    becomes this machine's address, "auto" the cluster this machine knows of) opens within ``seconds``."""
+    """``GridError`` unless a TCP connection to the cluster's GCS port (as Ray resolves ``address``) opens within
+    ``seconds``."""
     from ray._private.services import canonicalize_bootstrap_address
     try:
         where = canonicalize_bootstrap_address(address.split("://")[-1] if "://" in address else address)
@@ -633,12 +628,9 @@ def set_ray_environment(address: str | None, temp_dir: str) -> None:
     os.environ["TUNE_RESULT_BUFFER_LENGTH"] = "1"
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"        # Ctrl-C is ours (Stop): runs end cleanly first
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"                 # our progress lines, not Tune's tables
-    # Ray SIGKILLs a worker's child processes when the worker exits: a run would be left "running" with a
-    # stale .lock. Without that, the child's PDEATHSIG (die_with_parent) sends SIGTERM: it ends "interrupted".
+    # not SIGKILL (a run left "running", a stale .lock): die_with_parent's SIGTERM ends it "interrupted"
     os.environ["RAY_kill_child_processes_on_worker_exit"] = "0"
-    if not address:
-        # A local Ray's own token in the environment of the processes it starts: no ~/.ray/auth_token is written,
-        # and nothing without the token (another grid, a test) can join this cluster by accident.
+    if not address:   # a local Ray's own token: no ~/.ray/auth_token written, nothing else joins it by accident
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         os.environ[SESSION_VARIABLE] = temp_dir
@@ -647,12 +639,9 @@ def set_ray_environment(address: str | None, temp_dir: str) -> None:
 def start_ray(address: str | None, temp_dir: str, log: Path | None = None,
               release: threading.Event | None = None) -> bool:
     """``ray.init`` as this command's own: a local Ray (``address`` None) with its session files in ``temp_dir``,
-    or the cluster at ``address``; its workers import this project (PYTHONPATH). ``GridError`` when the cluster
-    does not answer (``check_reachable``, then ``JOIN_SECONDS``) or Ray does not start; Ray's own messages while
-    it starts (warnings, retries) go to ``log``. True once Ray is up.
-
-    ``ray.init`` runs in a thread of its own, which waits for ``release`` (set after ``ray.shutdown``) before it
-    ends: a local Ray's processes get SIGKILL when the *thread* that started them ends (``PR_SET_PDEATHSIG``)."""
+    or the cluster at ``address``; Ray's own messages while it starts go to ``log``. ``GridError`` when the
+    cluster does not answer or Ray does not start; True once Ray is up. ``ray.init`` runs in a thread of its own
+    that waits for ``release`` before it ends: a local Ray's processes die with the *thread* that started them."""
     set_ray_environment(address, temp_dir)
     import ray
     if address:
@@ -701,8 +690,7 @@ def start_ray(address: str | None, temp_dir: str, log: Path | None = None,
 @contextmanager
 def stderr_to(path: Path | None):
     """This process's stderr (file descriptor 2: Ray's C++ writes there too) appended to ``path`` for the block.
-    When the block sets ``["keep"]`` (Ray's C++ still at work in a thread), descriptor 2 stays on ``path`` after
-    it and Python's ``sys.stderr`` alone goes back to where it was."""
+    When the block sets ``["keep"]`` (Ray's C++ still at work), descriptor 2 stays on ``path``, ``sys.stderr`` not."""
     redirect = {"keep": False}
     if path is None:
         yield redirect
@@ -737,27 +725,31 @@ def run_trials(args, todo: list[GridRun], out_dir: Path, progress: "Progress", s
         def on_trial_error(self, iteration, trials, trial, **info):
             progress.crashed(trial.config["run"]["name"], str(trial.error_file or ""))
 
+    space = {"run": tune.grid_search([asdict(run) for run in todo]), "out_dir": str(out_dir),
+             "threads": max(1, int(args.cpus_per_run)), "cwd": os.getcwd()}
+    resources = {"cpu": args.cpus_per_run, "gpu": args.gpus_per_run}
+    tune.Tuner(tune.with_resources(train_one, resources), param_space=space,
+               tune_config=tune.TuneConfig(trial_name_creator=lambda t: t.config["run"]["name"],
+                                           trial_dirname_creator=lambda t: t.config["run"]["name"]),
+               # a lost worker or machine: the trial again (it resumes its run folder)
+               run_config=run_config("grid", out_dir, Events(), stop.stop_all, max_failures=2)).fit()
+
+
+def run_config(kind: str, out_dir: Path, events, stop_all: Callable[[], bool], max_failures: int):
+    """Tune's run configuration of a grid or a search: its files under ``<out_dir>/logs/tune``, our progress lines
+    (``events``, a ``tune.Callback``), the experiment ended when ``stop_all()`` says so."""
+    from ray import tune
+
     class WhenStopped(tune.Stopper):
         def __call__(self, trial_id, result):
             return False
 
         def stop_all(self):
-            return stop.stop_all()
+            return stop_all()
 
-    threads = max(1, int(args.cpus_per_run))
-    space = {"run": tune.grid_search([asdict(run) for run in todo]), "out_dir": str(out_dir),
-             "threads": threads, "cwd": os.getcwd()}
-    resources = {"cpu": args.cpus_per_run, "gpu": args.gpus_per_run}
-    tuner = tune.Tuner(
-        tune.with_resources(train_one, resources), param_space=space,
-        tune_config=tune.TuneConfig(trial_name_creator=lambda t: t.config["run"]["name"],
-                                    trial_dirname_creator=lambda t: t.config["run"]["name"]),
-        run_config=tune.RunConfig(name=f"grid-{time.strftime('%Y%m%d-%H%M%S')}",
-                                  storage_path=str(out_dir / "logs" / "tune"), verbose=0,
-                                  callbacks=[Events()], stop=WhenStopped(),
-                                  # a lost worker or machine: the trial again (it resumes its run folder)
-                                  failure_config=tune.FailureConfig(max_failures=2)))
-    tuner.fit()
+    return tune.RunConfig(name=f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}", verbose=0, callbacks=[events],
+                          storage_path=str(out_dir / "logs" / "tune"), stop=WhenStopped(),
+                          failure_config=tune.FailureConfig(max_failures=max_failures))
 
 
 class Progress:
@@ -803,8 +795,7 @@ class Progress:
 def summarize(args, runs: list[GridRun], kept: list[GridRun], results: dict[str, dict], out_dir: Path,
               interrupted: bool) -> int:
     """The grid's end: every run's state from its folder, failures by name with their one error line, the table.
-    A run that failed in this command (killed by a signal, an error after it finished) is failed whatever its
-    folder says (the same command resumes a killed one, and keeps a finished one)."""
+    A run that failed in this command is failed whatever its folder says."""
     states = {run.name: next_step(out_dir / run.name) for run in runs}
     for name, trial in results.items():
         if trial.get("status") == RunStatus.FAILED and name in states:
@@ -816,14 +807,14 @@ def summarize(args, runs: list[GridRun], kept: list[GridRun], results: dict[str,
     failed = [run.name for run in runs if run.name not in (*done, *stopped, *waiting)]
     nodes = {r["node"] for r in results.values() if r.get("node")}
     summary = {"runs": len(runs), "finished": len(done), "kept": len(kept), "stopped": stopped, "failed": failed,
-               "not_started": waiting,
-               "nodes": sorted(nodes), "trials": results}
+               "not_started": waiting, "nodes": sorted(nodes), "trials": results}
     (out_dir / "logs" / "grid.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     print(f"\n{len(done)} of {len(runs)} runs finished ({len(kept)} kept from before), {len(stopped)} stopped, "
-          f"{len(failed)} failed, {len(waiting)} not started" + (f"; on {len(nodes)} Ray nodes" if len(nodes) > 1 else ""))
+          f"{len(failed)} failed, {len(waiting)} not started"
+          + (f"; on {len(nodes)} Ray nodes" if len(nodes) > 1 else ""))
     for name in failed:
-        error = results.get(name, {}).get("error") or "not run"
-        print(f"  FAILED {name}: {error} (log: {out_dir / 'logs' / (name + '.log')})")
+        print(f"  FAILED {name}: {results.get(name, {}).get('error') or 'not run'} "
+              f"(log: {out_dir / 'logs' / (name + '.log')})")
     if stopped or waiting:
         print(f"  stopped: {', '.join(stopped) or 'none'}; not started: {', '.join(waiting) or 'none'}; "
               "the same command again continues the grid")

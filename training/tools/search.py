@@ -49,9 +49,9 @@ from ..harness.run_lock import is_live
 from ..configuration.settings_file import read_settings_file
 from ..harness.status import FINAL, RunStatus
 from ..harness.trial_control import MARK
-from .ray_grid import (EXIT_INTERRUPTED, ROOT, GridError, GridLock, Stop, add_wait_for_resources, check_out_dir,
-                       die_with_parent, first_refused, killed_by, last_error_line, next_step, positive, ray_session,
-                       set_aside, split_at_dashes, stop_file, stopped, wait_until_free)
+from .ray_grid import (EXIT_INTERRUPTED, ROOT, GridError, GridLock, Stop, add_wait_for_resources, first_refused,
+                       guarded, killed_by, last_error_line, on_ray, positive, run_config, run_words, split_at_dashes,
+                       start_run, stop_file)
 
 SEARCH_KEY = "search"     # the trial config's entry that is not a flag: where and how the trial runs
 PREFIX = "trial-"
@@ -318,7 +318,7 @@ class TrialProcess:
     answers "continue" to the evaluation before and returns the next one; ``end`` answers "stop" (the
     scheduler's decision: the run ends "stopped early") or, when the search is stopping, ends it "interrupted"."""
 
-    def __init__(self, run_dir: Path, flags: list[str], threads: int, cwd: str | None, log: Path, stop: Path):
+    def __init__(self, run_dir: Path, flags: list[str], threads: int, cwd: str, log: Path, stop: Path):
         self.run_dir, self.flags, self.threads, self.cwd, self.log, self.stop = run_dir, flags, threads, cwd, log, stop
         self.child: subprocess.Popen | None = None
         self.records: queue.Queue = queue.Queue()
@@ -329,25 +329,14 @@ class TrialProcess:
 
     def begin(self) -> str:
         """Keep, resume or start the run folder (minbert-grid's ``next_step``); returns which."""
-        wait_until_free([self.run_dir], seconds=120.0)   # a killed driver's run may still be ending
-        step = next_step(self.run_dir)
+        step, words = run_words(self.run_dir, self.flags)
         if step == "keep":
             return step
         if step == "start":
-            set_aside(self.run_dir, self.run_dir.parent)
             self.best, self.count = None, 0
-            words = ["--run_name", self.run_dir.name, "--out_dir", str(self.run_dir.parent), *self.flags]
-        else:
-            words = ["--resume", str(self.run_dir)]
-        words.append("--wait_after_eval")
-        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
-               "TQDM_DISABLE": "1"}
         out = open(self.log, "a", encoding="utf-8")
-        out.write(f"$ run_multitask.py {' '.join(words)}\n")
-        out.flush()
-        self.child = subprocess.Popen([sys.executable, str(ROOT / "run_multitask.py"), *words], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=self.cwd,
-                                      env=env, preexec_fn=die_with_parent)
+        self.child = start_run([*words, "--wait_after_eval"], out, self.threads, self.cwd, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
         threading.Thread(target=self._read, args=(out,), daemon=True).start()
         return step
 
@@ -423,8 +412,8 @@ def trial_class():
             self.name = trial_name(self.params)
             write_json(out_dir / "logs" / "params" / f"{self.name}.json", self.params)
             self.process = TrialProcess(out_dir / self.name, search["flags"] + flags_of(self.params),
-                                        search["threads"], search["cwd"] if Path(search["cwd"]).is_dir() else None,
-                                        out_dir / "logs" / f"{self.name}.log", stop_file(out_dir))
+                                        search["threads"], search["cwd"], out_dir / "logs" / f"{self.name}.log",
+                                        stop_file(out_dir))
             self.started = None
 
         def step(self) -> dict:
@@ -527,28 +516,13 @@ def main(argv: list[str] | None = None) -> int:
     a trial; 130 stopped (Ctrl-C, SIGTERM, --time_budget), at any point."""
     args = parse_args(argv)
     out_dir = Path(args.out_dir).resolve()
-    try:
-        check_out_dir(out_dir)   # before anything is written
+
+    def prepare() -> None:
         if error := check_space(args):
             raise GridError(error)
         (out_dir / "logs" / "params").mkdir(parents=True, exist_ok=True)
         check_same_search(out_dir, args)
-        lock = GridLock(out_dir).acquire()
-    except (OSError, ValueError, GridError) as err:
-        print(f"minbert-search: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return stopped("minbert-search")
-    try:
-        return run_search(args, out_dir, lock)
-    except GridError as err:
-        print(f"minbert-search: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return stopped("minbert-search")
-    finally:
-        stop_file(out_dir).unlink(missing_ok=True)
-        lock.release()
+    return guarded("minbert-search", out_dir, prepare, lambda lock: run_search(args, out_dir, lock))
 
 
 def check_same_search(out_dir: Path, args) -> None:
@@ -586,11 +560,7 @@ def run_search(args, out_dir: Path, lock: GridLock) -> int:
           "of each training file", flush=True)
     stop = Stop(out_dir, lambda: [p for p in out_dir.glob(f"{PREFIX}*") if p.is_dir()])
     if todo:
-        with ray_session(args.address, lock, stop, per_run=(args.cpus_per_run, args.gpus_per_run),
-                         wait=args.wait_for_resources):
-            run_tune(args, out_dir, ended, unfinished[:todo], todo, stop)
-        wait_until_free(stop.run_dirs(), seconds=60.0)
-        stop.file.unlink(missing_ok=True)
+        on_ray(args, lock, stop, lambda: run_tune(args, out_dir, ended, unfinished[:todo], todo, stop))
     records = read_trials(out_dir)
     best = write_outputs(args, out_dir, records)
     if stop.requested:
@@ -641,40 +611,32 @@ def run_tune(args, out_dir: Path, ended: list[TrialRecord], unfinished: list[Tri
     progress = SearchProgress(trials_wanted(args), ended)
     began = time.time()
 
+    def name_of(trial) -> str:
+        return trial_name({k: v for k, v in trial.config.items() if k != SEARCH_KEY})
+
     class Events(tune.Callback):
         def on_trial_result(self, iteration, trials, trial, result, **info):
             progress.result(result)
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            progress.failed(trial_name({k: v for k, v in trial.config.items() if k != SEARCH_KEY}))
+            progress.failed(name_of(trial))
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            progress.ended(trial_name({k: v for k, v in trial.config.items() if k != SEARCH_KEY}),
-                           trial.last_result or {})
+            progress.ended(name_of(trial), trial.last_result or {})
 
-    class WhenStopped(tune.Stopper):
-        def __call__(self, trial_id, result):
-            return False
-
-        def stop_all(self):
-            if args.time_budget and not stop.requested and time.time() > began + args.time_budget:
-                stop.ask(f"--time_budget {args.time_budget:g} s spent", "the same command continues them")
-            return stop.stop_all()
+    def stop_all() -> bool:
+        if args.time_budget and not stop.requested and time.time() > began + args.time_budget:
+            stop.ask(f"--time_budget {args.time_budget:g} s spent", "the same command continues them")
+        return stop.stop_all()
 
     fixed = {"out_dir": str(out_dir), "flags": trial_flags({}, args), "threads": max(1, int(args.cpus_per_run)),
              "cwd": os.getcwd()}
-    tuner = tune.Tuner(
-        tune.with_resources(trial_class(), {"cpu": args.cpus_per_run, "gpu": args.gpus_per_run}),
-        param_space={SEARCH_KEY: fixed},
-        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=todo,
-                                    max_concurrent_trials=args.max_concurrent,
-                                    trial_name_creator=lambda t: trial_name(
-                                        {k: v for k, v in t.config.items() if k != SEARCH_KEY}),
-                                    trial_dirname_creator=lambda t: t.trial_id),
-        run_config=tune.RunConfig(name=f"search-{time.strftime('%Y%m%d-%H%M%S')}",
-                                  storage_path=str(out_dir / "logs" / "tune"), verbose=0, callbacks=[Events()],
-                                  stop=WhenStopped(), failure_config=tune.FailureConfig(max_failures=0)))
-    tuner.fit()
+    tune.Tuner(tune.with_resources(trial_class(), {"cpu": args.cpus_per_run, "gpu": args.gpus_per_run}),
+               param_space={SEARCH_KEY: fixed},
+               tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=todo,
+                                           max_concurrent_trials=args.max_concurrent, trial_name_creator=name_of,
+                                           trial_dirname_creator=lambda t: t.trial_id),
+               run_config=run_config("search", out_dir, Events(), stop_all, max_failures=0)).fit()
 
 
 def tpe_searcher(args, ended: list[TrialRecord], unfinished: list[TrialRecord]):
