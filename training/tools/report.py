@@ -4,24 +4,16 @@ and dev predictions.
     python -m training.tools.report predictions/ablate   # prints the compact table, writes nothing
     python -m training.tools.report predictions/ablate --out predictions/ablate/ablation   # .md, .csv, -forest.png
 
-Give parents of run folders (a run folder itself is an error); a *run* is an immediate subfolder
-holding ``metrics.json``, a ``*-output.csv`` or ``checkpoint/``. Nothing is written unless ``--out
-PREFIX`` is given: then the whole table as ``PREFIX.md`` and ``PREFIX.csv`` (full precision, each std
-and interval end in a column of its own), and ``PREFIX-forest.png`` (replaced if they exist).
+Give parents of run folders (a run folder itself is an error); a *run* is an immediate subfolder holding
+``metrics.json``, a ``*-output.csv`` or ``checkpoint/``. Nothing is written unless ``--out PREFIX`` is given: then
+``PREFIX.md``, ``PREFIX.csv`` (full precision) and ``PREFIX-forest.png``; ``--format latex`` prints the table as
+LaTeX (``training.tools.latex``) and writes ``PREFIX.tex`` too.
 
-Columns: run, pooling, one on/off column per extension (``Idea.column``), seeds, one dev metric per task, the average
-(``training.learning.tasks.overall_score``), Δ vs FT with its 95 % interval (``training.tools.bootstrap``),
-"<TASK> vs alone" where the folder has single-task rows, wall time and status. How seeds are pooled,
-which row is a PT, FT or ST baseline and what the intervals mean: docs/ablation.md, "Reading the
-table: seeds and intervals"; each rule is also in the docstring of the function that applies it. A run
-with ``--max_eval_examples N`` (a smoke run, its dev scored on the first N examples of each dev file) is marked
-"capped" in the status column, and pooled and compared only with rows capped alike (the same N: the same
-examples), never with uncapped ones (``compare_to_baselines``); the footer says why a row has no interval. A
-search's trial (``--val_fraction``: scored on a split of the training files, not on dev) is marked too, and
-never compared.
-
-``--format latex`` prints the table as LaTeX (booktabs) instead, and with ``--out`` writes ``PREFIX.tex`` beside
-the others (``training.tools.latex``).
+Columns: run, pooling, one on/off column per extension, seeds, one dev metric per task, the average, Δ vs FT with
+its 95 % interval (``training.tools.bootstrap``), "<TASK> vs alone" where the folder has single-task rows, wall time
+and status. How seeds are pooled, which row is a baseline and what the intervals mean: docs/ablation.md, "Reading
+the table: seeds and intervals". A smoke run (``--max_eval_examples N``) is marked "capped" and compared only with
+rows capped alike; a search's trial (``--val_fraction``, not scored on dev) is marked too, and never compared.
 """
 from __future__ import annotations
 
@@ -83,7 +75,6 @@ def alone_column(task: str) -> str:
 
 
 def task_delta_column(task: str, baseline: str) -> str:
-    """"SST Δ vs ROW": a task's Δ against the ``--baseline`` row, with its interval."""
     return f"{task.upper()} {delta_column(baseline)}"
 
 
@@ -93,20 +84,19 @@ def delta_column(baseline: str | None = None) -> str:
 
 
 def columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None, known=BUILTIN_TASKS) -> list[str]:
-    """The Markdown table's header for runs of ``tasks`` (rows in ``known``), with a "vs alone" column for each
-    of ``alone``."""
+    """The Markdown table's header for runs of ``tasks``, with a "vs alone" column for each of ``alone``."""
     return [column.header for column in table_columns(tasks, alone, baseline, known)]
 
 
 def csv_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None, known=BUILTIN_TASKS) -> list[str]:
     """The CSV's header: as ``columns``, with each metric's std and each interval's ends in columns of their own."""
-    return [name for column in table_columns(tasks, alone, baseline, known) for name in column.csv or (column.header,)]
+    return [name for column in table_columns(tasks, alone, baseline, known) for name in column.csv_headers()]
 
 
 @dataclass
 class RunRow:
-    """One run folder, or one line of the table (a finished configuration's seeds pooled, or an
-    unfinished run); ``None`` means unknown (a blank cell)."""
+    """One run folder, or one line of the table (a finished configuration's seeds pooled, or an unfinished run);
+    ``None`` means unknown (a blank cell)."""
     run: str
     status: str
     flags: dict[str, bool] | None = None   # extension flag name -> on/off, None without a readable config
@@ -137,8 +127,7 @@ class RunRow:
 
     @property
     def capped(self) -> str:
-        """What the status column adds for a run scored on part of dev (``--max_eval_examples``) or not on dev
-        (``--val_fraction``); "" otherwise."""
+        """What the status column adds for a run scored on part of dev or not on dev; "" otherwise."""
         if self.val_fraction:
             return f"validation split: scored on {self.val_fraction:g} of train, not dev"
         return "" if self.dev_cap is None else f"capped: dev scored on {self.dev_cap} examples"
@@ -162,12 +151,14 @@ class Column:
     def csv_cells(self, row: RunRow) -> list[str]:
         return [self.cell(row)] if self.full is None else self.full(row)
 
+    def csv_headers(self) -> tuple[str, ...]:
+        return self.csv or (self.header,)
+
 
 def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
                   known: Mapping[str, Task] = BUILTIN_TASKS, versus=()) -> list[Column]:
-    """The table's columns in order, for runs of ``tasks`` (rows in ``known``) with a "vs alone" column for each
-    of ``alone`` and a "Δ vs ``baseline``" column for each of ``versus``: the one list every view draws from.
-    (A lambda made in a loop takes its task or idea as a default, to keep its own.)"""
+    """The table's columns in order, for runs of ``tasks`` (rows in ``known``) with a "vs alone" column for each of
+    ``alone`` and a "Δ vs ``baseline``" column for each of ``versus``: the one list every view draws from."""
     delta, seeds = delta_column(baseline), lambda row: str(len(row.seed_runs)) if row.seed_runs else ""
     return [
         Column("run", lambda row: f"{row.run} ({row.baseline})" if row.baseline else row.run, terminal="run",
@@ -212,7 +203,7 @@ def by_task_columns(tasks, name_of: Callable[[str], str], differences) -> list[C
 
 
 def report_tasks(rows: list[RunRow]) -> dict[str, Task]:
-    """The task rows the runs know: the built-in ones, then those the runs declare (``--task_file``)."""
+    """The built-in tasks, then those the runs declare (``--task_file``)."""
     known = dict(BUILTIN_TASKS)
     for row in rows:
         known |= {name: task for name, task in row.known_tasks.items() if name not in known}
@@ -225,7 +216,7 @@ def table_tasks(rows: list[RunRow]) -> list[str]:
 
 
 def compared_tasks(rows: list[RunRow], kind: str) -> list[str]:
-    """The tasks any row has a per-task Δ of ``kind`` (``BY_TASK``: "alone" or "baseline") on, in task-table order."""
+    """The tasks any row has a per-task Δ of ``kind`` (``BY_TASK``) on, in task-table order."""
     return [task for task in report_tasks(rows) if any(task in BY_TASK[kind](row) for row in rows)]
 
 
@@ -240,8 +231,7 @@ def latex_headers(rows: list[RunRow], baseline: str | None = None) -> Headers:
 
 
 def columns_of(rows: list[RunRow], baseline: str | None = None) -> list[Column]:
-    """The columns of a table of ``rows``: one for each of their tasks, and a "vs alone" or "Δ vs ROW" one for
-    each task where they have it."""
+    """The columns of a table of ``rows``: their tasks, and their "vs alone" and "Δ vs ROW" ones."""
     return table_columns(table_tasks(rows), compared_tasks(rows, "alone"), baseline, report_tasks(rows),
                          compared_tasks(rows, "baseline"))
 
@@ -252,8 +242,7 @@ def collect_runs(folder: str | Path, sort: str = "average") -> list[RunRow]:
 
 
 def read_runs(folder: str | Path) -> list[RunRow]:
-    """Every run in ``folder`` (immediate subfolders only, by name); raises if ``folder`` is not a folder,
-    or is itself a run folder (it holds ``metrics.json`` or ``checkpoint/``)."""
+    """Every run in ``folder`` (immediate subfolders, by name); raises if ``folder`` is none, or a run folder."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder (give the parent folder of run folders, e.g. predictions/)")
@@ -286,14 +275,10 @@ def pooled(seeds: list[RunRow]) -> RunRow:
 
 
 def seed_group_key(config, inputs=None, tasks=None) -> str | None:
-    """Runs with the same key differ only in their seed and in how they report: one row of the table.
-    None for a run without a saved config, which stays a row of its own.
-
-    The config is read as this version reads it (``RunConfig.from_dict``: a field a run's version did
-    not have yet takes what that version did), so seeds run before and after a field was added pool.
-    Where the run recorded its input files' hashes (``inputs`` of metrics.json), those stand for the
-    data and model folders: the same files copied elsewhere are the same row, other files another.
-    ``tasks``: the tasks the run trained, where its config does not say (a run from before ``--tasks``)."""
+    """Runs with the same key differ only in their seed and in how they report: one row of the table (None: no
+    saved config, a row of its own). The config is read as this version reads it, so seeds run before and after a
+    field was added pool; recorded input file hashes stand for the data and model folders. ``tasks``: the tasks
+    the run trained, where its config does not say."""
     if not isinstance(config, dict) or not config:
         return None
     said_tasks = saved_flag(config, "tasks") is not None
@@ -316,8 +301,7 @@ def seed_group_key(config, inputs=None, tasks=None) -> str | None:
 
 
 def _as_this_version_reads(config: dict) -> dict:
-    """Every section and field of a saved config, as ``RunConfig.from_dict`` fills it; a config it
-    refuses (hand-made, or a removed setting) is kept as saved."""
+    """A saved config as ``RunConfig.from_dict`` fills it; one it refuses is kept as saved."""
     try:
         return RunConfig.from_dict(config).to_dict()
     except (ValueError, TypeError, KeyError, AttributeError):
@@ -325,9 +309,8 @@ def _as_this_version_reads(config: dict) -> dict:
 
 
 def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
-    """Finished runs first (by average, highest first, or by name), the single-task rows after the others
-    (one task's score is no average to rank with them) and the capped ones (smoke runs, scored on part of
-    dev) after those, rows capped alike together (by N), then the rest by name."""
+    """Finished runs first (by average, highest first, or by name), the single-task rows after the others and
+    the capped ones after those (by N), then the rest by name."""
     if sort not in ("average", "name"):
         raise ValueError(f"sort must be 'average' or 'name', got {sort!r}")
     done = [r for r in rows if r.complete]
@@ -339,8 +322,8 @@ def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
 
 @dataclass
 class Alike:
-    """The finished rows scored on the same dev examples (``cap``: uncapped, or ``--max_eval_examples N``, the first
-    N of each dev file) and their baselines among them: only these are compared with each other."""
+    """The finished rows scored on the same dev examples (``cap``: None or ``--max_eval_examples N``) and their
+    baselines among them: only these are compared with each other."""
     cap: int | None
     rows: list[RunRow]
     fts: dict          # pooling -> the FT row (or the --baseline row, under None alone); {} when there is none
@@ -352,8 +335,8 @@ class Alike:
 
 
 def alike_groups(scored: list[RunRow], baseline: str | None = None) -> list[Alike]:
-    """``scored`` (finished rows, none a search trial) split by their cap, the uncapped first, then by N; in each
-    the baselines of ``compare_to_baselines``: the FT rows (or the row named ``baseline``) and the ST rows."""
+    """``scored`` split by their cap, the uncapped first, then by N, each with its FT rows (or the row named
+    ``baseline``) and ST rows."""
     groups = []
     for cap in sorted({row.dev_cap for row in scored}, key=lambda cap: (cap is not None, cap or 0)):
         done = [row for row in scored if row.dev_cap == cap]
@@ -370,18 +353,13 @@ def alike_groups(scored: list[RunRow], baseline: str | None = None) -> list[Alik
 
 def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 0,
                          data_dir: str | Path | None = None, baseline: str | None = None) -> tuple[str, list[str]]:
-    """Set ``vs_ft`` of every finished multi-task row but the FT baselines (paired bootstrap against the FT
-    row of the same pooling, else the first FT row by name; against the row named ``baseline`` instead, when
-    given, with ``vs_baseline``: each task's Δ against it) and ``vs_alone`` of every finished multi-task row, for
-    each task that has an ST row (chosen the same way); return the footer naming them, and saying why a row is
-    left without an interval where no baseline was scored on its dev examples, and the notes on rows whose
-    interval could not be computed. ``data_dir`` replaces the runs' own data folders.
-
-    Rows are compared only with rows scored on the same dev examples (``alike_groups``): uncapped with
-    uncapped, and a row capped with ``--max_eval_examples N`` with rows capped at the same N (the first N of
-    each dev file, paired example by example), each group with its own baselines chosen as above. A capped row
-    against an uncapped one would measure which dev examples the cap kept. A search's trial (``--val_fraction``,
-    scored on a split of train, not dev) is neither compared nor a baseline."""
+    """Set ``vs_ft`` of every finished multi-task row but the FT baselines (paired bootstrap against the FT row of
+    the same pooling, else the first FT row by name; against the row named ``baseline`` instead, when given, with
+    ``vs_baseline``: each task's Δ against it) and ``vs_alone`` for each task that has an ST row; return the footer
+    and the notes on rows whose interval could not be computed. ``data_dir`` replaces the runs' own data folders.
+    Rows are compared only with rows scored on the same dev examples (``alike_groups``): a capped row against an
+    uncapped one would measure which dev examples the cap kept. A search's trial is neither compared nor a
+    baseline."""
     delta = delta_column(baseline)
     if resamples == 0:
         return f"{delta} and {INTERVAL}: not computed (--bootstrap 0).", []
@@ -431,8 +409,7 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
 
 
 def check_baseline(rows: list[RunRow], done: list[RunRow], baseline: str) -> None:
-    """``--baseline ROW``: a one-line error when no finished row has that name (``alike_groups`` then compares
-    each row with the row of that name scored on the same dev examples)."""
+    """``--baseline ROW``: a one-line error when no finished row has that name."""
     if not any(row.run == baseline for row in done):
         trial = any(row.run == baseline for row in rows if row.val_fraction)
         trial = " (a search trial is no baseline)" if trial else ""
@@ -441,15 +418,14 @@ def check_baseline(rows: list[RunRow], done: list[RunRow], baseline: str) -> Non
 
 
 def _no_ft(rows: list[RunRow]) -> str:
-    """Why no row has a Δ vs FT (no group has an FT row): no finished FT row, or only search trials of FT."""
+    """Why no row has a Δ vs FT: no finished FT row, or only search trials of FT."""
     if any(row.complete and row.baseline == "FT" for row in rows):
         return "no finished FT row scored on dev to compare with (the FT rows are search trials, --val_fraction)"
     return "no finished FT row to compare with"
 
 
 def _against(groups: list[Alike], baseline: str | None) -> str | None:
-    """The baselines of the averages in words: one name where one group has them (with its cap where it is
-    capped), else each group's; None when no group has one."""
+    """The baselines of the averages in words (each group's, where several have one); None when none has one."""
     named = [(group, baseline or _named(group.fts, "FT")) for group in groups if group.fts]
     if not named:
         return None
@@ -461,12 +437,10 @@ def _against(groups: list[Alike], baseline: str | None) -> str | None:
 
 
 def _not_alike(groups: list[Alike], delta: str, baseline: str | None) -> list[str]:
-    """A sentence for each column where a row has no cell because no baseline was scored on the dev examples it
-    was (none uncapped, or none capped at its N), naming the rows; none where no group has such a baseline."""
+    """A sentence for each column where a row has no cell because no baseline was scored on its dev examples."""
     sentences = []
-    kind = baseline or "FT"
     if any(group.fts for group in groups):
-        reasons = [f"{', '.join(row.run for row in group.multitask)}: no {_alike_row(kind, group)}"
+        reasons = [f"{', '.join(row.run for row in group.multitask)}: no {_alike_row(baseline or 'FT', group)}"
                    for group in groups if not group.fts and group.multitask]
         if reasons:
             sentences.append(f"No {delta}: " + "; ".join(reasons) + ".")
@@ -486,13 +460,12 @@ def _alike_row(kind: str, group: Alike) -> str:
 
 def _footer(delta: str, against: str, groups: list[Alike], resamples: int, seed: int, by_task: bool = False,
             missing: list[str] = (), found: bool = True) -> str:
-    """The sentences under the table: what ``compare_to_baselines`` compared the rows with (``against``: the
-    baselines in words; where none was ``found``, why not), how, and where a row has no baseline scored on its dev
-    examples (``missing``)."""
+    """The sentences under the table: what the rows were compared with (``against``; why not, where none was
+    ``found``), how, and where a row has no baseline scored on its dev examples (``missing``)."""
     sentences = [f"{delta} = average minus that of {against}, both from the dev prediction files;"
                  if found else f"{delta}: {against}.",
                  f"{INTERVAL} = two-level paired bootstrap percentile interval ({resamples} resamples of each task's "
-                 f"dev examples, and in each of the seeds, the same draws for a row and its baseline of the same seeds; "
+                 "dev examples, and in each of the seeds, the same draws for a row and its baseline of the same seeds; "
                  f"seed {seed}; a row of one seed has no seed spread to draw: its interval is the examples' alone); "
                  f"* = the interval excludes 0."]
     alone = [(group, task, chosen) for group in groups for task, chosen in group.alone.items()]
@@ -538,11 +511,10 @@ def render_markdown(rows: list[RunRow], footer: str = "", baseline: str | None =
     return "\n".join(lines) + "\n\n" + LEGEND + "\n" + ("\n" + footer + "\n" if footer else "")
 
 
-def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = None, width: int = TERMINAL_WIDTH) -> str:
-    """The terminal view, ``width`` columns at most: the columns with a terminal header (run, seeds, each task's
-    mean ± std, the average, Δ vs FT, its interval, status), then a block of the aside ones (each task's Δ vs alone)
-    for the rows that have them, then the footer, wrapped. Run names longer than fit are cut (marked …, no shorter
-    than ``MIN_RUN_WIDTH``), and so are statuses; ``--full`` prints the whole Markdown table."""
+def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = None,
+                   width: int = TERMINAL_WIDTH) -> str:
+    """The terminal view, ``width`` columns at most: the columns with a terminal header, then a block of the aside
+    ones for the rows that have them, then the footer, wrapped; run names and statuses cut to fit."""
     table = columns_of(rows, baseline)
     run, *shown = [column for column in table if column.terminal]
     blocks = []
@@ -559,15 +531,14 @@ def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = 
 
 def _with_cap_note(rows: list[RunRow], footer: str) -> str:
     """``footer``, and where a row is capped, the sentence saying what that means."""
-    notes = [note for note, shown in ((CAPPED_NOTE, any(row.dev_cap is not None and not row.val_fraction for row in rows)),
-                                      (VAL_NOTE, any(row.val_fraction for row in rows))) if shown]
+    notes = [CAPPED_NOTE] if any(row.dev_cap is not None and not row.val_fraction for row in rows) else []
+    notes += [VAL_NOTE] if any(row.val_fraction for row in rows) else []
     return " ".join(part for part in (footer, *notes) if part)
 
 
 def _aligned(table: list[list[str]], width: int) -> list[str]:
-    """Rows of cells as aligned text lines (first column left, last column left if it is "status", others
-    right), at most ``width`` characters: the first column is cut to fit (not below ``MIN_RUN_WIDTH``), and
-    whatever still overflows is cut at the end."""
+    """Rows of cells as aligned text lines (the first and a "status" column left, others right), at most
+    ``width`` characters: the first column is cut to fit (not below ``MIN_RUN_WIDTH``), then the line's end."""
     def lines(run_width: int | None) -> list[str]:
         cells = [[_shortened(line[0], run_width), *line[1:]] for line in table]
         widths = [max(len(line[i]) for line in cells) for i in range(len(table[0]))]
@@ -593,15 +564,14 @@ def write_csv(rows: list[RunRow], path: str | Path, baseline: str | None = None)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     table = columns_of(rows, baseline)
-    writer.writerow([name for column in table for name in column.csv or (column.header,)])
+    writer.writerow([name for column in table for name in column.csv_headers()])
     writer.writerows([cell for column in table for cell in column.csv_cells(row)] for row in rows)
     write_text_atomic(path, buffer.getvalue())
 
 
 def forest_panels(rows: list[RunRow], baseline: str | None = None) -> list[tuple[str, list[tuple[str, Difference]]]]:
     """The forest plot's panels, each (x-axis label, [(row, difference)]): the average's Δ vs FT (or the
-    ``baseline`` row), then each task's Δ vs its single-task row, then each task's Δ vs the ``baseline`` row, each
-    with the rows that have it; empty panels left out."""
+    ``baseline`` row), then each task's Δ vs its single-task row, then vs the ``baseline`` row; none empty."""
     panels = [(f"Δ overall dev score vs {baseline or 'FT'}", [(seeds_label(row), row.vs_ft) for row in rows
                                                               if row.vs_ft is not None])]
     known = report_tasks(rows)
@@ -620,8 +590,7 @@ def seeds_label(row: RunRow) -> str:
 
 
 def write_forest(rows: list[RunRow], path: Path, baseline: str | None = None) -> bool:
-    """``forest_panels`` as a PNG; False (and no stale picture left) when there is none to draw or
-    matplotlib is missing."""
+    """``forest_panels`` as a PNG; False (no stale picture left) when there is none or matplotlib is missing."""
     panels = forest_panels(rows, baseline)
     if panels:
         try:
@@ -640,7 +609,7 @@ def looks_like_run(path: Path) -> bool:
 
 def read_run(folder: Path) -> RunRow:
     """One run folder -> its row; never raises on a missing, corrupt or partial ``metrics.json``. A run that used
-    a removed extension is a row of its own saying so (``removed_extension``), neither pooled nor compared."""
+    a removed extension is a row of its own saying so, neither pooled nor compared."""
     path = folder / "metrics.json"
     if not path.is_file():
         return RunRow(folder.name, "incomplete (no metrics.json)", folder=folder)
@@ -656,7 +625,7 @@ def read_run(folder: Path) -> RunRow:
     try:
         known = saved_tasks(config)   # the run's own tasks (--task_file) get their columns too
     except ValueError:
-        known = dict(BUILTIN_TASKS)   # a hand-edited declaration: its task's scores are left out, as an unknown task's are
+        known = dict(BUILTIN_TASKS)   # a hand-edited declaration: its task's scores are left out
     flags = {idea.name: idea.on(config) for idea in extensions.ideas() if idea.column}
     pooling, data_dir = saved_flag(config, "pooling"), data.get("data_dir") or saved_flag(config, "data_dir")
     wall, status = _number(data.get("wall_seconds")), _status(data)

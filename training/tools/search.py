@@ -18,17 +18,16 @@ The space file (JSON, or YAML): one entry per ``run_multitask.py`` flag (its nam
     start_with: [{lr: 1.0e-4}]                # optional: trials to run first (the other flags: their defaults)
 
 ASHA's clock is the run's evaluations (``--eval_every``, or one an epoch): after each, the run waits
-(``--wait_after_eval``, training/harness/trial_control.py) while the scheduler decides, so where a trial stops does
-not depend on timing. A stopped trial ends cleanly, status "stopped early", with its best weights.
-The same command again continues the search: ended trials (finished, stopped early, failed) are told to
-TPE as they scored and not run again; a trial cut off (Ctrl-C, ``--time_budget``, a kill) resumes its run
-folder. Outputs in ``--out_dir``: the run folders ``trial-<hash>/`` (``training.tools.report`` reads
-them), ``trials.csv`` and ``trials.md`` (flags, score, evaluations, steps, status), ``best.json`` (the
-best trial's flags, path flags absolute, for ``run_multitask.py --config``) and ``search.png``.
+(``--wait_after_eval``) while the scheduler decides, so where a trial stops does not depend on timing; a stopped
+trial ends "stopped early", with its best weights. The same command again continues the search: ended trials are
+told to TPE as they scored, a trial cut off resumes its run folder. Outputs in ``--out_dir``: the run folders
+``trial-<hash>/``, ``trials.csv`` and ``trials.md``, ``best.json`` (the best trial's flags, for
+``run_multitask.py --config``) and ``search.png``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import hashlib
 import io
@@ -114,23 +113,21 @@ class Space:
         return {"dimensions": {n: [d.kind, d.low, d.high, list(d.values)] for n, d in self.dimensions.items()},
                 "start_with": self.start_with}
 
+    def axes(self) -> list | None:
+        """Each flag's values in order; None where one has a float range (as good as endless)."""
+        if any(d.kind in ("uniform", "log_uniform") for d in self.dimensions.values()):
+            return None
+        return [d.probes() if d.kind in ("choice", "fixed") else range(int(d.low), int(d.high) + 1)
+                for d in self.dimensions.values()]
+
     def size(self) -> int | None:
-        """How many distinct points the space has (None: a float range, as good as endless)."""
-        count = 1
-        for d in self.dimensions.values():
-            if d.kind in ("choice", "fixed"):
-                count *= len(d.values)
-            elif d.kind in ("int", "log_int"):
-                count *= int(d.high) - int(d.low) + 1
-            else:
-                return None
-        return count
+        """How many distinct points the space has (None: a float range)."""
+        axes = self.axes()
+        return None if axes is None else math.prod(len(axis) for axis in axes)
 
     def points(self):
         """Every point of a space of whole or listed values, in order (``size()`` of them)."""
-        axes = [list(d.values) if d.kind in ("choice", "fixed") else range(int(d.low), int(d.high) + 1)
-                for d in self.dimensions.values()]
-        for values in itertools.product(*axes):
+        for values in itertools.product(*self.axes()):
             yield dict(zip(self.dimensions, values))
 
 
@@ -204,8 +201,7 @@ def encode(value):
 
 
 def flags_of(params: dict) -> list[str]:
-    """``run_multitask.py`` words for a trial's values: ``--name value``, ``--name``/``--no_name`` for on/off,
-    ``none`` for None."""
+    """``run_multitask.py`` words for a trial's values: ``--name``/``--no_name`` for on/off, ``none`` for None."""
     words = []
     for name, value in params.items():
         if isinstance(value, bool):
@@ -314,9 +310,8 @@ def check_space(args) -> str | None:
 # ---- one trial -------------------------------------------------------------------------------------------------
 
 class TrialProcess:
-    """One trial's ``run_multitask.py --wait_after_eval`` process, stepped one evaluation at a time: ``next``
-    answers "continue" to the evaluation before and returns the next one; ``end`` answers "stop" (the
-    scheduler's decision: the run ends "stopped early") or, when the search is stopping, ends it "interrupted"."""
+    """One trial's ``run_multitask.py --wait_after_eval`` process, stepped one evaluation at a time (``next``), so
+    the scheduler can stop it between two (``end``)."""
 
     def __init__(self, run_dir: Path, flags: list[str], threads: int, cwd: str, log: Path, stop: Path):
         self.run_dir, self.flags, self.threads, self.cwd, self.log, self.stop = run_dir, flags, threads, cwd, log, stop
@@ -384,19 +379,15 @@ class TrialProcess:
             self._answer("stop")
         else:
             self.child.terminate()
-        try:
+        with contextlib.suppress(OSError):
             self.child.stdin.close()
-        except OSError:
-            pass
         self.child.wait()
         self.waiting = False
 
     def _answer(self, word: str) -> None:
-        try:
+        with contextlib.suppress(OSError):   # it ended meanwhile: next() sees its end
             self.child.stdin.write(word + "\n")
             self.child.stdin.flush()
-        except OSError:   # it ended meanwhile: next() sees its end
-            pass
         self.waiting = False
 
 
@@ -425,8 +416,7 @@ def trial_class():
                         "evaluation": record["evaluation"], "trial": self.name,
                         "last": record["dev_overall"], "run_step": record["run_step"], "status": RunStatus.RUNNING,
                         "action": self.started}
-            # the run ended: finished or stopped early is a score; failed or interrupted (the search stopping) is
-            # no score (TPE leaves it out, ASHA too), nor a crash: the table says which, the log why
+            # the run ended: finished or stopped early is a score; failed or interrupted is none, nor a crash
             metrics = read_metrics(self.process.run_dir)
             metrics = metrics if isinstance(metrics, dict) else {}
             status, error = metrics.get("status") or RunStatus.FAILED, str(metrics.get("error") or "")
@@ -479,8 +469,7 @@ class TrialRecord:
 
 
 def read_trials(out_dir: Path) -> list[TrialRecord]:
-    """Every trial of the search in ``out_dir`` (its values in ``logs/params``), from its run folder, in the
-    order they started."""
+    """Every trial of the search in ``out_dir`` (its values in ``logs/params``), in the order they started."""
     records = []
     for path in sorted((out_dir / "logs" / "params").glob(f"{PREFIX}*.json")):
         try:
@@ -527,12 +516,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_same_search(out_dir: Path, args) -> None:
     """A folder holds one search: its space, trial flags and validation split, recorded by the first part."""
-    recipe = {"space": args.space_spec.to_dict(), "flags": args.extra, "val_fraction": args.val_fraction}
+    recipe = json.loads(json.dumps({"space": args.space_spec.to_dict(), "flags": args.extra,
+                                    "val_fraction": args.val_fraction}))
     path = out_dir / "logs" / "search.json"
     if path.exists():
         earlier = json.loads(path.read_text(encoding="utf-8"))
-        if earlier != json.loads(json.dumps(recipe)):
-            changed = [key for key in recipe if earlier.get(key) != json.loads(json.dumps(recipe[key]))]
+        if earlier != recipe:
+            changed = [key for key in recipe if earlier.get(key) != recipe[key]]
             raise ValueError(f"{out_dir} holds a search with another {' and '.join(changed)} ({path}): give the "
                              "same --space and flags to continue it, or another --out_dir")
     else:
@@ -574,9 +564,9 @@ def run_search(args, out_dir: Path, lock: GridLock) -> int:
 
 
 def confirm(args, out_dir: Path) -> int:
-    """``--confirm N``: the best trial's flags (``best.json``) and the default (the flags after -- alone), each
-    trained at N seeds on the whole training files and scored on dev, on the grid's engine, in
-    ``<out_dir>/confirm/{best,default}-s<seed>``; then the report, best against default. Idempotent as a grid."""
+    """``--confirm N``: ``best.json`` and the default (the flags after -- alone), each trained at N seeds on the
+    whole training files and scored on dev, as a grid in ``<out_dir>/confirm``; then the report, best against
+    default."""
     from .grid import DEFAULT_SEED, GridRun
     from .ray_grid import run_grid
     folder = out_dir / "confirm"
@@ -640,8 +630,8 @@ def run_tune(args, out_dir: Path, ended: list[TrialRecord], unfinished: list[Tri
 
 
 def tpe_searcher(args, ended: list[TrialRecord], unfinished: list[TrialRecord]):
-    """Optuna's TPE in Ray Tune, its study filled with the trials earlier parts ended (as they scored, or
-    failed), the unfinished ones first again (or, on a first part, the space's ``start_with`` points)."""
+    """Optuna's TPE in Ray Tune, told the trials earlier parts ended, the unfinished ones first again (or, on a
+    first part, the space's ``start_with`` points)."""
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
@@ -653,8 +643,7 @@ def tpe_searcher(args, ended: list[TrialRecord], unfinished: list[TrialRecord]):
         if all(name in record.params and d.contains(record.params[name])
                for name, d in args.space_spec.dimensions.items()):
             study.add_trial(optuna.trial.create_trial(
-                params={name: record.params[name] for name in space}, distributions=space,
-                value=record.score if record.score is not None else None,
+                params={name: record.params[name] for name in space}, distributions=space, value=record.score,
                 state=optuna.trial.TrialState.COMPLETE if record.score is not None else optuna.trial.TrialState.FAIL))
     first = [r.params for r in unfinished] + ([] if ended or unfinished else fill(args.space_spec))
     tpe = OptunaSearch(space=space, metric="score", mode="max", points_to_evaluate=first or None,
@@ -665,11 +654,9 @@ def tpe_searcher(args, ended: list[TrialRecord], unfinished: list[TrialRecord]):
 
 
 def distinct(inner, study, space: Space, seen: set[str]):
-    """``inner`` (TPE) drawing points not drawn before: one drawn before (an ended trial, this part's, a listed
-    start point twice) is told to TPE as failed (a point is run once: nothing learned) and TPE is asked again,
-    ``ASKS`` times, then the space's first point not drawn yet is given to it (``study.enqueue_trial``); a space
-    whose every point is drawn is FINISHED (Tune ends the search). So the search ends, and each point is one
-    trial, one row, one run folder. ``seen``: the names of the trials drawn before (``trial_name``)."""
+    """``inner`` (TPE) drawing points not drawn before (``seen``: their ``trial_name``s): one drawn before is told
+    to TPE as failed and TPE is asked again, ``ASKS`` times, then given the space's first point not drawn yet; a
+    space whose every point is drawn is FINISHED. So the search ends, and each point is one trial, one run folder."""
     from ray.tune.search import Searcher
 
     class Distinct(Searcher):
@@ -714,8 +701,7 @@ def distinct(inner, study, space: Space, seen: set[str]):
 
 
 def fill(space: Space) -> list[dict]:
-    """``start_with``'s points with every other flag of the space at its first value (a range: its middle,
-    the geometric one for a log range)."""
+    """``start_with``'s points, every other flag at its first value (a range: its middle, geometric if log)."""
     def middle(d: Dimension):
         if d.kind in ("choice", "fixed"):
             return d.values[0]
@@ -725,8 +711,7 @@ def fill(space: Space) -> list[dict]:
 
 
 class SearchProgress:
-    """One line an evaluation and a trial's end: trials ended of all, the best score so far (the earlier
-    parts' trials included), the trial, its score."""
+    """One line an evaluation and a trial's end: trials ended of all, the best score so far, the trial, its score."""
 
     def __init__(self, total: int, ended: list[TrialRecord]):
         self.total, self.done = total, len(ended)
@@ -802,8 +787,7 @@ def cell(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-# the folders the run makes absolute itself (training/harness/trainer.py with_absolute_paths), beside the flags
-# marked ``flag(..., path=True)`` (training/configuration/flags.py absolute_paths)
+# the folders the run makes absolute itself (with_absolute_paths), beside the flags marked ``flag(..., path=True)``
 RUN_PATHS = ("data_dir", "model")
 
 RECIPE = """
@@ -821,15 +805,15 @@ print(json.dumps({name: str(Path(value).resolve()) if name in paths and isinstan
 
 
 def best_recipe(best: TrialRecord, args) -> dict:
-    """The best trial's flags, typed as ``run_multitask.py`` reads them, less the search's own: a file
-    ``--config`` takes, training on the whole training files and scoring dev. Its path flags are absolute, as
-    a run saves them (resolved in this working directory, where the trials ran), so it works from any folder."""
+    """The best trial's flags, typed as ``run_multitask.py`` reads them, less the search's own: a file ``--config``
+    takes, its path flags absolute (resolved where the trials ran), so it works from any folder."""
     done = subprocess.run([sys.executable, "-c", RECIPE, str(ROOT), json.dumps([*args.extra, *flags_of(best.params)]),
                            *RUN_PATHS], capture_output=True, text=True, check=True)
     return {k: v for k, v in json.loads(done.stdout).items() if k not in (*OWNED, "quiet")}
 
 
-POINTS = {RunStatus.FINISHED: ("finished", "black"), RunStatus.STOPPED_EARLY: ("stopped early (ASHA)", "grey")}   # status: label, colour
+# a scored trial's status: its point's label and colour on the plot
+POINTS = {RunStatus.FINISHED: ("finished", "black"), RunStatus.STOPPED_EARLY: ("stopped early (ASHA)", "grey")}
 CUT_OFF_DOT = "tab:red"   # a scored point of any other status: interrupted or failed after an evaluation
 
 
@@ -839,12 +823,11 @@ def dot(status: str) -> str:
 
 
 def legend_entries(records: list[TrialRecord]) -> list[tuple[str, str]]:
-    """(label, colour) for each kind of scored point on the plot: red marks a trial cut off or failed after an
-    evaluation, whose score is only its best so far."""
+    """(label, colour) for each kind of scored point on the plot: red marks a trial whose score is only its best
+    so far."""
     shown = {r.status for r in records if r.score is not None}
     entries = [point for status, point in POINTS.items() if status in shown]
-    others = sorted(shown - set(POINTS))
-    if others:
+    if others := sorted(shown - set(POINTS)):
         entries.append((", ".join(others) + " (best score so far)", CUT_OFF_DOT))
     return entries
 
@@ -852,7 +835,6 @@ def legend_entries(records: list[TrialRecord]) -> list[tuple[str, str]]:
 def log_ticks(low: float, high: float, drawn=()) -> list[float]:
     """Ticks for a log axis from ``low`` to ``high``: powers of 10, else 1-2-5, else every whole mantissa,
     the first of these with two ticks inside; else the least and the most of the ``drawn`` values."""
-    import math
     for mantissas in ((1,), (1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
         ticks = [float(f"{m}e{e}") for e in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
                  for m in mantissas]
