@@ -17,6 +17,7 @@ under ``<out_dir>/logs/tune``, no usage statistics, never ``ray stop``. docs/gri
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -29,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -314,10 +314,8 @@ def run_process(flags: list[str], log: Path, config: dict) -> int:
 
 def die_with_parent() -> None:
     """In the child, before exec: no run outlives the Ray worker that started it, whatever killed the worker."""
-    try:
+    with contextlib.suppress(OSError):   # not Linux: the finally of run_process is the only guard
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
-    except OSError:   # not Linux: the finally of run_process is the only guard
-        pass
 
 
 def wait_until_free(run_dirs: list[Path], seconds: float) -> None:
@@ -348,10 +346,9 @@ def clear_stale_lock(run_dir: Path) -> None:
     except (ImportError, OSError):
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        (run_dir / LOCK).unlink(missing_ok=True)
-    except OSError:   # held: a live run's
-        pass
+        with contextlib.suppress(OSError):   # held: a live run's
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            (run_dir / LOCK).unlink(missing_ok=True)
     finally:
         os.close(fd)
 
@@ -477,7 +474,7 @@ def run_grid(args: argparse.Namespace, runs: list[GridRun], out_dir: Path, lock:
 def on_ray(args: argparse.Namespace, lock: GridLock, stop: Stop, trials: Callable[[], None]) -> None:
     """``trials`` on the Ray of ``ray_session`` (``args``: where, and what one run takes); then no run left live."""
     with ray_session(args.address, lock, stop, per_run=(args.cpus_per_run, args.gpus_per_run),
-                     wait=getattr(args, "wait_for_resources", 0.0)):
+                     wait=args.wait_for_resources):
         trials()
     wait_until_free(stop.run_dirs(), seconds=60.0)
     stop.file.unlink(missing_ok=True)
@@ -527,7 +524,7 @@ class Stop:
                                    or time.time() > self.at + self.seconds)
 
 
-@contextmanager
+@contextlib.contextmanager
 def ray_session(address: str | None, lock: GridLock, stop: "Stop", per_run: tuple[float, float] | None = None,
                 wait: float = 0.0):
     """Ray for the block (``start_ray``), shut down after it, its temporary folder named in the lock while it lives.
@@ -636,8 +633,7 @@ def set_ray_environment(address: str | None, temp_dir: str) -> None:
         os.environ[SESSION_VARIABLE] = temp_dir
 
 
-def start_ray(address: str | None, temp_dir: str, log: Path | None = None,
-              release: threading.Event | None = None) -> bool:
+def start_ray(address: str | None, temp_dir: str, log: Path, release: threading.Event) -> bool:
     """``ray.init`` as this command's own: a local Ray (``address`` None) with its session files in ``temp_dir``,
     or the cluster at ``address``; Ray's own messages while it starts go to ``log``. ``GridError`` when the
     cluster does not answer or Ray does not start; True once Ray is up. ``ray.init`` runs in a thread of its own
@@ -647,7 +643,7 @@ def start_ray(address: str | None, temp_dir: str, log: Path | None = None,
     if address:
         check_reachable(address)
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    began, outcome, ready, release = time.time(), {}, threading.Event(), release or threading.Event()
+    began, outcome, ready = time.time(), {}, threading.Event()
 
     def init() -> None:
         try:
@@ -687,14 +683,11 @@ def start_ray(address: str | None, temp_dir: str, log: Path | None = None,
     return True
 
 
-@contextmanager
-def stderr_to(path: Path | None):
+@contextlib.contextmanager
+def stderr_to(path: Path):
     """This process's stderr (file descriptor 2: Ray's C++ writes there too) appended to ``path`` for the block.
     When the block sets ``["keep"]`` (Ray's C++ still at work), descriptor 2 stays on ``path``, ``sys.stderr`` not."""
     redirect = {"keep": False}
-    if path is None:
-        yield redirect
-        return
     sys.stderr.flush()
     saved = os.dup(2)
     with open(path, "a", encoding="utf-8") as out:

@@ -117,7 +117,7 @@ class Space:
         """Each flag's values in order; None where one has a float range (as good as endless)."""
         if any(d.kind in ("uniform", "log_uniform") for d in self.dimensions.values()):
             return None
-        return [d.probes() if d.kind in ("choice", "fixed") else range(int(d.low), int(d.high) + 1)
+        return [list(d.values) if d.kind in ("choice", "fixed") else range(int(d.low), int(d.high) + 1)
                 for d in self.dimensions.values()]
 
     def size(self) -> int | None:
@@ -609,7 +609,7 @@ def run_tune(args, out_dir: Path, ended: list[TrialRecord], unfinished: list[Tri
             progress.result(result)
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            progress.failed(name_of(trial))
+            progress.ended(name_of(trial), {"status": RunStatus.FAILED})
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             progress.ended(name_of(trial), trial.last_result or {})
@@ -736,10 +736,6 @@ class SearchProgress:
             error = result.get("error")
             self.line(f"{name}: {status.upper() if status == 'failed' else status}" + (f": {error}" if error else "")
                       + f" (its log: logs/{name}.log)")
-
-    def failed(self, name: str) -> None:
-        self.done += 1
-        self.line(f"{name}: FAILED (its log: logs/{name}.log)")
 
     def line(self, event: str) -> None:
         best = f", best {self.best:.4f}" if self.best is not None else ""
