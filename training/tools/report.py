@@ -325,7 +325,6 @@ class Alike:
     """The finished rows scored on the same dev examples (``cap``: None or ``--max_eval_examples N``) and their
     baselines among them: only these are compared with each other."""
     cap: int | None
-    rows: list[RunRow]
     fts: dict          # pooling -> the FT row (or the --baseline row, under None alone); {} when there is none
     alone: dict        # task -> pooling -> its ST row, for the tasks that have one
     multitask: list[RunRow]
@@ -346,7 +345,7 @@ def alike_groups(scored: list[RunRow], baseline: str | None = None) -> list[Alik
             fts = {None: named[0]} if (named := [row for row in done if row.run == baseline]) else {}
         alone = {task: _baselines(done, lambda row: row.baseline == "ST" and task in row.dev)
                  for task in report_tasks(done)}
-        groups.append(Alike(cap, done, fts, {task: by_pooling for task, by_pooling in alone.items() if by_pooling},
+        groups.append(Alike(cap, fts, {task: by_pooling for task, by_pooling in alone.items() if by_pooling},
                             [row for row in done if row.baseline != "ST" and len(row.dev) >= 2]))
     return groups
 
