@@ -5,11 +5,9 @@ earlier trials scored, and ASHA stops the trials that fall behind at its rungs.
     minbert-search --space space.yaml --trials 16 -- --data_dir ../shared/data/multitask --eval_every 100
     minbert-search --space space.yaml --gpus_per_run 0.25 -- --data_dir DIR    # four trials a GPU
 
-Scored honestly: every trial trains with ``--val_fraction F`` (default 0.1): it evaluates on a split held out
-of each training file (the same examples for every trial) and never reads the dev files, so the dev
-comparison of the winner with the default (``--confirm``) is not the number the search chose by.
-
-The space file (JSON, or YAML): one entry per ``run_multitask.py`` flag (its name without ``--``)::
+Scored honestly: every trial is scored on ``--val_fraction`` of each training file and never reads the dev
+files, so the dev comparison of the winner with the default (``--confirm``) is not the number the search chose
+by. The space file (JSON or YAML), one entry per ``run_multitask.py`` flag; more in docs/search.md::
 
     lr: {log_uniform: [3.0e-5, 3.0e-4]}      # also uniform, int, log_int: [low, high]
     task_batch_sizes: [[32, 32, 32], [32, 86, 32]]  # a list: one of these
@@ -17,12 +15,9 @@ The space file (JSON, or YAML): one entry per ``run_multitask.py`` flag (its nam
     warmup_ratio: 0.1                         # one value: every trial
     start_with: [{lr: 1.0e-4}]                # optional: trials to run first (the other flags: their defaults)
 
-ASHA's clock is the run's evaluations (``--eval_every``, or one an epoch): after each, the run waits
-(``--wait_after_eval``) while the scheduler decides, so where a trial stops does not depend on timing; a stopped
-trial ends "stopped early", with its best weights. The same command again continues the search: ended trials are
-told to TPE as they scored, a trial cut off resumes its run folder. Outputs in ``--out_dir``: the run folders
-``trial-<hash>/``, ``trials.csv`` and ``trials.md``, ``best.json`` (the best trial's flags, for
-``run_multitask.py --config``) and ``search.png``.
+ASHA's clock is the run's evaluations: after each, the run waits (``--wait_after_eval``) while the scheduler
+decides, so where a trial stops does not depend on timing. The same command again continues the search. Outputs in
+``--out_dir``: the ``trial-<hash>/`` run folders, ``trials.csv``, ``trials.md``, ``best.json`` and ``search.png``.
 """
 from __future__ import annotations
 
