@@ -462,11 +462,10 @@ def run_grid(args: argparse.Namespace, runs: list[GridRun], out_dir: Path, lock:
     print(f"grid -> {out_dir}: {len(runs)} runs, {len(kept)} finished already (kept), {len(todo)} to run on {where}, "
           f"{args.cpus_per_run:g} CPU{'s' if args.cpus_per_run != 1 else ''}"
           + (f" and {args.gpus_per_run:g} GPU" if args.gpus_per_run else "") + " a run", flush=True)
-    if todo:
-        print(estimate(todo, kept, out_dir, args), flush=True)
     progress = Progress(len(todo))
     stop = Stop(out_dir, lambda: [out_dir / run.name for run in todo])
     if todo:
+        print(estimate(todo, kept, out_dir, args), flush=True)
         on_ray(args, lock, stop, lambda: run_trials(args, todo, out_dir, progress, stop))
     return summarize(args, runs, kept, progress.results, out_dir, stop.requested)
 
@@ -822,10 +821,10 @@ def summarize(args, runs: list[GridRun], kept: list[GridRun], results: dict[str,
     return 1 if failed or report_failed else 0
 
 
-def run_report(out_dir: Path) -> int:
-    """``training.tools.report`` on the grid's folder (the table, ``<out_dir>/ablation.*``); its exit code."""
-    return subprocess.run([sys.executable, "-m", "training.tools.report", str(out_dir), "--out",
-                           str(out_dir / "ablation")], cwd=ROOT).returncode
+def run_report(out_dir: Path, name: str = "ablation", *flags: str) -> int:
+    """``training.tools.report`` on the grid's folder (the table, ``<out_dir>/<name>.*``); its exit code."""
+    return subprocess.run([sys.executable, "-m", "training.tools.report", str(out_dir), *flags, "--out",
+                           str(out_dir / name)], cwd=ROOT).returncode
 
 
 if __name__ == "__main__":

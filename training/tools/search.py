@@ -563,7 +563,7 @@ def confirm(args, out_dir: Path) -> int:
     whole training files and scored on dev, as a grid in ``<out_dir>/confirm``; then the report, best against
     default."""
     from .grid import DEFAULT_SEED, GridRun
-    from .ray_grid import run_grid
+    from .ray_grid import run_grid, run_report
     folder = out_dir / "confirm"
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     recipes = {"default": tuple(args.extra), "best": ("--config", str(out_dir / "best.json"))}
@@ -578,10 +578,7 @@ def confirm(args, out_dir: Path) -> int:
                                          no_report=True), runs, folder, lock)
     finally:
         lock.release()
-    if rc == 0:
-        rc = subprocess.run([sys.executable, "-m", "training.tools.report", str(folder), "--baseline", "default",
-                             "--out", str(folder / "confirm")], cwd=ROOT).returncode
-    return rc
+    return run_report(folder, "confirm", "--baseline", "default") if rc == 0 else rc
 
 
 def run_tune(args, out_dir: Path, ended: list[TrialRecord], unfinished: list[TrialRecord], todo: int,
