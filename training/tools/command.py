@@ -40,7 +40,11 @@ def run_command(body: Callable[[], int | None]) -> int:
     previous = _on_sigterm(_raise_terminated)
     formatter, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
-        return body() or 0
+        code = body() or 0
+        sys.stdout.flush()   # a reader that went away is seen here, not at exit
+        return code
+    except BrokenPipeError:
+        return stdout_closed()
     except USER_ERRORS as err:
         return _say(f"error: {describe(err)}", 1)
     except Terminated:
@@ -50,6 +54,14 @@ def run_command(body: Callable[[], int | None]) -> int:
     finally:
         _on_sigterm(previous)
         warnings.formatwarning = formatter
+
+
+def stdout_closed() -> int:
+    """The reader of stdout went away (``| head``): no error, and no second one when Python flushes at exit;
+    exit code 141, a tool's ended by SIGPIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 @contextmanager

@@ -39,6 +39,7 @@ from minbert.errors import describe, first_line
 from ..harness.outputs import read_metrics
 from ..harness.run_lock import LOCK, is_live
 from ..harness.status import FINAL, UNFINISHED, RunStatus
+from .command import stdout_closed
 from .grid import DEFAULT_SEED, NAMED_GRIDS, GridRun, plan, rows_of
 
 ROOT = Path(__file__).resolve().parents[2]    # where run_multitask.py is, in the clone or installed
@@ -67,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     runs = plan(args)
     if args.list:
-        print("\n".join(" ".join([run.name, *run.flags]) for run in runs))
+        try:
+            print("\n".join(" ".join([run.name, *run.flags]) for run in runs), flush=True)
+        except BrokenPipeError:
+            return stdout_closed()
         return 0
     out_dir = Path(args.out_dir).resolve()
 
