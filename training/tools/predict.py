@@ -3,25 +3,13 @@ the run's tasks that the data folder holds (dev, test-student, or a labelled tes
 scored where the file has labels.
 
     python -m training.tools.predict predictions/<run> --data_dir ../shared/data/multitask --out preds/
-    python -m training.tools.predict predictions/<run>/checkpoint --data_dir my-data --out preds/ --tasks sts
-
-Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes) and ``<out>/metrics.json``
-(the labelled files' scores), one line printed per file; existing files are refused unless
-``--overwrite``, and ``--out`` may never be the run's own folder or its ``checkpoint/``, another run's
-folder, or a folder whose metrics.json predict did not write (``--overwrite`` or not).
-
-``--input FILE``: sentences of your own for one task of the run (``--task``): a ``.txt`` file, one
-sentence a line (a pair task: the two sentences of a pair a line, tab-separated; ids are line numbers),
-as ``training.tools.embed`` reads it; or any CSV or TSV (tab when its header has one, else comma), its
-text in the columns ``--columns`` names, scored when it has the task's label column (or
-``--label_column``). A row that cannot be read (a comma inside an unquoted sentence, an empty
-sentence, a bad label) is an error naming file, line and field, unless ``--skip_bad_rows``. Writes
-``<out>/<prefix>-<file stem>-output.csv``, which keeps each row's text and adds, beside the class id,
-its name (``label_name``: SST's five, QQP's two, a declared task's ``label_names``), and
-``<out>/metrics.json``.
-
     python -m training.tools.predict predictions/<run> --input sentences.txt --task sst --out preds/
     python -m training.tools.predict predictions/<run> --input reviews.csv --columns text --task sst --out preds/
+
+Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes), or for ``--input FILE`` (a ``.txt``
+file, one sentence a line, or any CSV/TSV) ``<out>/<prefix>-<file stem>-output.csv`` with each row's text and
+class name; and ``<out>/metrics.json``. ``--out`` is never the run's folder, another run's, or a folder whose
+metrics.json predict did not write.
 """
 from __future__ import annotations
 
@@ -79,14 +67,18 @@ CSV_FLAGS = ("columns", "label_column", "id_column")   # a .txt file has no colu
 def check_mode(args: argparse.Namespace) -> None:
     """Refuse flags of the other mode (they would be ignored), before the run is loaded."""
     if args.input is None:
-        given = [f"--{name}" for name in INPUT_FLAGS if getattr(args, name) is not None]
-        if given:
-            raise ValueError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --input FILE; "
-                             "without it the data folder's files are predicted")
-        return
-    given = [f"--{name}" for name in DATA_DIR_FLAGS if getattr(args, name) is not None]
-    if given:
+        if given := given_flags(args, INPUT_FLAGS):
+            raise ValueError(f"{goes(given)} with --input FILE; without it the data folder's files are predicted")
+    elif given := given_flags(args, DATA_DIR_FLAGS):
         raise ValueError(f"--input predicts one file for one task (--task): drop {', '.join(given)}")
+
+
+def given_flags(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    return [f"--{name}" for name in names if getattr(args, name) is not None]
+
+
+def goes(given: list[str]) -> str:
+    return f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'}"
 
 
 def predict_input(run, args: argparse.Namespace, out: Path) -> int:
@@ -96,10 +88,9 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     known = known_tasks(run.config)
     task, path = known[name], Path(args.input)
     target = out / f"{task.output_prefix}-{path.stem}-output.csv"
-    if is_text_file(path):
-        if given := [f"--{flag}" for flag in CSV_FLAGS if getattr(args, flag) is not None]:
-            raise ValueError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with a CSV/TSV --input: "
-                             f"{path.name} is read as text, {text_format(task)}")
+    if path.suffix.lower() == ".txt":   # one sentence (or tab-separated pair) a line, no header; else a table
+        if given := given_flags(args, CSV_FLAGS):
+            raise ValueError(f"{goes(given)} with a CSV/TSV --input: {path.name} is read as text, {text_format(task)}")
         columns, label, id_column, delimiter, layout = task.text_columns, None, None, None, None
     else:
         columns = tuple(c.strip() for c in args.columns.split(",")) if args.columns else task.text_columns
@@ -144,11 +135,6 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     write_json(out / METRICS, {"run": str(run.source), "input": str(path.resolve()), "task": name,
                                "columns": list(columns), "label_column": label, "scores": scores})
     return 0
-
-
-def is_text_file(path: Path) -> bool:
-    """A ``.txt`` ``--input``: one sentence (or tab-separated pair) a line, no header; any other is a table."""
-    return path.suffix.lower() == ".txt"
 
 
 def text_format(task: Task) -> str:
@@ -247,16 +233,14 @@ def check_not_the_run(out: Path, given: Path, checkpoint: Path) -> None:
     own = {given, checkpoint}
     if checkpoint.name == "checkpoint":  # a run folder's checkpoint/: the run folder is its parent
         own.add(checkpoint.parent)
-    target = out.resolve()
-    if any(target == folder.resolve() for folder in own):
+    if any(out.resolve() == folder.resolve() for folder in own):
         raise ValueError(f"--out {out} is the run's own folder (or its checkpoint/); its metrics.json and "
                          "prediction files would be replaced: choose another --out")
 
 
 def check_not_another_run(out: Path, overwrite: bool) -> None:
     """Refuse an ``--out`` holding another run (its checkpoint/ or .lock), and with ``--overwrite`` one holding
-    a metrics.json this tool did not write: it replaces this tool's own outputs, never another run's (without
-    it, any existing file is refused)."""
+    a metrics.json this tool did not write: it replaces this tool's own outputs, never another run's."""
     if (out / "checkpoint").is_dir() or (out / ".lock").exists():
         raise ValueError(f"--out {out} holds a run (its checkpoint/ or .lock): its metrics.json and prediction "
                          "files would be replaced, --overwrite or not; choose another --out")
