@@ -3,18 +3,16 @@ its FT baseline (or a task's to its single-task row) more than the luck of which
 be in the dev set and of which seeds trained the runs? (docs/ablation.md, "Reading the table: seeds
 and intervals")
 
-A resample draws each task's dev examples with replacement, each task on its own, and every run is
-scored on the same draws (paired). It is kept as counts (how often each example was drawn), which
-makes a run's metric on it a weighted metric, so all runs and all resamples are a few matrix
-products. The draws depend only on the seed, the task and its number of dev examples: an interval is
-reproducible and does not change when other rows join the table.
+A resample draws each task's dev examples with replacement, each task on its own, and scores every run
+on the same draws (paired). It is kept as counts (how often each example was drawn), so a run's metric on
+it is a weighted metric and all runs and resamples are a few matrix products. The draws depend only on the
+seed, the task and its number of dev examples: an interval is reproducible and does not change when other
+rows join the table.
 
-The second level (``paired_difference``): in each resample, the seeds are drawn with replacement too
-and their scores on that resample averaged: the same draws for the row and its baseline when they were
-trained with the same seeds (seed s of one against seed s of the other: same data order, same start),
-each side's own draws otherwise. The interval then holds the spread
-between seeds as well as that of the examples; with one seed a side has no spread to draw from, and
-the interval is the examples' alone (the table says how many seeds each row pools).
+The second level (``paired_difference``): in each resample the seeds are drawn with replacement too and
+their scores averaged, with the same draws for a row and its baseline trained with the same seeds (seed s
+against seed s: same data order, same start), each side's own otherwise. The interval then holds the spread
+between seeds as well as that of the examples (with one seed, the examples' alone).
 """
 from __future__ import annotations
 
@@ -109,12 +107,11 @@ def score_runs(runs: Iterable[DevSource], resamples: int, seed: int) -> tuple[di
 
 def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 0.95,
                       task: str | None = None, seed: int = 0, same_seeds: bool = False) -> Difference:
-    """Row minus baseline, each the mean over its seeds, on the dev sets; on every resample, each the mean
-    over its seeds drawn with replacement (``seed`` seeds those draws; ``same_seeds``: the two lists hold
-    runs of the same seeds in the same order, drawn together); the interval is the resampled differences'
-    central ``level`` percentile range. The overall score, or ``task``'s metric alone (a multi-task row against
-    that task's single-task row, or against the baseline row's same task: a task's draws depend only on the
-    seed, the task and its dev examples, so they pair across runs of other tasks)."""
+    """Row minus baseline, each the mean over its seeds, with the central ``level`` percentile range of that
+    difference when each side's seeds are drawn with replacement in every resample (``same_seeds``: the two
+    lists hold runs of the same seeds in the same order, drawn together). The overall score, or ``task``'s
+    metric alone: a task's draws depend only on the seed, the task and its dev examples, so they pair across
+    runs of other tasks (a multi-task row against that task's single-task row)."""
     if task is None:
         if any(s.examples != baseline[0].examples for s in (*row, *baseline)):
             raise Unavailable("not the same tasks and dev examples as the baseline")
@@ -171,9 +168,8 @@ def weighted_metric(metric: str, predictions: np.ndarray, gold: np.ndarray, coun
 
 
 def plot_forest(panels: list[tuple[str, list[tuple[str, Difference]]]], path: Path) -> None:
-    """One panel per (x-axis label, lines), stacked; one line per row: the difference as a dot (black
-    when its interval excludes 0, grey when it holds 0), its interval as a bar, a vertical line at 0;
-    a legend saying so under the first panel."""
+    """One panel per (x-axis label, lines), stacked; one line per row: the difference as a dot (black when
+    its interval excludes 0, grey when it holds 0), its interval as a bar, a vertical line at 0."""
     plt = pyplot(path)
     from matplotlib.lines import Line2D   # after pyplot(): it says once if matplotlib is missing
     from matplotlib.ticker import MaxNLocator
@@ -214,13 +210,12 @@ def _read_run(run: DevSource, gold: dict) -> dict[str, TaskDev]:
         raise Unavailable(f"{run.folder / 'metrics.json'}: no data_dir (give --data_dir)")
     read = {}
     for name in run.tasks:
-        key = (_folder_key(run.data_dir), name)
+        task, key = run.known[name], (_folder_key(run.data_dir), name)
         if key not in gold:
-            gold[key] = _read_gold(Path(run.data_dir), run.known[name])
+            gold[key] = _read_gold(Path(run.data_dir), task)
         ids, labels = gold[key]
         if run.cap is not None:
             ids, labels = ids[:run.cap], labels[:run.cap]
-        task = run.known[name]
         read[name] = TaskDev(_read_predictions(prediction_path(run.folder, task, "dev"), task, ids), labels, ids)
     return read
 
@@ -258,8 +253,7 @@ def _read_predictions(path: Path, task: Task, ids: tuple[str, ...]) -> np.ndarra
         if not math.isfinite(value):
             raise Unavailable(f"{path}, data row {number}: not an id and a finite number")
         by_id[example_id] = value
-    missing = [i for i in ids if i not in by_id]
-    if missing:
+    if missing := [i for i in ids if i not in by_id]:
         raise Unavailable(f"{path}: no prediction for {len(missing)} of the {len(ids)} dev examples "
                           f"(first: id {missing[0]})")
     return np.array([by_id[i] for i in ids])
