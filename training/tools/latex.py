@@ -6,18 +6,10 @@ intervals; nothing is computed here).
     ...
     \\input{ablation}   % python -m training.tools.report predictions/ablate --format latex --out ablation
 
-The table: the finished rows only (unfinished and failed runs are named in a comment above it), in the report's
-order; columns run (with its PT, FT or ST mark), pooling, an on/off column for each extension that is on in at
-least one row (a column of × only is left out), seeds, each task's dev metric as mean ± std, the average (blank
-for a single-task row: its one metric is no average), Δ with its 95 % interval in one cell (``*`` where the
-interval excludes 0), then each task's Δ vs its single-task row or vs ``--baseline``'s where the report has them.
-A table wider than the text is scaled down to its width (never up). The caption says how many seeds the rows
-pool, how many bootstrap resamples the intervals draw and what the marks mean; the footer of the Markdown table
-is kept as comments above the table.
-
-Every cell is escaped (``\\ & % $ # _ { } ~ ^``) and holds no raw Unicode: Δ, ±, ✓, ×, †, ‡ and … become
-``$\\Delta$``, ``$\\pm$``, ``\\checkmark``, ``$\\times$``, ``$^\\dagger$``, ``$^\\ddagger$`` and ``\\ldots``; any other
-non-ASCII character its ASCII letter (é: e) or ``?``.
+The table holds the finished rows only, in the report's order (the others, and the Markdown table's footer, are
+comments above it); a table wider than the text is scaled down to its width (never up), and the caption says
+how many seeds the rows pool, how many bootstrap resamples the intervals draw and what the marks mean. Every cell
+is escaped and holds no raw Unicode (``escape``).
 """
 from __future__ import annotations
 
@@ -59,7 +51,8 @@ BASELINES = {"PT": "frozen BERT, heads only", "FT": "fine-tuning with no extensi
 
 
 def escape(text: str) -> str:
-    """``text`` as LaTeX text: its special characters escaped, its Unicode marks as LaTeX, no raw Unicode."""
+    """``text`` as LaTeX text: its special characters escaped, its Unicode marks as LaTeX (Δ: ``$\\Delta$``), any
+    other non-ASCII character its ASCII letter (é: e) or ``?``."""
     return "".join(SPECIAL.get(char) or UNICODE.get(char) or _ascii(char) for char in str(text))
 
 
@@ -105,12 +98,8 @@ def latex_columns(rows: list[RunRow], headers: Headers) -> list[tuple[str, str, 
         ("average", "r", lambda row: "" if row.baseline == "ST" else mean_std(row.average, row.average_std)),
         *([(escape(f"{headers.delta} [{headers.interval}]"), "r", lambda row: difference(row.vs_ft))]
           if any(row.vs_ft for row in rows) else []),
-        *((escape(name), "r", lambda row, t=task, k=kind: difference(_by_task(row, k).get(t)))
-          for task, name, kind in headers.by_task)]
-
-
-def _by_task(row: RunRow, kind: str) -> dict:
-    return row.vs_alone if kind == "alone" else row.vs_baseline
+        *((escape(name), "r", lambda row, t=task, k=kind: difference(getattr(row, f"vs_{k}").get(t)))
+          for task, name, kind in headers.by_task)]   # row.vs_alone or row.vs_baseline
 
 
 def run_cell(row: RunRow) -> str:
@@ -145,7 +134,7 @@ def caption(rows: list[RunRow], delta: str, baseline: str | None, resamples: int
     if not rows:
         return "No finished rows."
     seeds = Counter(len(row.seed_runs) or 1 for row in rows)
-    usual = seeds.most_common(1)[0][0] if seeds else 1
+    usual = seeds.most_common(1)[0][0]
     others = "; ".join(f"{n} for {', '.join(escape(row.run) for row in rows if (len(row.seed_runs) or 1) == n)}"
                        for n in sorted(seeds, reverse=True) if n != usual)
     parts = [f"Dev scores, mean $\\pm$ sample standard deviation over the seeds each row pools "
@@ -161,8 +150,8 @@ def caption(rows: list[RunRow], delta: str, baseline: str | None, resamples: int
         parts.append(f"No {delta}: no row has a baseline scored on its dev examples (the comments above say why).")
     if any(row.vs_ft or row.vs_alone or row.vs_baseline for row in rows):
         parts.append(f"In brackets: the 95\\% interval of a two-level paired bootstrap "
-                     f"({_count(resamples, 'resample')} of each task's dev examples, the seeds drawn too; seed {seed}); "
-                     f"{STAR}: it excludes 0.")
+                     f"({_count(resamples, 'resample')} of each task's dev examples, the seeds drawn too; "
+                     f"seed {seed}); {STAR}: it excludes 0.")
     if any(row.vs_alone for row in rows):
         parts.append("TASK vs alone: that task's metric minus that of its single-task (ST) row, with the same "
                      "interval of that task's metric alone.")
