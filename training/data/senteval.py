@@ -44,7 +44,6 @@ LAYOUTS_HELP = ("expected a CS224N STS file (columns sentence1, sentence2, simil
 @dataclass
 class PairSubset:
     """Scored sentence pairs of one file; ``report`` lists skipped malformed rows."""
-
     name: str
     first: list[str]
     second: list[str]
@@ -59,7 +58,6 @@ class PairSubset:
 @dataclass
 class PairDataset:
     """One input of ``find_datasets``: a file (one subset) or a folder (a subset per file)."""
-
     name: str
     path: Path
     layout: str  # "cs224n", "senteval-sts", "senteval-stsb" or "sick"
@@ -70,9 +68,9 @@ def find_datasets(paths: Sequence[Path]) -> list[PairDataset]:
     """One ``PairDataset`` per file or folder (a folder of dataset folders expands to each of them)."""
     datasets: list[PairDataset] = []
     for path in map(Path, paths):
-        if path.is_dir() and _folder_layout(path) is None:
-            found = [load_dataset(sub) for sub in sorted(path.iterdir(), key=lambda p: p.name.lower())
-                     if sub.is_dir() and _folder_layout(sub) is not None]
+        if path.is_dir() and _folder_files(path)[0] is None:
+            found = [load_dataset(sub) for sub in _by_name(path.iterdir())
+                     if sub.is_dir() and _folder_files(sub)[0] is not None]
             if not found:
                 hint = " (to score CS224N CSVs, pass the sts-*.csv files themselves)" if any(path.glob("*.csv")) else ""
                 raise DataError(f"{path}: no STS files in this folder or its subfolders{hint}; {LAYOUTS_HELP}")
@@ -92,14 +90,9 @@ def load_dataset(path: Path) -> PairDataset:
     if not path.exists():
         raise DataError(f"STS data not found: {path}")
     if path.is_dir():
-        layout = _folder_layout(path)
+        layout, files = _folder_files(path)
         if layout is None:
             raise DataError(f"{path}: no STS files in this folder; {LAYOUTS_HELP}")
-        if layout == "senteval-stsb":
-            files = _stsb_files(path)
-        else:
-            pattern = STS_INPUT if layout == "senteval-sts" else SICK_FILE
-            files = sorted((p for p in path.iterdir() if pattern.match(p.name)), key=lambda p: p.name.lower())
         return PairDataset(path.name, path, layout, [_READERS[layout](p) for p in files])
     gold = STS_GOLD.match(path.name)
     if gold:
@@ -132,15 +125,14 @@ def file_layout(path: Path) -> str | None:
 
 
 def read_stsb(path: Path) -> PairSubset:
-    """A SentEval STS-B file (``sts-{train,dev,test}.csv``, layout above): the subset is named by its
-    split. Malformed rows are skipped and reported."""
+    """A SentEval STS-B file (``sts-{train,dev,test}.csv``, layout above), the subset named by its split."""
     path = Path(path)
     split = STSB_FILE.match(path.name)
     pairs = _ScoredPairs(path)
     for line, fields in pairs.rows(read_utf8(path).splitlines(), start=1):
         if len(fields) < STSB_COLUMNS:
-            reason = f"{len(fields)} tab-separated fields, want {STSB_COLUMNS}"
-            pairs.report.bad_rows.append(BadRow(line, "row", reason))
+            pairs.report.bad_rows.append(BadRow(line, "row",
+                                                f"{len(fields)} tab-separated fields, want {STSB_COLUMNS}"))
         else:
             pairs.add(line, fields[5], fields[6], fields[4], ("sentence1", "sentence2", "score"))
     return pairs.subset(split.group(1) if split else path.stem)
@@ -156,9 +148,8 @@ def read_cs224n_sts(path: Path) -> PairSubset:
 
 
 def read_senteval_sts(input_path: Path) -> PairSubset:
-    """``STS.input.<name>.txt`` (tab-separated pair per line; extra columns ignored) and its
-    ``STS.gs.<name>.txt`` (one score per line; a blank line marks an unscored pair, skipped as
-    SentEval does). Scored lines that are malformed are skipped and reported."""
+    """``STS.input.<name>.txt`` (a tab-separated pair a line; extra columns ignored) and its ``STS.gs.<name>.txt``
+    (a score a line; a blank line marks an unscored pair, skipped as SentEval does)."""
     input_path = Path(input_path)
     match = STS_INPUT.match(input_path.name)
     if not match:
@@ -168,19 +159,16 @@ def read_senteval_sts(input_path: Path) -> PairSubset:
         raise DataError(f"STS input file not found: {input_path}")
     if not gold_path.is_file():
         raise DataError(f"{input_path}: gold-score file {gold_path.name} not found beside it")
-    pairs = read_utf8(input_path).splitlines()
-    scores = read_utf8(gold_path).splitlines()
+    pairs, scores = read_utf8(input_path).splitlines(), read_utf8(gold_path).splitlines()
     if len(pairs) != len(scores):
         raise DataError(f"{input_path} has {len(pairs)} lines but {gold_path.name} has {len(scores)}")
-    first, second, gold = [], [], []
+    first, second, gold, unscored = [], [], [], 0
     report = ReadReport(path=input_path, n_rows=len(pairs))
-    unscored = 0
     for line, (pair, score) in enumerate(zip(pairs, scores), start=1):
         if not score.strip():
             unscored += 1
             continue
-        fields = pair.split("\t")
-        value = _float(score)
+        fields, value = pair.split("\t"), _float(score)
         if len(fields) < 2:
             report.bad_rows.append(BadRow(line, "row", f"{len(fields)} tab-separated field(s), want 2"))
         elif value is None:
@@ -195,8 +183,7 @@ def read_senteval_sts(input_path: Path) -> PairSubset:
 
 
 def read_sick(path: Path) -> PairSubset:
-    """A SICK file: tab-separated with a header naming ``sentence_A``, ``sentence_B``,
-    ``relatedness_score`` (the other columns are ignored); malformed rows are skipped and reported."""
+    """A SICK file: tab-separated, its header naming ``SICK_COLUMNS`` among others (ignored)."""
     path = Path(path)
     lines = read_utf8(path).splitlines()
     if not lines or not lines[0].strip():
@@ -213,8 +200,7 @@ def read_sick(path: Path) -> PairSubset:
 
 
 class _ScoredPairs:
-    """The pairs of a scored pair file (SentEval STS-B, SICK) as its rows are read: each row's two
-    sentences and score are kept, or recorded as a bad row naming the file's column."""
+    """The pairs of a SentEval STS-B or SICK file as its rows are read, or its bad rows naming the file's column."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -250,20 +236,22 @@ class _ScoredPairs:
 _READERS = {"cs224n": read_cs224n_sts, "senteval-sts": read_senteval_sts, "senteval-stsb": read_stsb, "sick": read_sick}
 
 
-def _folder_layout(path: Path) -> str | None:
+def _folder_files(path: Path) -> tuple[str | None, list[Path]]:
+    """A folder's layout and its files of that layout (SentEval STS12-16's inputs, SICK's, STS-B's splits)."""
     names = [p.name for p in path.iterdir() if p.is_file()]
-    if any(STS_INPUT.match(n) for n in names):
-        return "senteval-sts"
-    if any(SICK_FILE.match(n) for n in names):
-        return "sick"
-    if _stsb_files(path):
-        return "senteval-stsb"
-    return None
+    for layout, pattern in (("senteval-sts", STS_INPUT), ("sick", SICK_FILE)):
+        if any(pattern.match(n) for n in names):
+            return layout, _by_name(p for p in path.iterdir() if pattern.match(p.name))
+    files = _stsb_files(path)
+    return ("senteval-stsb" if files else None), files
+
+
+def _by_name(paths: Iterator[Path]) -> list[Path]:
+    return sorted(paths, key=lambda p: p.name.lower())
 
 
 def _stsb_files(folder: Path) -> list[Path]:
-    """The folder's ``sts-{train,dev,test}.csv`` in the SentEval STS-B layout, in split order (a
-    CS224N data folder's files of the same names are not)."""
+    """The folder's ``sts-{train,dev,test}.csv`` in the SentEval STS-B layout (not CS224N's of the same names)."""
     files = [folder / f"sts-{split}.csv" for split in STSB_SPLITS]
     return [f for f in files if f.is_file() and file_layout(f) == "senteval-stsb"]
 
