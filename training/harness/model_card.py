@@ -44,7 +44,7 @@ def model_card(metrics: dict, checkpoint_dir: Path) -> str:
             if _stages_only(metrics) else
             "A BERT sentence encoder with task heads, trained by minbert-mtl's multi-task fine-tuning")
     parts = [
-        front_matter(metrics, config, tasks) +
+        front_matter(metrics, config, tasks, known) +
         f"# {metrics.get('run_name') or checkpoint_dir.parent.name}\n\n{what} (`run_multitask.py`).",
         "## Model\n\n" + "\n".join(_about(metrics, config, tasks, checkpoint_dir, known)),
         "## Reproduce\n\n```bash\n" + command(config) + "\n```",
@@ -60,7 +60,7 @@ HUB_DATASETS = {"sst": "stanfordnlp/sst", "qqp": "quora", "sts": "mteb/stsbenchm
 TASK_TYPES = {"accuracy": "text-classification", "pearson": "sentence-similarity"}
 
 
-def front_matter(metrics: dict, config: dict, tasks: list[str]) -> str:
+def front_matter(metrics: dict, config: dict, tasks: list[str], known: dict[str, Task]) -> str:
     """The YAML header that the HuggingFace hub and sentence-transformers read from a model card: library,
     base model, pipeline, data sets and the dev scores as a model-index (JSON scalars, which YAML reads)."""
     model = config.get("model") or {}
@@ -73,7 +73,6 @@ def front_matter(metrics: dict, config: dict, tasks: list[str]) -> str:
     datasets = [HUB_DATASETS[t] for t in tasks if t in HUB_DATASETS]
     if datasets:
         lines.append(f"datasets: [{', '.join(datasets)}]")
-    known = saved_tasks(config)
     dev = {name: value for name, value in (metrics.get("dev") or {}).items()
            if name in known and isinstance(value, (int, float))}
     if dev:
@@ -156,12 +155,11 @@ def _stages_only(metrics: dict) -> bool:
 
 def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path, known: dict[str, Task]) -> list[str]:
     model, train = config.get("model") or {}, config.get("train") or {}
-    encoder = ""
     try:
         bert = json.loads((checkpoint_dir / "config.json").read_text(encoding="utf-8"))
         encoder = f" ({bert.get('model_type', 'bert')}, {bert['num_hidden_layers']} layers, {bert['hidden_size']} wide)"
     except (OSError, ValueError, KeyError, TypeError):
-        pass
+        encoder = ""
     base = f"`{model['model']}`" if model.get("model") else EMBEDDED
     described = "; ".join(f"{name}: {known[name].description}" if name in known else name for name in tasks)
     if _stages_only(metrics):
@@ -209,8 +207,7 @@ def _scores(metrics: dict, tasks: list[str], known: dict[str, Task]) -> str:
     for name in [t for t in tasks if t in dev] + [t for t in dev if t not in tasks]:
         metric = known[name].metric_name if name in known else ""
         rows.append(row(name, metric, _number(dev[name]), _number(test.get(name))))
-    overall = [_number(metrics.get(key)) for key in ("dev_overall", "test_overall")]
-    rows.append(row("overall", "mean on 0..1", *overall))
+    rows.append(row("overall", "mean on 0..1", *(_number(metrics.get(key)) for key in ("dev_overall", "test_overall"))))
     best = f"Best epoch: {metrics.get('best_epoch')} of {len(metrics.get('epochs') or [])}"
     if metrics.get("best_step"):
         best += f" (step {metrics['best_step']})"
@@ -255,8 +252,9 @@ def _heads(heads: dict[str, list[int]], model: dict, tasks: list[str], known: di
     for name in [t for t in tasks if t in present] + sorted(present - set(tasks)):
         lines.append(f"- {name}: {_head_formula(known.get(name), model, temp)}")
     if model.get("pair_projection", PAIR_DEFAULTS["pair_projection"]) != "none":
-        lines += ["", "The pair heads' projections (`project_u`, and `project_v` when separate) are head tensors: `encode`, transformers "
-                      "and sentence-transformers give the exported tower's pooled vectors, before any projection."]
+        lines += ["", "The pair heads' projections (`project_u`, and `project_v` when separate) are head tensors: "
+                      "`encode`, transformers and sentence-transformers give the exported tower's pooled vectors, "
+                      "before any projection."]
     lines += ["", "| tensor | shape |", "|---|---|"]
     lines += [f"| `{key}` | {list(shape)} |" for key, shape in heads.items()]
     return "\n".join(lines)
