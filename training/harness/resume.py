@@ -41,10 +41,9 @@ class ResumeError(Exception):
 
 
 class TrainingClock(StepClock):
-    """The kernel's step clock (``training/learning/callbacks.py``) as exact resume: counts optimizer steps
-    across all stages, saves training checkpoints, and replays from ``resume``.
-    Besides the model, a checkpoint holds the states the tracked run lists (``track``, ``Run.states``): its
-    optimizers, loss weighting, regularizers' averages, gradient scaler, learning-rate schedule."""
+    """The kernel's step clock (``training/learning/callbacks.py``) as exact resume: counts optimizer steps across
+    all stages, saves training checkpoints (the model and what ``track`` lists: optimizers, loss weighting,
+    regularizers' averages, gradient scaler, learning-rate schedule), and replays from ``resume``."""
 
     def __init__(self, model: torch.nn.Module | None, run_dir: Path | None, config: dict, save_every: int = 0,
                  keep: int = 2, resume: "Checkpoint | None" = None, enabled: bool = True,
@@ -60,8 +59,7 @@ class TrainingClock(StepClock):
         self.resume_step = resume.step if resume else 0
 
     def track(self, run) -> None:
-        """Save and restore what ``run.states()`` lists (a ``learning.stages.Run``), each named ``run.<path>``
-        as checkpoints always have."""
+        """Save and restore what ``run.states()`` lists, each named ``run.<path>`` as checkpoints always have."""
         self.states = lambda: {f"run.{name}": state for name, state in run.states().items()}
 
     def finished_stage(self, name: str) -> dict | None:
@@ -138,7 +136,7 @@ class TrainingClock(StepClock):
             os.chmod(tmp / "model.safetensors", usual_mode())  # save_file makes 0600
             for source, copy in ((ENCODER, BEST_ENCODER), (HEADS, BEST_HEADS)):
                 if self.best_dir is not None and (self.best_dir / source).is_file():
-                    shutil.copyfile(self.best_dir / source, tmp / copy)  # a copy of its own, see _write's docstring
+                    shutil.copyfile(self.best_dir / source, tmp / copy)
             objects = self.states()
             optimizers = {k for k, o in objects.items() if isinstance(o, torch.optim.Optimizer)}
             torch.save({"optimizers": {k: o.state_dict() for k, o in objects.items() if k in optimizers},
