@@ -111,9 +111,8 @@ def load_dataset(path: Path) -> PairDataset:
 
 
 def file_layout(path: Path) -> str | None:
-    """The layout of a scored pair file, told by its first line: a header naming the CS224N or SICK
-    columns, or no header but a SentEval STS-B row (at least 7 tab-separated fields, the 5th a
-    number). None for anything else."""
+    """The layout of a scored pair file, told by its first line: a header naming the CS224N or SICK columns,
+    or no header but a SentEval STS-B row (at least 7 tab-separated fields, the 5th a number); else None."""
     first = read_header(path)
     if all(c in first for c in CS224N_COLUMNS):
         return "cs224n"

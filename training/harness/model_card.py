@@ -102,8 +102,7 @@ def command(config: dict) -> str:
 
 
 def head_tensors(checkpoint_dir: Path) -> dict[str, list[int]]:
-    """Name -> shape of the ``heads.*`` tensors in the checkpoint (``heads.safetensors``, or the one
-    ``model.safetensors`` of the older layout); empty when it has none."""
+    """Name -> shape of the ``heads.*`` tensors (``heads.safetensors``, or the older layout's ``model.safetensors``)."""
     path = checkpoint_dir / HEADS
     if not path.is_file():
         path = checkpoint_dir / ENCODER
@@ -114,8 +113,7 @@ def head_tensors(checkpoint_dir: Path) -> dict[str, list[int]]:
 
 
 def _normalised(config: dict) -> dict:
-    """The saved configuration as this version reads it (``RunConfig.from_dict``: older names and
-    absent fields resolved), or as saved where it cannot be read."""
+    """The saved configuration as this version reads it (older names, absent fields resolved), else as saved."""
     try:
         return RunConfig.from_dict(config).to_dict()
     except (TypeError, KeyError, ValueError):

@@ -3,16 +3,11 @@ its FT baseline (or a task's to its single-task row) more than the luck of which
 be in the dev set and of which seeds trained the runs? (docs/ablation.md, "Reading the table: seeds
 and intervals")
 
-A resample draws each task's dev examples with replacement, each task on its own, and scores every run
-on the same draws (paired). It is kept as counts (how often each example was drawn), so a run's metric on
-it is a weighted metric and all runs and resamples are a few matrix products. The draws depend only on the
-seed, the task and its number of dev examples: an interval is reproducible and does not change when other
-rows join the table.
-
-The second level (``paired_difference``): in each resample the seeds are drawn with replacement too and
-their scores averaged, with the same draws for a row and its baseline trained with the same seeds (seed s
-against seed s: same data order, same start), each side's own otherwise. The interval then holds the spread
-between seeds as well as that of the examples (with one seed, the examples' alone).
+A resample draws each task's dev examples with replacement and scores every run on the same draws (paired),
+kept as counts so that all runs and resamples are a few matrix products (``weighted_metric``). The draws depend
+only on the seed, the task and its number of dev examples: an interval is reproducible and does not change when
+other rows join the table. In each resample the seeds are drawn too (``paired_difference``), so the interval
+holds the spread between seeds as well as that of the examples (with one seed, the examples' alone).
 """
 from __future__ import annotations
 
@@ -108,10 +103,10 @@ def score_runs(runs: Iterable[DevSource], resamples: int, seed: int) -> tuple[di
 def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 0.95,
                       task: str | None = None, seed: int = 0, same_seeds: bool = False) -> Difference:
     """Row minus baseline, each the mean over its seeds, with the central ``level`` percentile range of that
-    difference when each side's seeds are drawn with replacement in every resample (``same_seeds``: the two
-    lists hold runs of the same seeds in the same order, drawn together). The overall score, or ``task``'s
-    metric alone: a task's draws depend only on the seed, the task and its dev examples, so they pair across
-    runs of other tasks (a multi-task row against that task's single-task row)."""
+    difference when each side's seeds are drawn with replacement in every resample (``same_seeds``: the lists
+    hold runs of the same seeds in the same order, same data order and start: drawn together). The overall
+    score, or ``task``'s metric alone: a task's draws depend only on the seed, the task and its dev examples,
+    so they pair across runs of other tasks (a multi-task row against that task's single-task row)."""
     if task is None:
         if any(s.examples != baseline[0].examples for s in (*row, *baseline)):
             raise Unavailable("not the same tasks and dev examples as the baseline")

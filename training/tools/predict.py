@@ -82,8 +82,7 @@ def goes(given: list[str]) -> str:
 
 
 def predict_input(run, args: argparse.Namespace, out: Path) -> int:
-    """``--input FILE``: the task's predictions of every row of the file, with its text and the class names,
-    scored where it has labels; a row that cannot be read is an error unless ``--skip_bad_rows``."""
+    """``--input FILE``: the task's prediction of every row, with its text and class name, scored where labelled."""
     name = input_task(run, args.task)
     known = known_tasks(run.config)
     task, path = known[name], Path(args.input)
@@ -257,8 +256,7 @@ def check_not_another_run(out: Path, overwrite: bool) -> None:
 
 def planned_files(tasks: list[str], known: dict[str, Task],
                   data_dir: Path) -> tuple[list[tuple[str, str, Path]], list[Path]]:
-    """``(task, split, data file)`` for every dev/test file of ``tasks`` (rows in ``known``) that ``data_dir``
-    holds, and the files it lacks; a folder with none of them is an error."""
+    """``(task, split, data file)`` of every dev/test file of ``tasks`` in ``data_dir``, and the files it lacks."""
     files = [(name, split, data_dir / known[name].files[split]) for name in tasks for split in ("dev", "test")
              if split in known[name].files]   # a declared task's test file is optional
     planned = [file for file in files if file[2].is_file()]
@@ -270,8 +268,7 @@ def planned_files(tasks: list[str], known: dict[str, Task],
 
 def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: int | None,
                   overwrite: bool = False) -> dict:
-    """Predict and write every dev/test file of ``tasks`` found in ``data_dir``; returns ``{file name:
-    metric}`` for the labelled ones. Unless ``overwrite``, an output file that exists already is an error."""
+    """Predict and write each dev/test file of ``tasks`` in ``data_dir``; ``{file name: metric}`` of the labelled."""
     for name in tasks:  # every task checked before any file is written
         run.check_head(name)
     known = known_tasks(run.config)
