@@ -94,14 +94,12 @@ def load_dataset(path: Path) -> PairDataset:
         if layout is None:
             raise DataError(f"{path}: no STS files in this folder; {LAYOUTS_HELP}")
         return PairDataset(path.name, path, layout, [_READERS[layout](p) for p in files])
-    gold = STS_GOLD.match(path.name)
-    if gold:
+    if gold := STS_GOLD.match(path.name):
         path = path.with_name(f"STS.input.{gold.group(1)}.txt")
     if STS_INPUT.match(path.name):
         subset = read_senteval_sts(path)
         return PairDataset(f"{path.parent.name}/{subset.name}", path, "senteval-sts", [subset])
-    layout = file_layout(path)
-    if layout is not None:
+    if (layout := file_layout(path)) is not None:
         return PairDataset(path.stem, path, layout, [_READERS[layout](path)])
     header = read_header(path)
     if all(c in header for c in CS224N_COLUMNS[:2]):

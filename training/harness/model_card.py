@@ -70,8 +70,7 @@ def front_matter(metrics: dict, config: dict, tasks: list[str], known: dict[str,
              f"base_model: {json.dumps('sentence-transformers/all-MiniLM-L6-v2' if base is None else Path(base).name)}",
              f"pipeline_tag: {'sentence-similarity' if library == 'sentence-transformers' else 'feature-extraction'}",
              "tags: [bert, multi-task, minbert-mtl]"]
-    datasets = [HUB_DATASETS[t] for t in tasks if t in HUB_DATASETS]
-    if datasets:
+    if datasets := [HUB_DATASETS[t] for t in tasks if t in HUB_DATASETS]:
         lines.append(f"datasets: [{', '.join(datasets)}]")
     dev = {name: value for name, value in (metrics.get("dev") or {}).items()
            if name in known and isinstance(value, (int, float))}

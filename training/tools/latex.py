@@ -114,9 +114,8 @@ def render_latex(rows: list[RunRow], headers: Headers, footer: str = "", baselin
     Markdown table's ``footer`` and the rows left out as comments above it."""
     shown = [row for row in rows if row.complete]
     table = latex_columns(shown, headers)
-    left_out = [row.run for row in rows if not row.complete]
     notes = [escape(footer)] if footer else []
-    if left_out:
+    if left_out := [row.run for row in rows if not row.complete]:
         notes.append(escape(f"Left out, without finished dev scores: {', '.join(left_out)}."))
     notes = [f"% {line}" for note in notes for line in textwrap.wrap(note, 110, break_on_hyphens=False)]
     lines = [f"% minbert-report --format latex: needs {REQUIRES}", *notes,
@@ -157,13 +156,11 @@ def caption(rows: list[RunRow], delta: str, baseline: str | None, resamples: int
                      "interval of that task's metric alone.")
     if any(row.vs_baseline for row in rows):
         parts.append(f"TASK {delta}: that task's metric minus that of {escape(baseline)}, with the same interval.")
-    kinds = [kind for kind in BASELINES if any(row.baseline == kind for row in rows)]
-    if kinds:
+    if kinds := [kind for kind in BASELINES if any(row.baseline == kind for row in rows)]:
         parts.append("; ".join(f"{kind}: {BASELINES[kind]}" for kind in kinds) + ".")
     if any(row.flags and any(row.flags.values()) for row in rows):   # an on/off column is shown
         parts.append(r"\checkmark{} on, $\times$ off.")
-    caps = sorted({row.dev_cap for row in rows if row.dev_cap is not None and not row.val_fraction})
-    if caps:
+    if caps := sorted({row.dev_cap for row in rows if row.dev_cap is not None and not row.val_fraction}):
         parts.append(f"{CAPPED_MARK} capped: dev scored on the first N examples of each task's dev file "
                      f"(\\texttt{{{escape('--max_eval_examples')} N}}, N = {' or '.join(map(str, caps))}), compared "
                      f"only with rows capped alike.")
