@@ -89,29 +89,22 @@ done
 # every pair on MEAN, the variants, everything but the costly extensions on MEAN, everything on CLS and on MEAN),
 # their seeds, and every run's budget (one multi-task epoch of 30 steps, 20 batches of every extension's stage,
 # with the options above applied) come from training.tools.grid.plan, as minbert-grid's. Unless --list, every
-# run's flags (budget, row, EXTRA) are checked too, in the same Python start: a bad flag after -- fails once,
+# run's flags (budget, row, EXTRA) are checked too, as minbert-grid checks them (training.tools.grid.first_refused: the
+# parser, RunConfig.validate and the model's config.json): a bad flag after -- fails once,
 # before the first run. On 2 CPU cores with the embedded model, the 26 rows without LCL took 117.3 min in all,
 # 2.8-6.5 min a row on an idle machine, the all-on rows the slowest (docs/ablation.md); the 7 LCL rows come on
 # top. Other jobs on the same cores make every row slower.
 PLAN_AND_CHECK='
-import contextlib, io, sys
+import sys
 sys.path.insert(0, sys.argv[1])
 from training.tools.grid import ablate_plan, listing, shell_lines
 runs = ablate_plan(sys.argv[3:])
 if sys.argv[2] == "list":
     print("\n".join(listing(runs)))
     sys.exit(0)
-import run_multitask
-for run in runs:
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            run_multitask.parse_config(list(run.flags)).validate()
-    except SystemExit:   # a flag that does not parse, the same in every row
-        message = stderr.getvalue().strip().splitlines()[-1]
-        sys.exit("ablate.sh: " + message.split("error: ", 1)[-1])
-    except ValueError as err:
-        sys.exit(f"ablate.sh: row {run.row}: {err}")
+from training.tools.grid import first_refused
+if refused := first_refused([(f"row {run.row}", list(run.flags)) for run in runs]):   # as minbert-grid checks
+    sys.exit("ablate.sh: " + refused)
 print("\n".join(shell_lines(runs)))
 '
 OPTIONS=(--seeds "$SEEDS" "${SETS[@]+"${SETS[@]}"}")

@@ -161,6 +161,9 @@ def test_an_out_dir_that_is_or_is_inside_a_run_folder_is_refused_before_anything
     (tmp_path / "runs" / "claim").mkdir()
     (tmp_path / "runs" / "claim" / "metrics.json").write_text('{"status": "starting"}')   # a claim: not a run yet
     assert ray_grid.run_folder_of(tmp_path / "runs" / "claim" / "x") is None
+    for text in ("7", "[1, 2]", "null"):   # a metrics.json that holds no object: no run, not a TypeError
+        (tmp_path / "runs" / "claim" / "metrics.json").write_text(text)
+        assert ray_grid.run_folder_of(tmp_path / "runs" / "claim" / "x") is None
 
 
 def test_a_report_that_fails_makes_the_grid_s_exit_code_non_zero(tmp_path, monkeypatch, capsys):

@@ -675,7 +675,7 @@ def test_ablate_stage_steps_and_a_whole_epoch_budget(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("extra, message", [
-    (["--bogus", "1"], "ablate.sh: unrecognized arguments: --bogus 1"),
+    (["--bogus", "1"], "ablate.sh: row pt: unrecognized arguments: --bogus 1"),
     (["--loss_weights", "1,2,3"], "ablate.sh: row pt: --loss_weights has no effect without --joint_loss"),
     (["--out_dir", "elsewhere"], "ablate.sh: --out_dir goes before --"),
 ])
@@ -684,6 +684,15 @@ def test_ablate_refuses_bad_extra_flags_once_before_any_run(tmp_path, extra, mes
                     env={"PYTHON": sys.executable})
     assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
     assert result.stderr.count("ablate.sh:") == 1 and not (tmp_path / "grid").exists()
+
+
+@pytest.mark.slow
+def test_ablate_refuses_a_model_that_cannot_take_the_runs_as_minbert_grid_does(tmp_path, tiny_model_dir):
+    result = ablate("--out_dir", str(tmp_path / "grid"), "--", "--data_dir", "somewhere", "--model",
+                    str(tiny_model_dir), "--max_length", "100", env={"PYTHON": sys.executable})
+    assert result.returncode == 2 and result.stderr.startswith(
+        "ablate.sh: row pt: --max_length 100 is more than the model's 64 positions"), result.stderr
+    assert not (tmp_path / "grid").exists()
 
 
 @pytest.mark.slow

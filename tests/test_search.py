@@ -86,6 +86,22 @@ def usage(*argv) -> tuple[int, str]:
     return exit.value.code, err.getvalue().strip().splitlines()[-1]
 
 
+def test_a_folder_holds_one_search_and_says_so_in_one_line(tmp_path):
+    space = write(tmp_path / "space.json", json.dumps({"lr": [1e-4, 3e-4]}))
+    args = argparse.Namespace(space_spec=search.read_space(str(space)), extra=["--epochs", "1"], val_fraction=0.1)
+    (tmp_path / "out" / "logs").mkdir(parents=True)
+    search.check_same_search(tmp_path / "out", args)   # the first part records the search
+    record = tmp_path / "out" / "logs" / "search.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "written_by": "a later version"}))
+    search.check_same_search(tmp_path / "out", args)   # a key it does not know: the same search
+    with pytest.raises(ValueError, match=r"holds a search with another flags \("):
+        search.check_same_search(tmp_path / "out", argparse.Namespace(**{**vars(args), "extra": []}))
+    for text in ("[1, 2]", "{not json"):
+        record.write_text(text)
+        with pytest.raises(ValueError, match="is not a search's record"):
+            search.check_same_search(tmp_path / "out", args)
+
+
 def test_search_flags_a_user_cannot_give_are_usage_errors(tmp_path):
     space = write(tmp_path / "space.json", '{"lr": [1e-4, 2e-4]}')
     assert usage("--space", str(space), "--", "--lr", "1e-4")[1].endswith(

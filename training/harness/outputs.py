@@ -86,11 +86,13 @@ def release_run_dir(run_dir: Path) -> None:
 
 
 def read_metrics(run_dir: Path) -> dict:
-    """The run's metrics.json so far (an unreadable one is started afresh, not an error)."""
+    """The run's metrics.json so far (an unreadable one, or one that holds no object, is started afresh, not an
+    error: every reader asks it for keys)."""
     try:
-        return json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {"run_name": run_dir.name}
+        metrics = None
+    return metrics if isinstance(metrics, dict) else {"run_name": run_dir.name}
 
 
 def scored_evaluations(metrics: dict) -> list[dict]:

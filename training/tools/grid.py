@@ -19,19 +19,55 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from .. import extensions
 from ..configuration.sections import DEFAULT_SEED
 from ..extensions.base import Extension
 from ..configuration.task_declarations import DEFAULT_TASKS
 
+ROOT = Path(__file__).resolve().parents[2]    # where run_multitask.py is, in the clone or installed
 # The multi-task budget of every run (the extensions add theirs): one epoch of 30 round-robin rounds.
 BUDGET = {"--epochs": "1", "--max_steps_per_epoch": "30"}
 # The best combination of the CS224N default-project reports this grid follows.
 PUBLISHED = ("published", ["--pre_qqp", "--joint_loss", "--smart", "--scl"])
+
+
+# every run's flags checked in one Python start before anything runs, as the run checks them and against the model
+CHECK = """
+import contextlib, io, json, sys
+sys.path.insert(0, sys.argv[1])
+import run_multitask
+from minbert.errors import describe
+from training.harness.runs import check_fits_model
+for name, flags in json.loads(sys.argv[2]):
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            config = run_multitask.parse_config(flags)
+            config.validate()
+    except SystemExit:
+        sys.exit(name + ": " + stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
+    except (ValueError, OSError) as err:
+        sys.exit(f"{name}: {describe(err)}")
+    try:
+        check_fits_model(config)
+    except Exception as err:   # a model that does not fit, or that is not there (WeightsError)
+        sys.exit(f"{name}: {describe(err)}")
+"""
+
+
+def first_refused(named_flags: list[tuple[str, list[str]]]) -> str | None:
+    """None, or "NAME: why" for the first of (name, ``run_multitask.py`` flags) that it refuses (its parser,
+    ``RunConfig.validate``, or ``check_fits_model``), in one line: a bad flag after -- fails once, before Ray."""
+    done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT), json.dumps(named_flags)], capture_output=True,
+                          text=True)
+    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["flags refused"])[-1]
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,8 @@ from ..harness.outputs import read_metrics
 from ..harness.run_lock import LOCK, is_live
 from ..harness.status import FINAL, UNFINISHED, RunStatus
 from .command import stdout_closed
-from .grid import DEFAULT_SEED, NAMED_GRIDS, GridRun, plan, rows_of
+from .grid import DEFAULT_SEED, NAMED_GRIDS, ROOT, GridRun, first_refused, plan, rows_of
 
-ROOT = Path(__file__).resolve().parents[2]    # where run_multitask.py is, in the clone or installed
 NOT_STARTED = "not started"
 EXIT_INTERRUPTED = 130
 GRID_LOCK = ".grid.lock"
@@ -205,38 +204,6 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text}: give a whole number >= 1")
     return value
-
-
-# every run's flags checked in one Python start before anything runs, as the run checks them and against the model
-CHECK = """
-import contextlib, io, json, sys
-sys.path.insert(0, sys.argv[1])
-import run_multitask
-from minbert.errors import describe
-from training.harness.runs import check_fits_model
-for name, flags in json.loads(sys.argv[2]):
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            config = run_multitask.parse_config(flags)
-            config.validate()
-    except SystemExit:
-        sys.exit(name + ": " + stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
-    except (ValueError, OSError) as err:
-        sys.exit(f"{name}: {describe(err)}")
-    try:
-        check_fits_model(config)
-    except Exception as err:   # a model that does not fit, or that is not there (WeightsError)
-        sys.exit(f"{name}: {describe(err)}")
-"""
-
-
-def first_refused(named_flags: list[tuple[str, list[str]]]) -> str | None:
-    """None, or "NAME: why" for the first of (name, ``run_multitask.py`` flags) that it refuses (its parser,
-    ``RunConfig.validate``, or ``check_fits_model``), in one line: a bad flag after -- fails once, before Ray."""
-    done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT), json.dumps(named_flags)], capture_output=True,
-                          text=True)
-    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["flags refused"])[-1]
 
 
 # ---- one trial ---------------------------------------------------------------------------------------------

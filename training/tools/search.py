@@ -43,9 +43,9 @@ from ..harness.run_lock import is_live
 from ..configuration.settings_file import read_settings_file
 from ..harness.status import FINAL, RunStatus
 from ..harness.trial_control import MARK
-from .ray_grid import (EXIT_INTERRUPTED, ROOT, GridError, GridLock, Stop, add_wait_for_resources, first_refused,
-                       guarded, killed_by, last_error_line, on_ray, positive, run_config, run_words, split_at_dashes,
-                       start_run, stop_file)
+from .grid import ROOT, first_refused
+from .ray_grid import (EXIT_INTERRUPTED, GridError, GridLock, Stop, add_wait_for_resources, guarded, killed_by,
+                       last_error_line, on_ray, positive, run_config, run_words, split_at_dashes, start_run, stop_file)
 
 SEARCH_KEY = "search"     # the trial config's entry that is not a flag: where and how the trial runs
 PREFIX = "trial-"
@@ -515,9 +515,13 @@ def check_same_search(out_dir: Path, args) -> None:
                                     "val_fraction": args.val_fraction}))
     path = out_dir / "logs" / "search.json"
     if path.exists():
-        earlier = json.loads(path.read_text(encoding="utf-8"))
-        if earlier != recipe:
-            changed = [key for key in recipe if earlier.get(key) != recipe[key]]
+        try:
+            earlier = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            earlier = None
+        if not isinstance(earlier, dict):
+            raise ValueError(f"{path} is not a search's record (a JSON object): remove it, or give another --out_dir")
+        if changed := [key for key in recipe if earlier.get(key) != recipe[key]]:   # other keys: another version's
             raise ValueError(f"{out_dir} holds a search with another {' and '.join(changed)} ({path}): give the "
                              "same --space and flags to continue it, or another --out_dir")
     else:
