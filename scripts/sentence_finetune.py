@@ -134,8 +134,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         raise ValueError("--loss lcl needs --batch_size of at least 2 (it contrasts the sentences of a batch)")
     config = RunConfig.defaults(model=section_from_args(ModelConfig, args), data=section_from_args(DataConfig, args),
                                 train=section_from_args(TrainConfig, args, tasks=args.task))
-    config.validate()
-    return config
+    return config.validate()
 
 
 class SentenceObjective(Objective):

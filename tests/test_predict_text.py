@@ -136,3 +136,13 @@ def test_label_names_are_checked_against_the_classes_and_optional(tmp_path):
         task_file.read_task_file(declare(kind="pair_regression", num_classes=None, score_range=[0, 1],
                                          label_names=["low", "high"]))
     assert task_declarations.label_names("sst") == SST_NAMES and task_declarations.label_names("sts") is None
+
+
+def test_a_missing_input_is_named_first_whatever_its_kind(run_dir, tmp_path, capsys):
+    """A missing --input is one line naming it, before the out folder's checks, for a .txt file as for a CSV."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.json").write_text("{}")   # would be refused without --overwrite: the missing file comes first
+    for name in ("gone.txt", "gone.csv"):
+        assert predict.main([str(run_dir), "--input", str(tmp_path / name), "--task", "sst", "--out", str(out)]) == 1
+        assert capsys.readouterr().err.strip() == f"error: --input {tmp_path / name}: no such file"

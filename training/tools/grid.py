@@ -50,7 +50,7 @@ for name, flags in json.loads(sys.argv[2]):
     try:
         with contextlib.redirect_stderr(stderr):
             config = run_multitask.parse_config(flags)
-            config.validate()
+            config = config.validate()
     except SystemExit:
         sys.exit(name + ": " + stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
     except (ValueError, OSError) as err:

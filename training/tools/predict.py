@@ -87,6 +87,8 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     known = known_tasks(run.config)
     task, path = known[name], Path(args.input)
     target = out / f"{task.output_prefix}-{path.stem}-output.csv"
+    if not path.is_file():   # before the out folder's checks, whichever kind of file
+        raise DataError(f"--input {path}: no such file")
     if path.suffix.lower() == ".txt":   # one sentence (or tab-separated pair) a line, no header; else a table
         if given := given_flags(args, CSV_FLAGS):
             raise ValueError(f"{goes(given)} with a CSV/TSV --input: {path.name} is read as text, {text_format(task)}")
@@ -97,8 +99,6 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
             raise ValueError(f"--columns: {name} reads {len(task.text_columns)} distinct text column"
                              f"{'s' if len(task.text_columns) > 1 else ''} ({','.join(task.text_columns)} in its own "
                              f"files), got {args.columns!r}")
-        if not path.is_file():
-            raise DataError(f"--input {path}: no such file")
         delimiter = guess_delimiter(path)
         header = read_header(path, delimiter)
         if args.no_score and args.label_column:
@@ -144,8 +144,6 @@ def text_format(task: Task) -> str:
 def read_text_examples(path: Path, task: Task) -> tuple[list[Example], ReadReport]:
     """The examples of a ``.txt`` file (``embed``'s reading: its non-empty lines), one sentence a line, or for
     a pair task two tab-separated ones; a line that is no pair is a bad row (``text_columns`` name the fields)."""
-    if not path.is_file():
-        raise DataError(f"--input {path}: no such file")
     lines = text_lines(read_utf8(path))
     if not lines:
         raise DataError(f"{path}: no sentences (a .txt file is read as {text_format(task)})")
