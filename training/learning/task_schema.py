@@ -74,8 +74,8 @@ def _pair_regression(common: dict, low: float, high: float) -> Task:
 
 
 BUILTIN_TASKS: Mapping[str, Task] = MappingProxyType(
-    {d["name"]: task_from_declaration(check_declaration(d, "training/learning/task_schema.py", reserved=()))
-     for d in BUILTIN_DECLARATIONS})
+    {d["name"]: task_from_declaration(check_declaration(d, "training/configuration/task_declarations.py",
+                                                          reserved=())) for d in BUILTIN_DECLARATIONS})
 
 
 def task_table(declarations: list[dict] = (), where: str = "the run's configuration") -> dict[str, Task]:
