@@ -13,7 +13,6 @@ from typing import Self
 
 from heads import POOLING_MODES
 from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
-
 from heads.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
 
 from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
@@ -21,6 +20,7 @@ from .task_declarations import BUILTIN_NAMES, DEFAULT_TASKS, check_declaration, 
 
 DEFAULT_SEED = 11711   # --seed's default; a grid's seeds count up from it (training/tools/grid.py)
 STRATEGIES = ("min", "exhaust", "proportional")   # --rr: how long a round-robin epoch is (training/learning/schedule.py)
+
 
 @dataclass(frozen=True)
 class ModelConfig:

@@ -109,7 +109,6 @@ class RunConfig(RunSettings):
             if not set(declared) & {name.strip() for name in self.train.tasks.split(",")}:
                 raise ValueError(f"--task_file {d.task_file} declares {', '.join(declared)}, but --tasks "
                                  f"{self.train.tasks} names none of them: add them to --tasks")
-        config.declared_tasks()
         return config
 
     def training_batch_sizes(self) -> list[tuple[str, int]]:

@@ -7,7 +7,7 @@ A run's table is the built-in tasks and the declarations it saved (``DataConfig.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import torch.nn.functional as F
 
@@ -78,18 +78,10 @@ BUILTIN_TASKS: Mapping[str, Task] = MappingProxyType(
                                                           reserved=())) for d in BUILTIN_DECLARATIONS})
 
 
-def task_table(declarations: list[dict] = (), where: str = "the run's configuration") -> dict[str, Task]:
-    """The tasks a run knows, by name: the built-in ones, then each of its own declarations (checked again:
-    a saved one may be hand-edited)."""
-    own = (task_from_declaration(check_declaration(d, where, i)) for i, d in enumerate(declarations))
-    return {**BUILTIN_TASKS, **{task.name: task for task in own}}
-
-
 def known_tasks(config: RunSettings) -> dict[str, Task]:
     """Every task this run can name, by name: the built-in ones and its own (``own_tasks``, the checked
     declarations of ``--task_file``, saved with the run). Built here, never registered anywhere."""
-    d = config.data
-    return task_table(d.own_tasks, f"--task_file {d.task_file}" if d.task_file else "the run's configuration")
+    return _with_builtin(config.declared_tasks())
 
 
 def run_tasks(config: RunSettings) -> dict[str, Task]:
@@ -100,5 +92,10 @@ def run_tasks(config: RunSettings) -> dict[str, Task]:
 
 def saved_tasks(saved: dict, where: str = "the run's saved configuration") -> dict[str, Task]:
     """The task table of a saved configuration (a run's ``config`` in metrics.json): the built-in tasks and
-    the declarations it carries."""
-    return task_table(own_declarations(saved), where)
+    the declarations it carries (checked again: a saved one may be hand-edited)."""
+    return _with_builtin(check_declaration(d, where, i) for i, d in enumerate(own_declarations(saved)))
+
+
+def _with_builtin(checked: Iterable[dict]) -> dict[str, Task]:
+    """The built-in tasks, then the ``Task`` row of each checked declaration."""
+    return {**BUILTIN_TASKS, **{task.name: task for task in map(task_from_declaration, checked)}}

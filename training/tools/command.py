@@ -44,7 +44,7 @@ def run_command(body: Callable[[], int | None]) -> int:
         sys.stdout.flush()   # a reader that went away is seen here, not at exit
         return code
     except BrokenPipeError:
-        return stdout_closed()
+        return _stdout_closed()
     except USER_ERRORS as err:
         return _say(f"error: {describe(err)}", 1)
     except Terminated:
@@ -56,7 +56,7 @@ def run_command(body: Callable[[], int | None]) -> int:
         warnings.formatwarning = formatter
 
 
-def stdout_closed() -> int:
+def _stdout_closed() -> int:
     """The reader of stdout went away (``| head``): no error, and no second one when Python flushes at exit;
     exit code 141, a tool's ended by SIGPIPE."""
     devnull = os.open(os.devnull, os.O_WRONLY)

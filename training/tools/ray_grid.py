@@ -39,7 +39,7 @@ from minbert.errors import describe, first_line
 from ..harness.outputs import read_metrics
 from ..harness.run_lock import LOCK, is_live
 from ..harness.status import FINAL, UNFINISHED, RunStatus
-from .command import stdout_closed
+from .command import run_command
 from .grid import DEFAULT_SEED, NAMED_GRIDS, ROOT, GridRun, first_refused, plan, rows_of
 
 NOT_STARTED = "not started"
@@ -67,11 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     runs = plan(args)
     if args.list:
-        try:
-            print("\n".join(" ".join([run.name, *run.flags]) for run in runs), flush=True)
-        except BrokenPipeError:
-            return stdout_closed()
-        return 0
+        return run_command(lambda: print("\n".join(" ".join([run.name, *run.flags]) for run in runs)))
     out_dir = Path(args.out_dir).resolve()
 
     def prepare() -> None:
