@@ -30,7 +30,6 @@ class DataError(Exception):
 @dataclass(frozen=True)
 class Example:
     """One data row: the sentence(s) to encode and, for labelled files, the gold label."""
-
     id: str
     texts: tuple[str, ...]  # 1 sentence (SST) or 2 (QQP, STS)
     label: int | float | None  # None for unlabelled (test-student) files
@@ -39,8 +38,6 @@ class Example:
 
 @dataclass(frozen=True)
 class BadRow:
-    """A skipped row: where it is and what is wrong with it."""
-
     line: int
     field: str
     reason: str
@@ -49,7 +46,6 @@ class BadRow:
 @dataclass
 class ReadReport:
     """What ``read_examples`` saw in one file, so callers can log skipped rows."""
-
     path: Path
     n_rows: int  # data rows seen (blank lines are not rows)
     bad_rows: list[BadRow] = field(default_factory=list)
@@ -71,14 +67,10 @@ class ReadReport:
 
 @dataclass(frozen=True)
 class FileLayout:
-    """What a task file holds and where: its text columns (one sentence or a pair), its label column (None:
-    read as unlabelled, labels if present ignored) and what a label must be, its id column and delimiter.
-
-    ``label_type="class"`` wants a whole number in ``[0, num_classes)`` (QQP's ``0.0``/``1.0`` are
-    accepted as 0/1); ``"score"`` wants a finite float in ``score_range`` (inclusive). ``id_column=None``:
-    the file has no ids, and each row's id is its line number (the header is line 1). ``delimiter``: tab
-    (the CS224N files), or ``,`` for a comma-separated file of your own.
-    """
+    """What a task file holds and where. ``label_column=None``: read as unlabelled (labels, if present, ignored).
+    ``label_type="class"`` wants a whole number in ``[0, num_classes)`` (QQP's ``0.0``/``1.0`` are 0/1),
+    ``"score"`` a finite float in ``score_range`` (inclusive). ``id_column=None``: each row's id is its line
+    number (the header is line 1). ``delimiter``: tab (the CS224N files), or ``,`` for a file of your own."""
     text_columns: Sequence[str]
     label_column: str | None = None
     label_type: str = "class"
@@ -95,8 +87,7 @@ class FileLayout:
 
     def columns(self) -> list[str]:
         """The columns the file's header must name, in the order the errors name them."""
-        return ([self.id_column] if self.id_column is not None else []) + [*self.text_columns] + \
-            ([self.label_column] if self.label_column is not None else [])
+        return [name for name in (self.id_column, *self.text_columns, self.label_column) if name is not None]
 
 
 def read_examples(path: str | Path, layout: FileLayout, strict: bool = False) -> tuple[list[Example], ReadReport]:
@@ -108,13 +99,10 @@ def read_examples(path: str | Path, layout: FileLayout, strict: bool = False) ->
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data file not found: {path}. {HOW_TO_SUPPLY}")
-    label_of = partial(_parse_label, label_type=layout.label_type, num_classes=layout.num_classes,
-                       score_range=layout.score_range)
-    parse = partial(_parse_row, text_columns=layout.text_columns, label_column=layout.label_column,
-                    id_column=layout.id_column, label_of=label_of)
     delimiter = layout.delimiter
     header = "a tab-separated header row" if delimiter == "\t" else f"a header row separated by {delimiter!r}"
-    return read_table(path, delimiter, layout.columns(), header, parse, strict, layout.id_column or "id")
+    return read_table(path, delimiter, layout.columns(), header, partial(_parse_row, layout=layout), strict,
+                      layout.id_column or "id")
 
 
 def read_table(path: Path, delimiter: str, wanted: Sequence[str], expected_header: str,
@@ -175,14 +163,12 @@ def resolve_data_dir(cli_value: str | None, required_files: Sequence[str] = ()) 
 
 
 def read_header(path: Path, delimiter: str = "\t") -> list[str]:
-    """The column names of a tab-separated (or ``delimiter``-separated) file's header row."""
     first_line = read_utf8(path).split("\n", 1)[0].rstrip("\r")
     return [name.strip() for name in first_line.split(delimiter)]
 
 
 def guess_delimiter(path: Path) -> str:
-    """Tab when the header row has one (the CS224N files, whatever their suffix), else comma: a file of
-    your own may be either."""
+    """Tab when the header row has one (the CS224N files, whatever their suffix), else comma."""
     return "\t" if "\t" in read_utf8(path).split("\n", 1)[0] else ","
 
 
@@ -205,9 +191,8 @@ def csv_records(path: Path, text: str, delimiter: str):
     # strict=True: quoting damage (text after a closing quote) is a csv.Error, not guessed at; the release passes.
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quotechar='"',
                         doublequote=True, strict=True)
-    last_line = 0
+    start = 1
     while True:
-        start = last_line + 1
         try:
             row = next(reader)
         except StopIteration:
@@ -216,18 +201,16 @@ def csv_records(path: Path, text: str, delimiter: str):
             if "unexpected end of data" in str(err):
                 raise DataError(f"{path}, line {start}: quoted field is never closed "
                                 "(runs to the end of the file)") from None
-            last_line = reader.line_num
             if "field larger than field limit" in str(err):
                 # csv's own guard against a runaway quote or a non-text file; the row is skipped
                 reason = f"a field longer than {csv.field_size_limit()} characters (runaway quote or not a text file?)"
             else:
                 reason = "malformed quoting: " + str(err).replace("\t", "\\t")  # no raw tab in a message
-            if last_line > start:  # an opened quote swallowed the lines after it: say which are lost
-                reason += f" (lines {start}-{last_line} read as one record)"
-            yield start, BadRow(start, "row", reason)
-            continue
-        last_line = reader.line_num
+            if reader.line_num > start:  # an opened quote swallowed the lines after it: say which are lost
+                reason += f" (lines {start}-{reader.line_num} read as one record)"
+            row = BadRow(start, "row", reason)
         yield start, row
+        start = reader.line_num + 1
 
 
 def column_indices(path: Path, header: list[str], wanted: Sequence[str]) -> dict[str, int]:
@@ -243,33 +226,27 @@ def column_indices(path: Path, header: list[str], wanted: Sequence[str]) -> dict
     return index
 
 
-def _parse_row(row: list[str], line: int, header: list[str], index: dict[str, int], text_columns: Sequence[str],
-               label_column: str | None, id_column: str | None, label_of: Callable[[str], int | float | str]
-               ) -> Example | BadRow:
-    """Validate one row; the first problem found (in column order id, texts, label) is reported.
-    ``label_of`` turns the label field into the label, or a string saying why it is invalid."""
+def _parse_row(row: list[str], line: int, header: list[str], index: dict[str, int],
+               layout: FileLayout) -> Example | BadRow:
+    """Validate one row; the first problem found (in column order id, texts, label) is reported."""
     if len(row) > len(header):
         return BadRow(line, "row", f"{len(row)} fields, header has {len(header)}")
     for name, i in index.items():
         if i >= len(row):
             return BadRow(line, name, f"too few fields (got {len(row)}, header has {len(header)})")
-    example_id = row[index[id_column]].strip() if id_column is not None else str(line)
+    example_id = row[index[layout.id_column]].strip() if layout.id_column is not None else str(line)
     if not example_id:
-        return BadRow(line, id_column, "empty id")
-    texts = tuple(row[index[name]].strip() for name in text_columns)
-    for name, text in zip(text_columns, texts):
-        if not text:
-            return BadRow(line, name, "empty sentence")
-    label: int | float | None = None
-    if label_column is not None:
-        label = label_of(row[index[label_column]])
-        if isinstance(label, str):
-            return BadRow(line, label_column, label)
+        return BadRow(line, layout.id_column, "empty id")
+    texts = tuple(row[index[name]].strip() for name in layout.text_columns)
+    if empty := next((name for name, text in zip(layout.text_columns, texts) if not text), None):
+        return BadRow(line, empty, "empty sentence")
+    label = None if layout.label_column is None else _parse_label(row[index[layout.label_column]], layout)
+    if isinstance(label, str):
+        return BadRow(line, layout.label_column, label)
     return Example(id=example_id, texts=texts, label=label, line=line)
 
 
-def _parse_label(raw: str, label_type: str, num_classes: int | None,
-                 score_range: tuple[float, float] | None) -> int | float | str:
+def _parse_label(raw: str, layout: FileLayout) -> int | float | str:
     """The label as int (class) or float (score), or a string saying why it is invalid."""
     raw = raw.strip()
     if not raw:
@@ -280,20 +257,18 @@ def _parse_label(raw: str, label_type: str, num_classes: int | None,
         return f"label {clip(repr(raw))} is not a number"
     if not math.isfinite(value):
         return f"label {clip(repr(raw))} is not a finite number"
-    if label_type == "score":
-        if score_range is not None and not score_range[0] <= value <= score_range[1]:
-            return f"score {raw} outside [{score_range[0]}, {score_range[1]}]"
-        return value
+    if layout.label_type == "score":
+        low, high = layout.score_range or (-math.inf, math.inf)
+        return value if low <= value <= high else f"score {raw} outside [{low}, {high}]"
     if not value.is_integer():
         return f"class label {raw} is not a whole number"
     if value < 0:
         return f"class label {raw} is negative"
-    if num_classes is not None and value >= num_classes:
-        return f"class label {raw} out of range 0..{num_classes - 1}"
+    if layout.num_classes is not None and value >= layout.num_classes:
+        return f"class label {raw} out of range 0..{layout.num_classes - 1}"
     return int(value)
 
 
 def clip(text: str, limit: int = 200) -> str:
-    """``text`` cut to ``limit`` characters for an error line (a file that lost its newlines is one
-    huge field or header)."""
+    """``text`` cut to ``limit`` characters for an error line (a file that lost its newlines is one huge field)."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
