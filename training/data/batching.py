@@ -41,14 +41,10 @@ def make_collate(tokenizer: BertTokenizer, max_length: int) -> Callable[[list[Ex
 
 def make_loader(examples: Sequence[Example], tokenizer: BertTokenizer, max_length: int, batch_size: int,
                 shuffle: bool, seed: int = 0, bucket: bool = False, shard: tuple[int, int] | None = None) -> DataLoader:
-    """A DataLoader in the main process; shuffling draws from a generator seeded with ``seed``, so
-    two loaders with one seed yield the same batches, epoch after epoch (each epoch's order differs).
-
-    ``bucket=True``: length-bucketed batches (``BucketBatchSampler``); unshuffled, the examples come
-    shortest first, not in file order (every batch carries its examples' ``ids``).
-    ``shard=(rank, world_size)`` (data-parallel training): every process draws the same global
-    batches of ``batch_size`` and keeps its own slice of each (``ShardedBatchSampler``), so the
-    processes together see exactly the batches of a single-process run.
+    """A DataLoader in the main process; shuffling draws from a generator seeded with ``seed``, so two loaders
+    with one seed yield the same batches, epoch after epoch. ``bucket=True``: length-bucketed batches
+    (unshuffled: shortest first, not in file order). ``shard=(rank, world_size)`` (data-parallel training):
+    each process keeps its slice of the same global batches, so together they see a single process's batches.
     """
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     dataset = ExampleDataset(examples)
@@ -83,13 +79,11 @@ class ShardedBatchSampler(Sampler[list[int]]):
 
 def example_lengths(examples: Sequence[Example], tokenizer: BertTokenizer | None = None,
                     max_length: int | None = None) -> list[int]:
-    """The bucketing key of each example: the length of its longest text, in word pieces with [CLS]
-    and [SEP] capped at ``max_length`` (exactly the padded width it needs) given a tokenizer, else in
-    characters (a rough proxy). Tokens after padding / real tokens on the SST / QQP / STS training
-    sets, shuffled buckets of 32: word pieces 1.04 / 1.20 / 1.13, characters 1.29 / 1.53 / 1.41,
-    whitespace words (summed over a pair) 1.34 / 1.63 / 1.46; no buckets 2.06 / 2.43 / 2.42. The
-    longer text of a pair beats the sum of both (QQP: 1.20 vs 1.41 in word pieces). Tokenizing once
-    more for the key costs ~60 µs a sentence (1 s for all of QQP train).
+    """The bucketing key of each example: the length of its longest text, in word pieces with [CLS] and [SEP]
+    capped at ``max_length`` (the padded width it needs) given a tokenizer, else in characters. Tokens after
+    padding / real tokens on SST / QQP / STS train, shuffled buckets of 32: word pieces 1.04 / 1.20 / 1.13,
+    characters 1.29 / 1.53 / 1.41, no buckets 2.06 / 2.43 / 2.42; the longer text of a pair beats the sum of
+    both (QQP: 1.20 vs 1.41). The extra tokenizing costs ~60 µs a sentence (1 s for all of QQP train).
     """
     if tokenizer is None:
         return [max(len(text) for text in ex.texts) for ex in examples]
@@ -100,12 +94,10 @@ def example_lengths(examples: Sequence[Example], tokenizer: BertTokenizer | None
 class BucketBatchSampler(Sampler[list[int]]):
     """Batches of indices whose examples have similar ``lengths``.
 
-    Shuffled (training): each epoch, a random permutation of all examples is cut into chunks of
-    ``chunk_batches`` batches; each chunk is sorted by length and cut into batches; then the order
-    of all batches is shuffled, so which examples meet, and when, changes every epoch. All draws
-    come from ``generator`` (seeded: repeatable epochs). Only the epoch's last batch can be short.
-    Not shuffled (evaluation): all examples sorted by length (stable, so ties keep file order) and
-    cut into batches in that order — the order of predictions differs from the file's.
+    Shuffled (training): each epoch, a random permutation is cut into chunks of ``chunk_batches`` batches,
+    each chunk sorted by length and cut into batches, and the batches shuffled, so which examples meet, and
+    when, changes every epoch; all draws come from ``generator``. Not shuffled (evaluation): all examples
+    sorted by length (stable: ties keep file order) and cut into batches in that order.
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool,
@@ -154,17 +146,15 @@ class ExampleCollator:
             raise ValueError("all examples in a batch must have the same number of texts")
         inputs = [self.tokenizer.encode_batch([ex.texts[k] for ex in batch], max_length=self.max_length)
                   for k in range(n_texts)]
-        return {"ids": [ex.id for ex in batch], "inputs": inputs, "labels": _labels_tensor(batch)}
-
-
-def _labels_tensor(batch: list[Example]) -> torch.Tensor | None:
-    """LongTensor for class labels, FloatTensor for scores, None for unlabelled examples."""
-    labels = [ex.label for ex in batch]
-    if all(label is None for label in labels):
-        return None
-    if any(label is None for label in labels):
-        raise ValueError("a batch mixes labelled and unlabelled examples")
-    return torch.tensor(labels, dtype=torch.long if all(isinstance(label, int) for label in labels) else torch.float)
+        labels = [ex.label for ex in batch]
+        if all(label is None for label in labels):
+            tensor = None
+        elif any(label is None for label in labels):
+            raise ValueError("a batch mixes labelled and unlabelled examples")
+        else:  # LongTensor for class labels, FloatTensor for scores
+            dtype = torch.long if all(isinstance(label, int) for label in labels) else torch.float
+            tensor = torch.tensor(labels, dtype=dtype)
+        return {"ids": [ex.id for ex in batch], "inputs": inputs, "labels": tensor}
 
 
 def to_device(encoding: dict, device: torch.device) -> dict:
