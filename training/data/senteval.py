@@ -31,7 +31,6 @@ STS_INPUT = re.compile(r"^STS\.input\.(.+)\.txt$")
 STS_GOLD = re.compile(r"^STS\.gs\.(.+)\.txt$")
 SICK_FILE = re.compile(r"^SICK.*\.txt$")
 STSB_FILE = re.compile(r"^sts-(train|dev|test)\.csv$")
-STSB_SPLITS = ("train", "dev", "test")
 CS224N_COLUMNS = ("sentence1", "sentence2", "similarity")
 SICK_COLUMNS = ("sentence_A", "sentence_B", "relatedness_score")
 STSB_COLUMNS = 7   # genre, file, year, id, score, sentence1, sentence2
@@ -197,7 +196,7 @@ def read_sick(path: Path) -> PairSubset:
 
 
 class _ScoredPairs:
-    """The pairs of a SentEval STS-B or SICK file as its rows are read, or its bad rows naming the file's column."""
+    """The pairs of a SentEval STS-B or SICK file, or its bad rows naming the file's column."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -212,7 +211,7 @@ class _ScoredPairs:
                 yield line, row.split("\t")
 
     def add(self, line: int, a: str, b: str, score: str, columns: Sequence[str]) -> None:
-        """``columns``: the file's names of the two sentences and the score, for the report."""
+        """``columns``: the file's names of the two sentences and the score."""
         a, b, value = a.strip(), b.strip(), _float(score)
         if not a or not b:
             self.report.bad_rows.append(BadRow(line, columns[0] if not a else columns[1], "empty sentence"))
@@ -239,18 +238,14 @@ def _folder_files(path: Path) -> tuple[str | None, list[Path]]:
     for layout, pattern in (("senteval-sts", STS_INPUT), ("sick", SICK_FILE)):
         if any(pattern.match(n) for n in names):
             return layout, _by_name(p for p in path.iterdir() if pattern.match(p.name))
-    files = _stsb_files(path)
+    # the folder's sts-{train,dev,test}.csv in the SentEval STS-B layout (not CS224N's of the same names)
+    files = [path / f"sts-{split}.csv" for split in ("train", "dev", "test")]
+    files = [f for f in files if f.is_file() and file_layout(f) == "senteval-stsb"]
     return ("senteval-stsb" if files else None), files
 
 
 def _by_name(paths: Iterator[Path]) -> list[Path]:
     return sorted(paths, key=lambda p: p.name.lower())
-
-
-def _stsb_files(folder: Path) -> list[Path]:
-    """The folder's ``sts-{train,dev,test}.csv`` in the SentEval STS-B layout (not CS224N's of the same names)."""
-    files = [folder / f"sts-{split}.csv" for split in STSB_SPLITS]
-    return [f for f in files if f.is_file() and file_layout(f) == "senteval-stsb"]
 
 
 def _float(text: str) -> float | None:
