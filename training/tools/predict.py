@@ -6,10 +6,8 @@ scored where the file has labels.
     python -m training.tools.predict predictions/<run> --input sentences.txt --task sst --out preds/
     python -m training.tools.predict predictions/<run> --input reviews.csv --columns text --task sst --out preds/
 
-Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes), or for ``--input FILE`` (a ``.txt``
-file, one sentence a line, or any CSV/TSV) ``<out>/<prefix>-<file stem>-output.csv`` with each row's text and
-class name; and ``<out>/metrics.json``. ``--out`` is never the run's folder, another run's, or a folder whose
-metrics.json predict did not write.
+Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes), or for ``--input FILE``
+``<out>/<prefix>-<file stem>-output.csv`` with each row's text and class name; and ``<out>/metrics.json``.
 """
 from __future__ import annotations
 
@@ -142,8 +140,7 @@ def text_format(task: Task) -> str:
 
 
 def read_text_examples(path: Path, task: Task) -> tuple[list[Example], ReadReport]:
-    """The examples of a ``.txt`` file (``embed``'s reading: its non-empty lines), one sentence a line, or for
-    a pair task two tab-separated ones; a line that is no pair is a bad row (``text_columns`` name the fields)."""
+    """The examples of a ``.txt`` file's non-empty lines: one sentence, or for a pair task two tab-separated ones."""
     lines = text_lines(read_utf8(path))
     if not lines:
         raise DataError(f"{path}: no sentences (a .txt file is read as {text_format(task)})")
@@ -163,8 +160,7 @@ def read_text_examples(path: Path, task: Task) -> tuple[list[Example], ReadRepor
 
 
 def bad_row_error(path: Path, report: ReadReport, label: str | None, delimiter: str | None) -> str:
-    """The one line refusing a file with bad rows: the first one's file, line, field and reason, how many more,
-    and what to do (``--no_score`` for a bad label, quoting for a comma inside a sentence, ``--skip_bad_rows``)."""
+    """The one line refusing a file with bad rows: the first one, how many more, and what to do."""
     first, more = report.bad_rows[0], len(report.bad_rows) - 1
     message = f"{path}, line {first.line}, field {first.field}: {first.reason}"
     if more:
@@ -225,8 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_not_the_run(out: Path, given: Path, checkpoint: Path) -> None:
-    """Refuse an ``--out`` that is the run's own folder or its checkpoint folder, even with ``--overwrite``:
-    predictions on other data would replace (or sit beside) the run's own ``metrics.json`` and CSVs."""
+    """Refuse the run's own folder or checkpoint as ``--out``, even with ``--overwrite``."""
     own = {given, checkpoint}
     if checkpoint.name == "checkpoint":  # a run folder's checkpoint/: the run folder is its parent
         own.add(checkpoint.parent)
@@ -236,8 +231,7 @@ def check_not_the_run(out: Path, given: Path, checkpoint: Path) -> None:
 
 
 def check_not_another_run(out: Path, overwrite: bool) -> None:
-    """Refuse an ``--out`` holding another run (its checkpoint/ or .lock), and with ``--overwrite`` one holding
-    a metrics.json this tool did not write: it replaces this tool's own outputs, never another run's."""
+    """Refuse an ``--out`` holding another run, and with ``--overwrite`` one whose metrics.json predict did not write."""
     if (out / "checkpoint").is_dir() or (out / ".lock").exists():
         raise ValueError(f"--out {out} holds a run (its checkpoint/ or .lock): its metrics.json and prediction "
                          "files would be replaced, --overwrite or not; choose another --out")
@@ -252,29 +246,22 @@ def check_not_another_run(out: Path, overwrite: bool) -> None:
                              "--overwrite replaces only predict's own outputs; choose another --out")
 
 
-def planned_files(tasks: list[str], known: dict[str, Task],
-                  data_dir: Path) -> tuple[list[tuple[str, str, Path]], list[Path]]:
-    """``(task, split, data file)`` of every dev/test file of ``tasks`` in ``data_dir``, and the files it lacks."""
-    files = [(name, split, data_dir / known[name].files[split]) for name in tasks for split in ("dev", "test")
-             if split in known[name].files]   # a declared task's test file is optional
-    planned = [file for file in files if file[2].is_file()]
-    if not planned:
-        raise DataError(f"{data_dir}: none of the files of {', '.join(tasks)} "
-                        f"({', '.join(known[name].files[split] for name, split, _ in files)})")
-    return planned, [file[2] for file in files if file not in planned]
-
-
 def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: int | None,
                   overwrite: bool = False) -> dict:
     """Predict and write each dev/test file of ``tasks`` in ``data_dir``; ``{file name: metric}`` of the labelled."""
     for name in tasks:  # every task checked before any file is written
         run.check_head(name)
     known = known_tasks(run.config)
-    planned, missing = planned_files(tasks, known, data_dir)
+    files = [(name, split, data_dir / known[name].files[split]) for name in tasks for split in ("dev", "test")
+             if split in known[name].files]   # a declared task's test file is optional
+    planned = [file for file in files if file[2].is_file()]
+    if not planned:
+        raise DataError(f"{data_dir}: none of the files of {', '.join(tasks)} "
+                        f"({', '.join(known[name].files[split] for name, split, _ in files)})")
     check_folder(out)  # an --out that can never be a folder fails before any prediction
     check_overwrite([*(prediction_path(out, known[n], split) for n, split, _ in planned), out / METRICS], overwrite)
-    for path in missing:
-        print(f"note: no {path.name} in {data_dir}; skipping it", file=sys.stderr)
+    for missing in (file[2] for file in files if file not in planned):
+        print(f"note: no {missing.name} in {data_dir}; skipping it", file=sys.stderr)
     scores = {}
     for name, split, path in planned:
         task = known[name]
