@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from training.data.readers import DataError, read_utf8
+from training.data.readers import DataError, guess_delimiter, read_utf8
 from minbert.atomic import atomic_path
 
 from .command import check_overwrite, run_command
@@ -69,8 +69,7 @@ def read_sentences(path: Path, column: str | None = None) -> list[str]:
             raise ValueError(f"--column applies to .csv/.tsv files, not {path.name}")
         sentences = [line for _, line in text_lines(text)]
     else:
-        first = text.split("\n", 1)[0]
-        rows = list(csv.reader(io.StringIO(text), delimiter="\t" if "\t" in first else ","))
+        rows = list(csv.reader(io.StringIO(text), delimiter=guess_delimiter(path)))
         header = [name.strip() for name in rows[0]] if rows else []
         column = column or "sentence"
         if column not in header:
@@ -87,9 +86,8 @@ def read_sentences(path: Path, column: str | None = None) -> list[str]:
 
 
 def text_lines(text: str) -> list[tuple[int, str]]:
-    """The non-empty lines of a .txt file's ``text`` (``read_utf8``'s), stripped, each with its line number
-    (1-based, as an editor counts: ``\\n``, ``\\r\\n`` or ``\\r`` ends a line): what ``embed`` and ``predict``
-    read from a .txt file (one sentence, or for predict one tab-separated pair, a line)."""
+    """The non-empty lines of a .txt file's ``text``, stripped, each with its line number (1-based, as an editor
+    counts: ``\\n``, ``\\r\\n`` or ``\\r`` ends a line): what ``embed`` and ``predict`` read from a .txt file."""
     return [(number, line.strip()) for number, line in enumerate(re.split(r"\r\n|\r|\n", text), start=1)
             if line.strip()]
 
