@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from training.data.readers import (BadRow, DataError, Example, ReadReport, guess_delimiter, read_examples,
-                                   read_header, read_utf8, resolve_data_dir)
+from training.data.readers import (BadRow, DataError, Example, FileLayout, ReadReport, guess_delimiter,
+                                   read_examples, read_header, read_utf8, resolve_data_dir)
 from minbert.atomic import check_folder, make_folder
 
 from .command import check_overwrite, run_command
@@ -45,8 +45,7 @@ def execute(args: argparse.Namespace) -> int:
     check_mode(args)
     run = load_run(args.run, device=args.device)
     out = Path(args.out)
-    check_not_the_run(out, Path(args.run), run.source)
-    check_not_another_run(out, args.overwrite)
+    check_out(out, Path(args.run), run.source, args.overwrite)
     if args.input is not None:
         return predict_input(run, args, out)
     tasks = parse_tasks(args.tasks, known_tasks(run.config)) if args.tasks else run.config.task_names()
@@ -81,37 +80,26 @@ def goes(given: list[str]) -> str:
 
 def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     """``--input FILE``: the task's prediction of every row, with its text and class name, scored where labelled."""
-    name = input_task(run, args.task)
+    trained = list(run.model.heads)
+    if args.task is not None:
+        run.check_head(args.task)
+    elif len(trained) != 1:
+        raise ValueError(f"--input: this run has {len(trained)} task heads ({', '.join(trained) or 'none'}); "
+                         "say which predicts with --task NAME")
+    name = trained[0] if args.task is None else args.task
     known = known_tasks(run.config)
     task, path = known[name], Path(args.input)
     target = out / f"{task.output_prefix}-{path.stem}-output.csv"
     if not path.is_file():   # before the out folder's checks, whichever kind of file
         raise DataError(f"--input {path}: no such file")
-    if path.suffix.lower() == ".txt":   # one sentence (or tab-separated pair) a line, no header; else a table
-        if given := given_flags(args, CSV_FLAGS):
-            raise ValueError(f"{goes(given)} with a CSV/TSV --input: {path.name} is read as text, {text_format(task)}")
-        columns, label, id_column, delimiter, layout = task.text_columns, None, None, None, None
-    else:
-        columns = tuple(c.strip() for c in args.columns.split(",")) if args.columns else task.text_columns
-        if len(columns) != len(task.text_columns) or not all(columns) or len(set(columns)) != len(columns):
-            raise ValueError(f"--columns: {name} reads {len(task.text_columns)} distinct text column"
-                             f"{'s' if len(task.text_columns) > 1 else ''} ({','.join(task.text_columns)} in its own "
-                             f"files), got {args.columns!r}")
-        delimiter = guess_delimiter(path)
-        header = read_header(path, delimiter)
-        if args.no_score and args.label_column:
-            raise ValueError("--no_score and --label_column do not go together: drop one")
-        # --no_score: the label column (blank, text, or another task's) is not read, every row is predicted
-        label = None if args.no_score else args.label_column or (task.label_column if task.label_column in header
-                                                                  else None)
-        id_column = args.id_column or (task.id_column if task.id_column in header else None)
-        layout = dataclasses.replace(task.layout(), text_columns=columns, label_column=label, id_column=id_column,
-                                     delimiter=delimiter)
+    is_text = path.suffix.lower() == ".txt"
+    layout = input_layout(args, name, task, path)
     check_folder(out)
     check_overwrite([target, out / METRICS], args.overwrite)
-    examples, report = read_text_examples(path, task) if layout is None else read_examples(path, layout)
+    examples, report = read_text_examples(path, task) if is_text else read_examples(path, layout)
+    label = layout.label_column
     if report.bad_rows and not args.skip_bad_rows:
-        raise DataError(bad_row_error(path, report, label, delimiter))
+        raise DataError(bad_row_error(path, report, label, layout.delimiter))
     if report.bad_rows:
         print(f"warning: {report.summary()}", file=sys.stderr)
     if not examples:
@@ -119,19 +107,43 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
         raise DataError(f"{path}: no usable rows ({report.summary()}){hint}")
     result = run.predict_examples(name, examples, args.batch_size, progress=len(examples) >= 2000)
     make_folder(out)
-    write_input_predictions(target, task, result, {e.id: e.texts for e in examples}, tuple(columns),
+    write_input_predictions(target, task, result, {e.id: e.texts for e in examples}, tuple(layout.text_columns),
                             label_names(name, run.config.data.own_tasks))
     line = f"{path.name}: {len(examples)} predictions ({name}) -> {target}"
-    if id_column is None:
-        line += "   (ids are line numbers)" if delimiter is None else "   (no id column: ids are line numbers)"
+    if layout.id_column is None:
+        line += "   (ids are line numbers)" if is_text else "   (no id column: ids are line numbers)"
     scores = {}
     if label is not None:
         scores[path.name] = result.score(task)
         line += f"   {format_metrics({name: scores[path.name]}, known, 4)}"
     print(line)
     write_json(out / METRICS, {"run": str(run.source), "input": str(path.resolve()), "task": name,
-                               "columns": list(columns), "label_column": label, "scores": scores})
+                               "columns": list(layout.text_columns), "label_column": label, "scores": scores})
     return 0
+
+
+def input_layout(args: argparse.Namespace, name: str, task: Task, path: Path) -> FileLayout:
+    """How ``--input`` is read: a .txt file has one sentence (or tab-separated pair) a line, no header, ids or
+    labels; a table has the task's columns or the given ones, and is scored where it has the label column."""
+    if path.suffix.lower() == ".txt":
+        if given := given_flags(args, CSV_FLAGS):
+            raise ValueError(f"{goes(given)} with a CSV/TSV --input: {path.name} is read as text, {text_format(task)}")
+        return FileLayout(task.text_columns, id_column=None)
+    columns = tuple(c.strip() for c in args.columns.split(",")) if args.columns else task.text_columns
+    if len(columns) != len(task.text_columns) or not all(columns) or len(set(columns)) != len(columns):
+        raise ValueError(f"--columns: {name} reads {len(task.text_columns)} distinct text column"
+                         f"{'s' if len(task.text_columns) > 1 else ''} ({','.join(task.text_columns)} in its own "
+                         f"files), got {args.columns!r}")
+    delimiter = guess_delimiter(path)
+    header = read_header(path, delimiter)
+    if args.no_score and args.label_column:
+        raise ValueError("--no_score and --label_column do not go together: drop one")
+    # --no_score: the label column (blank, text, or another task's) is not read, every row is predicted
+    label = None if args.no_score else args.label_column or (task.label_column if task.label_column in header
+                                                              else None)
+    id_column = args.id_column or (task.id_column if task.id_column in header else None)
+    return dataclasses.replace(task.layout(), text_columns=columns, label_column=label, id_column=id_column,
+                               delimiter=delimiter)
 
 
 def text_format(task: Task) -> str:
@@ -159,7 +171,7 @@ def read_text_examples(path: Path, task: Task) -> tuple[list[Example], ReadRepor
     return examples, report
 
 
-def bad_row_error(path: Path, report: ReadReport, label: str | None, delimiter: str | None) -> str:
+def bad_row_error(path: Path, report: ReadReport, label: str | None, delimiter: str) -> str:
     """The one line refusing a file with bad rows: the first one, how many more, and what to do."""
     first, more = report.bad_rows[0], len(report.bad_rows) - 1
     message = f"{path}, line {first.line}, field {first.field}: {first.reason}"
@@ -171,18 +183,6 @@ def bad_row_error(path: Path, report: ReadReport, label: str | None, delimiter: 
         message += ('; a comma inside an unquoted sentence splits it: quote the field ("..."), '
                     'or give a .txt file, one sentence a line')
     return message + "; --skip_bad_rows predicts the readable rows and lists the others"
-
-
-def input_task(run, given: str | None) -> str:
-    """``--task``, or the run's one task; a run of several needs ``--task``."""
-    trained = list(run.model.heads)
-    if given is not None:
-        run.check_head(given)
-        return given
-    if len(trained) != 1:
-        raise ValueError(f"--input: this run has {len(trained)} task heads ({', '.join(trained) or 'none'}); "
-                         "say which predicts with --task NAME")
-    return trained[0]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,18 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_not_the_run(out: Path, given: Path, checkpoint: Path) -> None:
-    """Refuse the run's own folder or checkpoint as ``--out``, even with ``--overwrite``."""
+def check_out(out: Path, given: Path, checkpoint: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` that is this run's folder or holds another run, even with ``--overwrite``, and with
+    ``--overwrite`` one whose metrics.json predict did not write."""
     own = {given, checkpoint}
     if checkpoint.name == "checkpoint":  # a run folder's checkpoint/: the run folder is its parent
         own.add(checkpoint.parent)
     if any(out.resolve() == folder.resolve() for folder in own):
         raise ValueError(f"--out {out} is the run's own folder (or its checkpoint/); its metrics.json and "
                          "prediction files would be replaced: choose another --out")
-
-
-def check_not_another_run(out: Path, overwrite: bool) -> None:
-    """Refuse an ``--out`` holding another run, and with ``--overwrite`` one whose metrics.json predict did not write."""
     if (out / "checkpoint").is_dir() or (out / ".lock").exists():
         raise ValueError(f"--out {out} holds a run (its checkpoint/ or .lock): its metrics.json and prediction "
                          "files would be replaced, --overwrite or not; choose another --out")
