@@ -2,11 +2,9 @@
 
 Every text column is encoded on its own (``inputs[k]`` holds the k-th sentence of each pair), not
 as one ``[CLS] a [SEP] b [SEP]`` sequence: the siamese pair heads need the embeddings u and v of
-the two sentences separately. Padding is dynamic (to the longest sentence in the batch), and the
-collate function is a small top-level class so DataLoader worker processes can pickle it.
-
-With ``bucket=True`` the batches are also length-bucketed (``BucketBatchSampler``): examples of
-similar length go together, so dynamic padding pads little, and training batches stay random.
+the two sentences separately. Padding is dynamic (to the longest sentence in the batch, which
+``BucketBatchSampler`` keeps close to the shortest), and the collate function is a small top-level
+class so DataLoader worker processes can pickle it.
 """
 from __future__ import annotations
 

@@ -91,11 +91,8 @@ class FileLayout:
 
 
 def read_examples(path: str | Path, layout: FileLayout, strict: bool = False) -> tuple[list[Example], ReadReport]:
-    """Read one task file of ``layout``; return its valid rows and a report of the skipped ones.
-
-    Bad rows are skipped and recorded; with ``strict=True`` the first one raises ``DataError``.
-    A row whose id an earlier kept row has is a bad row too (ids must be unique).
-    """
+    """Read one task file of ``layout``: its valid rows and a report of the bad ones (``strict=True``: the first
+    raises ``DataError``), a row whose id an earlier kept row has among them (ids must be unique)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data file not found: {path}. {HOW_TO_SUPPLY}")
@@ -143,11 +140,8 @@ def read_table(path: Path, delimiter: str, wanted: Sequence[str], expected_heade
 
 
 def resolve_data_dir(cli_value: str | None, required_files: Sequence[str] = ()) -> Path:
-    """Pick the data directory: ``--data_dir`` if given, else ``$MINBERT_DATA``, else ``./data``.
-
-    There is no fallback between them (a typo in --data_dir must not silently read other data);
-    the chosen directory must exist and hold every file in ``required_files``.
-    """
+    """``--data_dir`` if given, else ``$MINBERT_DATA``, else ``./data``, which must hold ``required_files``; no
+    fallback between them (a typo in --data_dir must not silently read other data)."""
     if cli_value:
         directory, how = Path(cli_value).expanduser(), "from --data_dir"
     elif env_value := os.environ.get("MINBERT_DATA"):
