@@ -192,22 +192,25 @@ def plot_forest(panels: list[tuple[str, list[tuple[str, Difference]]]], path: Pa
 def _resampled_metric(task: Task, runs: list[TaskDev], resamples: int, seed: int) -> np.ndarray:
     """``task``'s metric of each run on each resample, shape (runs, resamples)."""
     predictions, gold = np.stack([run.predictions for run in runs]), runs[0].labels
-    chunks = [weighted_metric(task.metric_name, predictions, gold, counts)
-              for counts in resample_counts(seed, task.name, gold.size, resamples)]
-    return np.concatenate(chunks, axis=1)
+    return np.concatenate([weighted_metric(task.metric_name, predictions, gold, counts)
+                           for counts in resample_counts(seed, task.name, gold.size, resamples)], axis=1)
 
 
 def _read_run(run: DevSource, gold: dict) -> dict[str, TaskDev]:
-    """Each task's predictions and gold labels; ``gold`` caches the dev files already read. A capped run
-    (``run.cap``) is read on the first ``cap`` examples of each dev file, as ``trainer.cap_dev`` kept them: those
-    ids are the ones scored and paired, so runs capped alike pair example by example."""
+    """Each task's predictions and gold labels (the dev file read as training reads it); ``gold`` caches the dev
+    files already read. A capped run (``run.cap``) is read on the first ``cap`` examples of each dev file, as
+    ``trainer.cap_dev`` kept them: runs capped alike pair example by example."""
     if not run.data_dir:
         raise Unavailable(f"{run.folder / 'metrics.json'}: no data_dir (give --data_dir)")
     read = {}
     for name in run.tasks:
         task, key = run.known[name], (_folder_key(run.data_dir), name)
         if key not in gold:
-            gold[key] = _read_gold(Path(run.data_dir), task)
+            try:
+                examples, _ = task.read(Path(run.data_dir) / task.files["dev"])
+            except (DataError, OSError, ValueError) as err:
+                raise Unavailable(f"gold labels: {describe(err)}") from None
+            gold[key] = tuple(e.id for e in examples), np.array([e.label for e in examples], dtype=float)
         ids, labels = gold[key]
         if run.cap is not None:
             ids, labels = ids[:run.cap], labels[:run.cap]
@@ -219,15 +222,6 @@ def _folder_key(data_dir: str) -> str:
     return str(Path(data_dir).resolve())
 
 
-def _read_gold(data_dir: Path, task: Task) -> tuple[tuple[str, ...], np.ndarray]:
-    """The ids and gold labels of ``task``'s dev file, read as training reads it."""
-    try:
-        examples, _ = task.read(data_dir / task.files["dev"])
-    except (DataError, OSError, ValueError) as err:
-        raise Unavailable(f"gold labels: {describe(err)}") from None
-    return tuple(e.id for e in examples), np.array([e.label for e in examples], dtype=float)
-
-
 def _read_predictions(path: Path, task: Task, ids: tuple[str, ...]) -> np.ndarray:
     """The predictions in ``path`` (CS224N layout: id, prediction column) for ``ids``, matched by id."""
     try:
@@ -235,12 +229,12 @@ def _read_predictions(path: Path, task: Task, ids: tuple[str, ...]) -> np.ndarra
             rows = [row for row in csv.reader(f) if row]
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise Unavailable(describe(err) if isinstance(err, OSError) else f"{path}: {describe(err)}") from None
-    header = rows[0] if rows else []
+    header, *data = rows or [[]]
     if "id" not in header or task.prediction_column not in header:
         raise Unavailable(f"{path}: no header id,{task.prediction_column}")
     id_at, value_at = header.index("id"), header.index(task.prediction_column)
     by_id = {}
-    for number, row in enumerate(rows[1:], start=1):
+    for number, row in enumerate(data, start=1):
         try:
             example_id, value = row[id_at], float(row[value_at])
         except (IndexError, ValueError):

@@ -1,15 +1,12 @@
 """The report's table as LaTeX (``python -m training.tools.report FOLDER --format latex``): a booktabs ``table`` a
-paper can ``\\input``, written from the rows the Markdown table shows (``report.RunRow``: the same means, stds and
-intervals; nothing is computed here).
+paper can ``\\input``, written from the rows the Markdown table shows (``report.RunRow``; nothing is computed here).
 
     \\usepackage{booktabs,amssymb,graphicx}   % amssymb: \\checkmark; graphicx: a wide table shrunk to the text
     ...
     \\input{ablation}   % python -m training.tools.report predictions/ablate --format latex --out ablation
 
-The table holds the finished rows only, in the report's order (the others, and the Markdown table's footer, are
-comments above it); a table wider than the text is scaled down to its width (never up), and the caption says
-how many seeds the rows pool, how many bootstrap resamples the intervals draw and what the marks mean. Every cell
-is escaped and holds no raw Unicode (``escape``).
+The finished rows only, in the report's order (the others and the Markdown footer are comments above it); a table
+wider than the text is scaled down to its width (never up); the caption says what the rows pool and the marks mean.
 """
 from __future__ import annotations
 
@@ -57,30 +54,21 @@ def escape(text: str) -> str:
 
 
 def _ascii(char: str) -> str:
-    if char.isascii():
-        return char
     plain = unicodedata.normalize("NFKD", char).encode("ascii", "ignore").decode("ascii")
-    return escape(plain) if plain else "?"
-
-
-def number(value: float, signed: bool = False) -> str:
-    """``$0.482$``, ``$+0.004$``: three decimals in math mode (a real minus sign)."""
-    return f"${value:{'+' if signed else ''}.3f}$"
+    return char if char.isascii() else escape(plain) or "?"
 
 
 def mean_std(mean: float | None, std: float | None) -> str:
     """``$0.482 \\pm 0.006$``; ``$0.482$`` without a std (one seed); blank when unknown: the Markdown cell's."""
-    if mean is None:
-        return ""
-    return f"${mean:.3f}$" if std is None else f"${mean:.3f} \\pm {std:.3f}$"
+    return "" if mean is None else f"${mean:.3f}" + ("" if std is None else f" \\pm {std:.3f}") + "$"
 
 
 def difference(d: Difference | None) -> str:
     """``$+0.004$ [$-0.002$, $+0.010$]``, and ``$^{*}$`` when the interval excludes 0; blank when there is none."""
     if d is None:
         return ""
-    return (f"{number(d.observed, True)} [{number(d.low, True)}, {number(d.high, True)}]"
-            + (STAR if d.excludes_zero else ""))
+    observed, low, high = (f"${value:+.3f}$" for value in (d.observed, d.low, d.high))   # a real minus sign
+    return f"{observed} [{low}, {high}]" + (STAR if d.excludes_zero else "")
 
 
 def latex_columns(rows: list[RunRow], headers: Headers) -> list[tuple[str, str, Callable[[RunRow], str]]]:
@@ -98,8 +86,8 @@ def latex_columns(rows: list[RunRow], headers: Headers) -> list[tuple[str, str, 
         ("average", "r", lambda row: "" if row.baseline == "ST" else mean_std(row.average, row.average_std)),
         *([(escape(f"{headers.delta} [{headers.interval}]"), "r", lambda row: difference(row.vs_ft))]
           if any(row.vs_ft for row in rows) else []),
-        *((escape(name), "r", lambda row, t=task, k=kind: difference(getattr(row, f"vs_{k}").get(t)))
-          for task, name, kind in headers.by_task)]   # row.vs_alone or row.vs_baseline
+        *((escape(name), "r", lambda row, t=task, k=kind: difference(row.differences(k).get(t)))
+          for task, name, kind in headers.by_task)]
 
 
 def run_cell(row: RunRow) -> str:

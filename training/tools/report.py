@@ -25,6 +25,7 @@ import math
 import sys
 import textwrap
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -70,12 +71,9 @@ def metric_column(task: str, known: Mapping[str, Task] = BUILTIN_TASKS) -> str:
     return f"{task.upper()} {'Pearson' if known[task].metric_name == 'pearson' else 'acc'}"
 
 
-def alone_column(task: str) -> str:
-    return f"{task.upper()} {ALONE}"
-
-
-def task_delta_column(task: str, baseline: str) -> str:
-    return f"{task.upper()} {delta_column(baseline)}"
+def task_column(task: str, kind: str, baseline: str | None = None) -> str:
+    """A per-task Δ's column: "<TASK> vs alone" (``kind`` "alone") or "<TASK> Δ vs ROW" (``kind`` "baseline")."""
+    return f"{task.upper()} {ALONE if kind == 'alone' else delta_column(baseline)}"
 
 
 def delta_column(baseline: str | None = None) -> str:
@@ -135,6 +133,10 @@ class RunRow:
     def status_cell(self) -> str:
         return ", ".join(part for part in (self.status, self.capped) if part)
 
+    def differences(self, kind: str) -> dict[str, Difference]:
+        """Its per-task Δs of ``kind``: "alone" (against each task's ST row) or "baseline" (the --baseline row's)."""
+        return self.vs_alone if kind == "alone" else self.vs_baseline
+
 
 @dataclass(frozen=True)
 class Column:
@@ -181,25 +183,20 @@ def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
         Column(INTERVAL, cell=lambda row: "" if row.vs_ft is None else _interval(row.vs_ft),
                full=lambda row: _versus(row.vs_ft)[1:], csv=tuple(f"{INTERVAL} {end}" for end in ENDS),
                terminal=INTERVAL),
-        *by_task_columns(alone, alone_column, BY_TASK["alone"]),
-        *by_task_columns(versus, lambda task: task_delta_column(task, baseline), BY_TASK["baseline"]),
+        *(by_task_column(task, "alone", baseline) for task in alone),
+        *(by_task_column(task, "baseline", baseline) for task in versus),
         Column("wall (min)", cell=lambda row: "" if row.wall_minutes is None else f"{row.wall_minutes:.1f}",
                full=lambda row: [_full(row.wall_minutes)]),
         Column("status", RunRow.status_cell, terminal="status", align="---",
                terminal_cell=lambda row: row.capped if row.complete else _shortened(row.status, MAX_STATUS_WIDTH))]
 
 
-# A row's per-task Δ of each kind (task -> Difference): against the task's single-task row, against --baseline's
-BY_TASK: dict[str, Callable[[RunRow], dict[str, Difference]]] = {"alone": lambda row: row.vs_alone,
-                                                                  "baseline": lambda row: row.vs_baseline}
-
-
-def by_task_columns(tasks, name_of: Callable[[str], str], differences) -> list[Column]:
-    """A column for each of ``tasks``: ``differences(row)[task]`` (a per-task Δ, ``BY_TASK``) with its interval."""
-    return [Column(name, cell=lambda row, t=task: _difference(differences(row).get(t)),
-                   full=lambda row, t=task: _versus(differences(row).get(t)),
-                   csv=(name, *(f"{name} {end}" for end in ENDS)), terminal=name, aside=True)
-            for task, name in zip(tasks, map(name_of, tasks))]
+def by_task_column(task: str, kind: str, baseline: str | None) -> Column:
+    """``task``'s Δ of ``kind`` (``RunRow.differences``) with its interval."""
+    name = task_column(task, kind, baseline)
+    return Column(name, cell=lambda row: _difference(row.differences(kind).get(task)),
+                  full=lambda row: _versus(row.differences(kind).get(task)),
+                  csv=(name, *(f"{name} {end}" for end in ENDS)), terminal=name, aside=True)
 
 
 def report_tasks(rows: list[RunRow]) -> dict[str, Task]:
@@ -216,15 +213,15 @@ def table_tasks(rows: list[RunRow]) -> list[str]:
 
 
 def compared_tasks(rows: list[RunRow], kind: str) -> list[str]:
-    """The tasks any row has a per-task Δ of ``kind`` (``BY_TASK``) on, in task-table order."""
-    return [task for task in report_tasks(rows) if any(task in BY_TASK[kind](row) for row in rows)]
+    """The tasks any row has a per-task Δ of ``kind`` on, in task-table order."""
+    return [task for task in report_tasks(rows) if any(task in row.differences(kind) for row in rows)]
 
 
 def latex_headers(rows: list[RunRow], baseline: str | None = None) -> Headers:
     """The column names of the LaTeX table (``latex.py``): the finished rows' tasks and Δs, named as here."""
     done = [row for row in rows if row.complete]
     known = report_tasks(done)
-    by_task = [(task, alone_column(task) if kind == "alone" else task_delta_column(task, baseline), kind)
+    by_task = [(task, task_column(task, kind, baseline), kind)
                for kind in ("alone", "baseline") for task in compared_tasks(done, kind)]
     return Headers({task: metric_column(task, known) for task in table_tasks(done)}, delta_column(baseline), INTERVAL,
                    by_task)
@@ -282,7 +279,8 @@ def seed_group_key(config, inputs=None, tasks=None) -> str | None:
     if not isinstance(config, dict) or not config:
         return None
     said_tasks = saved_flag(config, "tasks") is not None
-    config = _as_this_version_reads(config)
+    with suppress(ValueError, TypeError, KeyError, AttributeError):   # one this version refuses is kept as saved
+        config = RunConfig.from_dict(config).to_dict()
     if tasks and not said_tasks and isinstance(config.get("train"), dict):
         config = {**config, "train": {**config["train"], "tasks": ",".join(tasks)}}
     files = {name: entry.get("sha256") for name, entry in (inputs or {}).items() if isinstance(entry, dict)}
@@ -300,24 +298,14 @@ def seed_group_key(config, inputs=None, tasks=None) -> str | None:
     return json.dumps(kept, sort_keys=True, default=str)
 
 
-def _as_this_version_reads(config: dict) -> dict:
-    """A saved config as ``RunConfig.from_dict`` fills it; one it refuses is kept as saved."""
-    try:
-        return RunConfig.from_dict(config).to_dict()
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return config
-
-
 def sort_rows(rows: list[RunRow], sort: str = "average") -> list[RunRow]:
     """Finished runs first (by average, highest first, or by name), the single-task rows after the others and
     the capped ones after those (by N), then the rest by name."""
     if sort not in ("average", "name"):
         raise ValueError(f"sort must be 'average' or 'name', got {sort!r}")
-    done = [r for r in rows if r.complete]
-    rest = [r for r in rows if not r.complete]
-    done.sort(key=(lambda r: (bool(r.capped), r.dev_cap or 0, r.baseline == "ST", -r.average, r.run))
-              if sort == "average" else (lambda r: (bool(r.capped), r.dev_cap or 0, r.baseline == "ST", r.run)))
-    return done + sorted(rest, key=lambda r: r.run)
+    done = sorted((r for r in rows if r.complete), key=lambda r: (bool(r.capped), r.dev_cap or 0, r.baseline == "ST",
+                                                                 -r.average if sort == "average" else 0, r.run))
+    return done + sorted((r for r in rows if not r.complete), key=lambda r: r.run)
 
 
 @dataclass
@@ -356,9 +344,7 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     the same pooling, else the first FT row by name; against the row named ``baseline`` instead, when given, with
     ``vs_baseline``: each task's Δ against it) and ``vs_alone`` for each task that has an ST row; return the footer
     and the notes on rows whose interval could not be computed. ``data_dir`` replaces the runs' own data folders.
-    Rows are compared only with rows scored on the same dev examples (``alike_groups``): a capped row against an
-    uncapped one would measure which dev examples the cap kept. A search's trial is neither compared nor a
-    baseline."""
+    Only rows scored on the same dev examples are compared (``alike_groups``); a search's trial never is."""
     delta = delta_column(baseline)
     if resamples == 0:
         return f"{delta} and {INTERVAL}: not computed (--bootstrap 0).", []
@@ -375,10 +361,10 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     for group in groups:
         fts, alone, multitask = group.fts, group.alone, group.multitask
         pairs += [(row, _pick(fts, row), None, None, delta) for row in multitask if fts and _pick(fts, row) is not row]
-        pairs += [(row, _pick(alone[task], row), task, "alone", alone_column(task)) for row in multitask
+        pairs += [(row, _pick(alone[task], row), task, "alone", task_column(task, "alone")) for row in multitask
                   for task in row.dev if task in alone]
         if baseline is not None and fts:   # each task against the named row too: is any task lower beyond its interval?
-            pairs += [(row, fts[None], task, "baseline", task_delta_column(task, baseline)) for row in multitask
+            pairs += [(row, fts[None], task, "baseline", task_column(task, "baseline", baseline)) for row in multitask
                       if row is not fts[None] for task in row.dev if task in fts[None].dev]
     runs = {run.folder: DevSource(run.folder, str(data_dir) if data_dir else run.data_dir, tuple(run.dev),
                                     run.known_tasks or BUILTIN_TASKS, run.dev_cap)
@@ -401,10 +387,8 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
         if task is None:
             row.vs_ft = difference
         else:
-            BY_TASK[kind](row)[task] = difference
-    return _footer(delta, _against(groups, baseline) or _no_ft(rows), groups, resamples, seed,
-                   any(row.vs_baseline for group in groups for row in group.multitask),
-                   _not_alike(groups, delta, baseline), found=any(group.fts for group in groups)), notes
+            row.differences(kind)[task] = difference
+    return _footer(rows, groups, baseline, resamples, seed), notes
 
 
 def check_baseline(rows: list[RunRow], done: list[RunRow], baseline: str) -> None:
@@ -448,7 +432,7 @@ def _not_alike(groups: list[Alike], delta: str, baseline: str | None) -> list[st
                    for group in groups if task not in group.alone
                    for lacking in [[row for row in group.multitask if task in row.dev]] if lacking]
         if reasons:
-            sentences.append(f"No {alone_column(task)}: " + "; ".join(reasons) + ".")
+            sentences.append(f"No {task_column(task, 'alone')}: " + "; ".join(reasons) + ".")
     return sentences
 
 
@@ -457,12 +441,12 @@ def _alike_row(kind: str, group: Alike) -> str:
     return f"uncapped {kind} row" if group.cap is None else f"{kind} row capped alike (--max_eval_examples {group.cap})"
 
 
-def _footer(delta: str, against: str, groups: list[Alike], resamples: int, seed: int, by_task: bool = False,
-            missing: list[str] = (), found: bool = True) -> str:
-    """The sentences under the table: what the rows were compared with (``against``; why not, where none was
-    ``found``), how, and where a row has no baseline scored on its dev examples (``missing``)."""
+def _footer(rows: list[RunRow], groups: list[Alike], baseline: str | None, resamples: int, seed: int) -> str:
+    """The sentences under the table: what the rows were compared with (or why none was), how, and where a row has
+    no baseline scored on its dev examples."""
+    delta, against = delta_column(baseline), _against(groups, baseline)
     sentences = [f"{delta} = average minus that of {against}, both from the dev prediction files;"
-                 if found else f"{delta}: {against}.",
+                 if against else f"{delta}: {_no_ft(rows)}.",
                  f"{INTERVAL} = two-level paired bootstrap percentile interval ({resamples} resamples of each task's "
                  "dev examples, and in each of the seeds, the same draws for a row and its baseline of the same seeds; "
                  f"seed {seed}; a row of one seed has no seed spread to draw: its interval is the examples' alone); "
@@ -473,10 +457,10 @@ def _footer(delta: str, against: str, groups: list[Alike], resamples: int, seed:
                          + "; ".join(f"{task}{'' if group.cap is None else f' {group.label()}'}: {_named(chosen, 'ST')}"
                                      for group, task, chosen in alone)
                          + "), with the same interval of that task's metric alone.")
-    if by_task:
+    if any(row.vs_baseline for group in groups for row in group.multitask):
         sentences.append(f"<TASK> {delta} = that task's dev metric minus that of {against}, with the same interval "
                          f"of that task's metric alone.")
-    return " ".join([*sentences, *missing])
+    return " ".join([*sentences, *_not_alike(groups, delta, baseline)])
 
 
 def _baselines(rows: list[RunRow], is_one) -> dict:
@@ -571,21 +555,16 @@ def write_csv(rows: list[RunRow], path: str | Path, baseline: str | None = None)
 def forest_panels(rows: list[RunRow], baseline: str | None = None) -> list[tuple[str, list[tuple[str, Difference]]]]:
     """The forest plot's panels, each (x-axis label, [(row, difference)]): the average's Δ vs FT (or the
     ``baseline`` row), then each task's Δ vs its single-task row, then vs the ``baseline`` row; none empty."""
-    panels = [(f"Δ overall dev score vs {baseline or 'FT'}", [(seeds_label(row), row.vs_ft) for row in rows
-                                                              if row.vs_ft is not None])]
+    def label(row: RunRow) -> str:   # the row and how many seeds its interval pools
+        seeds = len(row.seed_runs) or 1
+        return f"{row.run} ({seeds} seed{'s' if seeds != 1 else ''})"
+    panels = [(f"Δ overall dev score vs {baseline or 'FT'}", [(label(row), row.vs_ft) for row in rows if row.vs_ft])]
     known = report_tasks(rows)
     for kind, against in (("alone", "alone"), ("baseline", baseline)):
-        differences = BY_TASK[kind]
-        panels += [(f"Δ {metric_column(task, known)} vs {against}", [(seeds_label(row), differences(row)[task])
-                                                                     for row in rows if task in differences(row)])
+        panels += [(f"Δ {metric_column(task, known)} vs {against}", [(label(row), row.differences(kind)[task])
+                                                                     for row in rows if task in row.differences(kind)])
                    for task in compared_tasks(rows, kind)]
-    return [(label, lines) for label, lines in panels if lines]
-
-
-def seeds_label(row: RunRow) -> str:
-    """A forest plot line's name: the row and how many seeds its interval pools."""
-    seeds = len(row.seed_runs) or 1
-    return f"{row.run} ({seeds} seed{'s' if seeds != 1 else ''})"
+    return [(name, lines) for name, lines in panels if lines]
 
 
 def write_forest(rows: list[RunRow], path: Path, baseline: str | None = None) -> bool:
