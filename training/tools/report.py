@@ -653,9 +653,8 @@ def _whole_number(value) -> int | None:
 
 
 def _number(value) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if finite else None
 
 
 def _std(values: list[float]) -> float | None:
