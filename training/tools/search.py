@@ -190,9 +190,7 @@ def dimension(name: str, spec, where: str) -> Dimension:
 
 def encode(value):
     """A value as Optuna keeps it (a primitive): a list such as [32, 86, 32] becomes "32,86,32"."""
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return value
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
 
 
 def flags_of(params: dict) -> list[str]:
@@ -259,16 +257,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             or args.wait_for_resources < 0):
         parser.error("--reduction_factor must be > 1, --cpus_per_run > 0, --gpus_per_run >= 0, --confirm >= 0 and "
                      "--wait_for_resources >= 0")
-    for word in extra:
-        name = word.split("=")[0]
-        if name.startswith("--") and name[2:].removeprefix("no_") in OWNED:
-            parser.error(f"{word} after --: the search sets it itself (or it says where a run goes)")
+    given = {word: word[2:].split("=")[0].removeprefix("no_") for word in extra if word.startswith("--")}
+    if owned := [word for word, name in given.items() if name in OWNED]:
+        parser.error(f"{owned[0]} after --: the search sets it itself (or it says where a run goes)")
     try:
         args.space_spec = read_space(args.space)
     except ValueError as err:
         parser.error(str(err))
-    given = {word[2:].split("=")[0].removeprefix("no_") for word in extra if word.startswith("--")}
-    if both := sorted(given & set(args.space_spec.dimensions)):
+    if both := sorted(set(given.values()) & set(args.space_spec.dimensions)):
         parser.error(f"--{both[0]} is both in the space and after --: give it in one place")
     return args
 
@@ -290,16 +286,16 @@ def trial_flags(params: dict, args) -> list[str]:
             "--quiet"]
 
 
-def check_space(args) -> str | None:
-    """None, or the first value of the space (or start_with point) that ``run_multitask.py`` refuses, in one line."""
+def check_space(args) -> None:
+    """A ``GridError``: the first value of the space (or start_with point) that ``run_multitask.py`` refuses."""
     space = args.space_spec
     defaults = {n: d.probes()[0] for n, d in space.dimensions.items()}
     probes = [("the flags after --", trial_flags({}, args))]
     probes += [(f"{n} {v!r}", trial_flags({**defaults, n: v}, args))
                for n, d in space.dimensions.items() for v in d.probes()]
     probes += [(f"start_with[{i}]", trial_flags({**defaults, **p}, args)) for i, p in enumerate(space.start_with)]
-    refused = first_refused(probes)   # in one Python start, as the grid checks its rows
-    return None if refused is None else f"--space {args.space}: {refused}"
+    if refused := first_refused(probes):   # in one Python start, as the grid checks its rows
+        raise GridError(f"--space {args.space}: {refused}")
 
 
 # ---- one trial -------------------------------------------------------------------------------------------------
@@ -413,7 +409,6 @@ def trial_class():
                         "action": self.started}
             # the run ended: finished or stopped early is a score; failed or interrupted is none, nor a crash
             metrics = read_metrics(self.process.run_dir)
-            metrics = metrics if isinstance(metrics, dict) else {}
             status, error = metrics.get("status") or RunStatus.FAILED, str(metrics.get("error") or "")
             rc = self.process.child.returncode if self.process.child is not None else 0
             if rc and not self.process.stop.exists() and status not in FINAL:
@@ -472,7 +467,6 @@ def read_trials(out_dir: Path) -> list[TrialRecord]:
         except (OSError, ValueError):
             continue
         metrics = read_metrics(out_dir / path.stem)
-        metrics = metrics if isinstance(metrics, dict) else {}
         scored = scored_evaluations(metrics)
         status, error = metrics.get("status") or "not started", str(metrics.get("error") or "")
         if status in (RunStatus.RUNNING, "starting") and not is_live(out_dir / path.stem):
@@ -502,8 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out_dir).resolve()
 
     def prepare() -> None:
-        if error := check_space(args):
-            raise GridError(error)
+        check_space(args)
         (out_dir / "logs" / "params").mkdir(parents=True, exist_ok=True)
         check_same_search(out_dir, args)
     return guarded("minbert-search", out_dir, prepare, lambda lock: run_search(args, out_dir, lock))
@@ -721,12 +714,10 @@ class SearchProgress:
 
     def ended(self, name: str, result: dict) -> None:
         self.done += 1
-        score = result.get("score")
-        if isinstance(score, float):
-            self.best = score if self.best is None else max(self.best, score)
-        status = result.get("status")
+        score, status = result.get("score"), result.get("status")
         status = RunStatus.STOPPED_EARLY + " (ASHA)" if status == RunStatus.RUNNING else status or "ended"
         if isinstance(score, float):
+            self.best = score if self.best is None else max(self.best, score)
             self.line(f"{name}: {status}, score {score:.4f}")
         else:
             error = result.get("error")
