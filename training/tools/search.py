@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import csv
 import hashlib
-import io
 import itertools
 import json
 import math
@@ -738,19 +737,16 @@ def write_outputs(args, out_dir: Path, records: list[TrialRecord]) -> TrialRecor
     rows = [[i, r.name, *(cell(r.params.get(n, "")) for n in names), "" if r.score is None else f"{r.score:.4f}",
              r.evaluations, "" if r.steps is None else r.steps, r.status, "" if r.minutes is None else r.minutes]
             for i, r in enumerate(records, 1)]
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows([[*header, "error"],
-                                                       *([*row, r.error] for row, r in zip(rows, records))])
-    (out_dir / "trials.csv").write_text(buffer.getvalue(), encoding="utf-8")
-    scored = [r for r in records if r.score is not None and r.status in FINAL]
-    best = max(scored, key=lambda r: r.score, default=None)
+    with (out_dir / "trials.csv").open("w", encoding="utf-8") as file:
+        csv.writer(file, lineterminator="\n").writerows([[*header, "error"],
+                                                         *([*row, r.error] for row, r in zip(rows, records))])
+    best = max((r for r in records if r.score is not None and r.status in FINAL), key=lambda r: r.score, default=None)
     lines = [f"# Search: {len(records)} trials", "",
              f"Score: the overall score on --val_fraction {args.val_fraction} of each training file (the dev files "
              "unread), the best of the trial's evaluations. Space: " + args.space, "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
              *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
-    failed = [r for r in records if r.status == RunStatus.FAILED]
-    if failed:   # each with its one error line; not run again (delete logs/failed/<trial>.json to run it again)
+    if failed := [r for r in records if r.status == RunStatus.FAILED]:   # rerun: delete logs/failed/<trial>.json
         lines += ["", "Failed:", *(f"- {r.name}: {r.error or 'see its log'} (its log: logs/{r.name}.log)"
                                    for r in failed)]
     if best is not None:
@@ -770,9 +766,6 @@ def cell(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-# the folders the run makes absolute itself (with_absolute_paths), beside the flags marked ``flag(..., path=True)``
-RUN_PATHS = ("data_dir", "model")
-
 RECIPE = """
 import json, sys
 from pathlib import Path
@@ -780,7 +773,8 @@ sys.path.insert(0, sys.argv[1])
 import run_multitask
 argv = json.loads(sys.argv[2])
 args = run_multitask.build_parser().parse_args(argv)
-paths = {n for n, f in run_multitask.all_flag_fields().items() if f.metadata.get("path")} | set(sys.argv[3:])
+# the flags marked flag(..., path=True), and the folders the run makes absolute itself (with_absolute_paths)
+paths = {n for n, f in run_multitask.all_flag_fields().items() if f.metadata.get("path")} | {"data_dir", "model"}
 values = {name: getattr(args, name) for name in sorted(run_multitask.explicit_flags(argv))}
 print(json.dumps({name: str(Path(value).resolve()) if name in paths and isinstance(value, str) else value
                   for name, value in values.items()}))
@@ -790,8 +784,8 @@ print(json.dumps({name: str(Path(value).resolve()) if name in paths and isinstan
 def best_recipe(best: TrialRecord, args) -> dict:
     """The best trial's flags, typed as ``run_multitask.py`` reads them, less the search's own: a file ``--config``
     takes, its path flags absolute (resolved where the trials ran), so it works from any folder."""
-    done = subprocess.run([sys.executable, "-c", RECIPE, str(ROOT), json.dumps([*args.extra, *flags_of(best.params)]),
-                           *RUN_PATHS], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", RECIPE, str(ROOT), json.dumps([*args.extra, *flags_of(best.params)])],
+                          capture_output=True, text=True, check=True)
     return {k: v for k, v in json.loads(done.stdout).items() if k not in (*OWNED, "quiet")}
 
 
@@ -801,13 +795,11 @@ CUT_OFF_DOT = "tab:red"   # a scored point of any other status: interrupted or f
 
 
 def dot(status: str) -> str:
-    """The colour of a scored trial's point on the plot."""
     return POINTS[status][1] if status in POINTS else CUT_OFF_DOT
 
 
 def legend_entries(records: list[TrialRecord]) -> list[tuple[str, str]]:
-    """(label, colour) for each kind of scored point on the plot: red marks a trial whose score is only its best
-    so far."""
+    """(label, colour) for each kind of scored point on the plot: red, a score that is only the best so far."""
     shown = {r.status for r in records if r.score is not None}
     entries = [point for status, point in POINTS.items() if status in shown]
     if others := sorted(shown - set(POINTS)):
@@ -848,27 +840,26 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
 
     searched = [d for d in space.dimensions.values() if d.kind != "fixed"]
     columns = min(3, len(searched) + 1)
-    rows = -(-(len(searched) + 1) // columns)
+    rows = math.ceil((len(searched) + 1) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.3 * rows), squeeze=False)
-    ax = axes[0][0]
+    ax, *panels = axes.flat
+    scored = [r for r in records if r.score is not None]
     xs = [i for i, r in enumerate(records, 1) if r.score is not None]
-    ys = [r.score for r in records if r.score is not None]
-    ax.scatter(xs, ys, c=[dot(r.status) for r in records if r.score is not None], s=18, zorder=3)
+    ys, colours = [r.score for r in scored], [dot(r.status) for r in scored]
+    ax.scatter(xs, ys, c=colours, s=18, zorder=3)
     ax.step(xs, [max(ys[:i + 1]) for i in range(len(ys))], where="post", color="tab:blue", label="best so far")
     ax.set(xlabel="trial", ylabel="validation score", title="score by trial")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))   # trials are whole numbers, not 2.5
     for label, colour in legend_entries(records):
         ax.scatter([], [], c=colour, s=18, label=label)
     ax.legend(fontsize=7)
-    for ax, d in zip([a for row in axes for a in row][1:], searched):
-        points = [(r.params.get(d.name), r.score, r.status) for r in records if r.score is not None]
+    for ax, d in zip(panels, searched):
+        x = [r.params.get(d.name) for r in scored]
         if d.kind == "choice":
             labels = [str(v) for v in d.values]
-            x = [labels.index(str(v)) if str(v) in labels else -1 for v, _, _ in points]
+            x = [labels.index(str(v)) if str(v) in labels else -1 for v in x]
             ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=20)
-        else:
-            x = [v for v, _, _ in points]
-        ax.scatter(x, [s for _, s, _ in points], c=[dot(st) for _, _, st in points], s=18)
+        ax.scatter(x, ys, c=colours, s=18)
         if d.kind.startswith("log") and x:
             ax.set_xscale("log")
             ticks = log_ticks(*ax.get_xlim(), drawn=x)   # a narrow range has no power of 10: no label at all
@@ -876,7 +867,7 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
             ax.xaxis.set_major_formatter(matplotlib.ticker.FixedFormatter(tick_labels(ticks)))
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())   # 2x10^-4 ... overlapped
         ax.set(title=d.name, ylabel="validation score")
-    for ax in [a for row in axes for a in row][len(searched) + 1:]:
+    for ax in panels[len(searched):]:
         ax.axis("off")
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
