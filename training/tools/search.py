@@ -115,14 +115,12 @@ class Space:
                 for d in self.dimensions.values()]
 
     def size(self) -> int | None:
-        """How many distinct points the space has (None: a float range)."""
         axes = self.axes()
         return None if axes is None else math.prod(len(axis) for axis in axes)
 
     def points(self):
-        """Every point of a space of whole or listed values, in order (``size()`` of them)."""
-        for values in itertools.product(*self.axes()):
-            yield dict(zip(self.dimensions, values))
+        """Every point of a space of whole or listed values, in order."""
+        return (dict(zip(self.dimensions, values)) for values in itertools.product(*self.axes()))
 
 
 def read_space(path: str) -> Space:
@@ -555,9 +553,8 @@ def run_search(args, out_dir: Path, lock: GridLock) -> int:
 
 
 def confirm(args, out_dir: Path) -> int:
-    """``--confirm N``: ``best.json`` and the default (the flags after -- alone), each trained at N seeds on the
-    whole training files and scored on dev, as a grid in ``<out_dir>/confirm``; then the report, best against
-    default."""
+    """``--confirm N``: ``best.json`` and the default (the flags after -- alone), each trained at N seeds on the whole
+    training files and scored on dev, as a grid in ``<out_dir>/confirm``; then the report, best against default."""
     from .grid import DEFAULT_SEED, GridRun
     from .ray_grid import run_grid, run_report
     folder = out_dir / "confirm"
