@@ -401,9 +401,8 @@ def trial_class():
             record = self.process.next()
             if record is not None:
                 return {**({"score": self.process.best} if self.process.best is not None else {}),
-                        "evaluation": record["evaluation"], "trial": self.name,
-                        "last": record["dev_overall"], "run_step": record["run_step"], "status": RunStatus.RUNNING,
-                        "action": self.started}
+                        "evaluation": record["evaluation"], "trial": self.name, "last": record["dev_overall"],
+                        "run_step": record["run_step"], "status": RunStatus.RUNNING, "action": self.started}
             # the run ended: finished or stopped early is a score; failed or interrupted is none, nor a crash
             metrics = read_metrics(self.process.run_dir)
             status, error = metrics.get("status") or RunStatus.FAILED, str(metrics.get("error") or "")
@@ -703,10 +702,9 @@ class SearchProgress:
         self.best = max((r.score for r in ended if r.score is not None), default=None)
 
     def result(self, result: dict) -> None:
-        if result.get("done"):
-            return
-        best = f"{result['score']:.4f}" if "score" in result else "none yet"
-        self.line(f"{result['trial']} evaluation {result['evaluation']}: {result['last']:.4f} (its best {best})")
+        if not result.get("done"):   # a trial's last result: ended() says it
+            best = f"{result['score']:.4f}" if "score" in result else "none yet"
+            self.line(f"{result['trial']} evaluation {result['evaluation']}: {result['last']:.4f} (its best {best})")
 
     def ended(self, name: str, result: dict) -> None:
         self.done += 1
