@@ -132,10 +132,6 @@ class StsDevCurve:
         if self.data["step"] % self.every == 0:
             self.score()
 
-    def score_last_step(self) -> None:
-        if self.data["curve"][-1][0] != self.data["step"]:
-            self.score()
-
     def score(self) -> None:
         run, saved_rng = self.run, rng_state()
         try:
@@ -148,33 +144,30 @@ class StsDevCurve:
         self.data["curve"].append([step, spearman])
         if self.data["best"] is None or spearman > self.data["best"]["spearman"]:
             self.data["best"] = {"step": step, "spearman": spearman}
-            self.best.take(run.model.bert)
+            self.best.weights = {k: v.detach().to("cpu", copy=True) for k, v in run.model.bert.state_dict().items()}
 
-    def describe(self) -> str:
+    def end_epoch(self, last: bool) -> str:
+        """The epoch's log tail; the stage's ``last`` step is scored too if it was not."""
+        if last and self.data["curve"][-1][0] != self.data["step"]:
+            self.score()
         step, spearman = self.data["curve"][-1]
         best = self.data["best"]
         return f" | STS dev Spearman {spearman:.4f} at step {step} (best {best['spearman']:.4f} at step {best['step']})"
 
     def end_with_best(self) -> dict:
         """Load the best step's encoder; returns the curve for the stage's log."""
-        self.best.restore(self.run.model.bert)
+        self.run.model.bert.load_state_dict(self.best.weights)
         best = self.data["best"]
         self.run.log(f"ucl: ending with the encoder of step {best['step']} (STS dev Spearman {best['spearman']:.4f})")
         return dict(self.data)
 
 
 class EncoderSnapshot:
-    """A copy of the encoder's weights on the CPU. Having ``state_dict``, it is saved with every
+    """A copy of the encoder's weights on the CPU (``weights``). Having ``state_dict``, it is saved with every
     training checkpoint (``StsDevCurve.states``) and restored on resume."""
 
     def __init__(self):
         self.weights: dict[str, torch.Tensor] = {}
-
-    def take(self, encoder: torch.nn.Module) -> None:
-        self.weights = {k: v.detach().to("cpu", copy=True) for k, v in encoder.state_dict().items()}
-
-    def restore(self, encoder: torch.nn.Module) -> None:
-        encoder.load_state_dict(self.weights)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return dict(self.weights)

@@ -92,11 +92,7 @@ class ContrastiveObjective(Objective):
             self.sts_dev.step_done()
 
     def end_epoch(self, record: dict, progress: dict) -> str:
-        if self.sts_dev is None:
-            return ""
-        if record["epoch"] == self.epochs:
-            self.sts_dev.score_last_step()
-        return self.sts_dev.describe()
+        return "" if self.sts_dev is None else self.sts_dev.end_epoch(last=record["epoch"] == self.epochs)
 
     def result(self, progress: dict) -> dict:
         result = super().result(progress)

@@ -69,18 +69,13 @@ class Run:
         return found
 
 
-def task_loaders(run: Run, seed: int) -> dict:
-    """A shuffled training loader for every task of the run, the i-th task's seeded ``seed + i``."""
-    sizes = run.config.batch_sizes()
-    return {name: run.loader(split["train"], sizes[name], True, seed + i)
-            for i, (name, split) in enumerate(run.splits.items())}
-
-
 def multitask_stage(run: Run) -> dict:
     """Round-robin (or joint) training on every task of ``--tasks``, in the order ``--rr`` or an extension's
-    ``batch_order`` gives, keeping the best epoch on dev."""
-    t = run.config.train
-    objective = MultitaskObjective(run, task_loaders(run, t.seed), t.rr, t.max_steps_per_epoch, t.epochs)
+    ``batch_order`` gives, keeping the best epoch on dev. The i-th task's loader is seeded ``--seed + i``."""
+    t, sizes = run.config.train, run.config.batch_sizes()
+    loaders = {name: run.loader(split["train"], sizes[name], True, t.seed + i)
+               for i, (name, split) in enumerate(run.splits.items())}
+    objective = MultitaskObjective(run, loaders, t.rr, t.max_steps_per_epoch, t.epochs)
     if run.batch_order is not None:
         run.log(f"multi-task batches in the order of --{run.batch_order.name}: {len(objective.scheduler)} an epoch, "
                 f"as many as --rr {t.rr} gives")
@@ -93,7 +88,7 @@ class TaskObjective(Objective):
     round of every task's batch in ``--rr``'s order). ``order``: the extension whose ``batch_order``
     replaces ``--rr``'s each epoch; ``surgery``: a ``GradientHook`` the loop hands each task's loss
     (the multi-task stage's are the run's; none for a stage of one task)."""
-    order: BatchOrder | None = None   # (``surgery``: ``Objective``'s, None)
+    order: BatchOrder | None = None
 
     def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int, joint: bool,
                  name: str = "multitask", log_prefix: str = ""):
@@ -234,9 +229,7 @@ class MultitaskObjective(TaskObjective):
                 "stopped": progress.get("stopped")}
 
     def result(self, progress: dict) -> dict:
-        return {"epochs": progress["epochs"], "best": self.best, "loss_curves": self.curves(progress),
-                "lr_curve": self.lr_curve(progress), "evaluations": progress["evaluations"],
-                "stopped": progress.get("stopped")}
+        return {**self.saved(progress, improved=False), "lr_curve": self.lr_curve(progress)}
 
 
 CALIBRATION_PAIRS = 512   # training pairs a thresholded head sees before its first stage
