@@ -1,10 +1,8 @@
 """The training loop: every stage of a run and the sentence fine-tuning tool train through
-``TrainingLoop.train(objective)``. An *objective* says what is trained (batches, loss, optimizer,
-what happens at an epoch's end); the loop owns how, once for all: the resume clock (steps done
-before a crash replayed without computing, checkpoints every ``--save_every`` steps and at epoch
-ends; ``training/harness/resume.py``), the step (autocast, backward, the scaled optimizer step and the hooks
-between them: the objective's own, gradient clipping, the learning-rate schedule), and the loss
-curves, timing, progress bar and epoch log lines.
+``TrainingLoop.train(objective)``. An *objective* says what is trained (batches, loss, optimizer, what happens
+at an epoch's end); the loop owns how, once for all: the step clock (``callbacks.StepClock``: replay and
+checkpoints on resume), the step (autocast, backward, the objective's hooks, gradient clipping, the scaled
+optimizer step, the learning-rate schedule), and the loss curves, timing, progress bar and epoch log lines.
 """
 from __future__ import annotations
 
@@ -131,7 +129,7 @@ class TrainingLoop:
                 raise ValueError(f"{objective.name}: a learning-rate schedule needs the number of steps per epoch")
             self.scheduler = self.schedule(objective.optimizer, steps_per_epoch * objective.epochs)
         progress = clock.begin_stage(objective.name, {"epochs": [], "current": None, "curves": {}})
-        progress.setdefault("lr", [])   # [run's step, its learning rate (first parameter group)] every CURVE_EVERY steps
+        progress.setdefault("lr", [])   # [run's step, first parameter group's learning rate] every CURVE_EVERY steps
         objective.start(progress)
         history, curves = progress["epochs"], {}
         for epoch in range(1, objective.epochs + 1):
@@ -150,7 +148,7 @@ class TrainingLoop:
                     continue
                 if progress.get("stopped"):   # resumed from the checkpoint written when it stopped
                     break
-                lrs = [group["lr"] for group in objective.optimizer.param_groups]   # this step's (a schedule moves them after it)
+                lrs = [group["lr"] for group in objective.optimizer.param_groups]   # before the schedule moves them
                 self.record_step(objective, progress, curves, self.step(objective, *batches), lrs)
                 examples, seconds = sum(objective.examples(batch) for batch in batches), time.time() - mark
                 current["examples"] += examples

@@ -175,8 +175,12 @@ class AdaptiveWeighting(LossWeighting):
         missing = [name for name in self.task_names if name not in dev_metrics]
         if missing:
             raise ValueError(f"adaptive weighting needs the dev metric of every task; missing {missing}")
-        shortfall = torch.tensor([1.0 - _unit_score(self.tasks[name], dev_metrics[name]) for name in self.task_names],
-                                 dtype=self.base_weights.dtype, device=self.base_weights.device)
+        for name in self.task_names:
+            if not math.isfinite(dev_metrics[name]):
+                raise ValueError(f"dev metric of {self.tasks[name].name} is not finite: {dev_metrics[name]}")
+        scores = [min(max(self.tasks[name].unit_score(dev_metrics[name]), 0.0), 1.0) for name in self.task_names]
+        shortfall = torch.tensor([1.0 - score for score in scores], dtype=self.base_weights.dtype,
+                                 device=self.base_weights.device)
         raw = self.base_weights * shortfall
         self.weights.copy_(raw * self.base_weights.sum() / raw.sum() if raw.sum() > 0 else self.base_weights)
 
@@ -219,10 +223,3 @@ def _total(terms: list[torch.Tensor], losses: dict[str, torch.Tensor]) -> torch.
     if not terms:
         return torch.zeros((), device=next(iter(losses.values())).device)
     return sum(terms[1:], terms[0])
-
-
-def _unit_score(task: Task, value: float) -> float:
-    """A task's dev metric on a 0..1 scale: Pearson r as (r + 1) / 2, accuracy as it is."""
-    if not math.isfinite(value):
-        raise ValueError(f"dev metric of {task.name} is not finite: {value}")
-    return min(max(task.unit_score(value), 0.0), 1.0)

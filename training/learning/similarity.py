@@ -78,5 +78,5 @@ def _correlate(pred: np.ndarray, gold: np.ndarray) -> dict[str, float | None]:
     None where undefined (fewer than two pairs, or a constant side)."""
     if len(pred) < 2 or np.std(pred) == 0 or np.std(gold) == 0:
         return {"spearman": None, "pearson": None}
-    from scipy.stats import rankdata  # here: scipy.stats takes over a second to import (training.learning.tasks.pearson)
+    from scipy.stats import rankdata  # imported here: scipy.stats takes over a second (tasks.pearson)
     return {"spearman": pearson(rankdata(pred), rankdata(gold)), "pearson": pearson(pred, gold)}

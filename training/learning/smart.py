@@ -17,8 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# What a head outputs, as each task's row names it (``Task.divergence`` in training/learning/tasks.py):
-# class logits, one log-odds per example, or a score.
+# What a head outputs (``Task.divergence``): class logits, one log-odds per example, or a score.
 KINDS = ("multiclass", "binary", "regression")
 
 
@@ -60,8 +59,7 @@ def smart_loss(model: nn.Module, head_name: str, inputs: list[dict], clean_outpu
         δ ← δ + η · g / (‖g‖_∞ + eps_norm),   g = ∇_δ ℓ_s,   ‖·‖_∞ per token over the hidden size,
 
     by ``torch.autograd.grad``, so nothing accumulates in the model's ``.grad``. The returned term is
-    taken at the final δ (held constant) with the authors' stop-gradients (``_two_sided``): its value
-    is ``divergence``'s and gradients reach the model through both outputs.
+    taken at the final δ (held constant) with the authors' stop-gradients (``_two_sided``).
 
     ``clean_output`` must be ``model(head_name, inputs)`` from the same step, not detached (the clean
     side gets its gradient). With dropout on, the adversarial passes draw their own masks, as in the
@@ -114,13 +112,10 @@ class BregmanProximal:
 
 
 class EmbeddingNoise:
-    """An ``embeddings_hook`` that adds one noise tensor per sentence of a forward.
-
-    ``MultitaskBert.forward`` calls the hook once per sentence, in order, with tensors of each
-    sentence's shape (B, T_k, H); the k-th call of a forward adds ``tensors[k]``, created on first
-    use as N(0, eps²). ``run`` resets the call counter, so every pass of ``smart_loss`` (ascent
-    steps and the final pass) perturbs each sentence with its own, current noise.
-    """
+    """An ``embeddings_hook`` that adds one noise tensor per sentence of a forward: ``MultitaskBert.forward``
+    calls it once per sentence, in order, with (B, T_k, H) tensors; the k-th call adds ``tensors[k]``, created on
+    first use as N(0, eps²). ``run`` resets the call counter, so every pass of ``smart_loss`` perturbs each
+    sentence with its own, current noise."""
 
     def __init__(self, eps: float):
         self.eps, self.calls, self._track = eps, 0, False
@@ -149,8 +144,7 @@ class EmbeddingNoise:
         return embeddings + noise
 
     def ascend(self, grads, step: float, eps_norm: float) -> None:
-        """δ ← δ + step · g / (‖g‖_∞ + eps_norm), the ∞-norm per token over the hidden size
-        (SMART Algorithm 1 line 6, normalised as in the authors' ``_norm_grad``); detached."""
+        """``smart_loss``'s ascent step (Algorithm 1 line 6, normalised as in the authors' ``_norm_grad``)."""
         self.tensors = [
             (noise + step * grad / (grad.abs().amax(dim=-1, keepdim=True) + eps_norm)).detach()
             for noise, grad in zip(self.tensors, grads, strict=True)

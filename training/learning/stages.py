@@ -244,33 +244,26 @@ def calibrate_heads(run, tasks) -> None:
     pair a paraphrase and b cannot move far enough in time (docs/heads.md). The head sees the cosines of the first
     ``CALIBRATION_PAIRS`` training pairs through its own tower, the encoder in eval mode: no dropout, no random
     numbers drawn, so every other part of the run is as without it."""
-    model = run.model
-    for name in tasks:
-        head = model.heads[name]
-        if not getattr(head, "thresholded", False):
-            continue
-        examples = run.splits[name]["train"][:CALIBRATION_PAIRS]
-        similarities, labels = pair_similarities(run, name, examples)
-        cut = head.calibrate(similarities, labels)
-        if cut is not None:
-            positive = head.positives(labels)
-            right = ((similarities > cut) == positive).float().mean().item()
-            run.log(f"{name}: the cosine head's threshold starts at b = {cut:.3f} (right on {right:.1%} of the "
-                    f"first {len(labels)} training pairs; b = 0 would be right on {positive.float().mean().item():.1%})")
-
-
-def pair_similarities(run, name: str, examples) -> tuple[torch.Tensor, torch.Tensor]:
-    """The head's ``similarity`` of each pair in ``examples`` (float32, on the CPU) and their labels."""
-    model, head = run.model, run.model.heads[name]
-    was_training = model.training
+    model, was_training = run.model, run.model.training
     model.eval()
-    similarities, labels = [], []
     try:
-        for batch in run.loader(examples, run.config.data.batch_size, False):
-            u, v = (model.embed(to_device(encoding, run.device), head_name=name).float()
-                    for encoding in batch["inputs"])
-            similarities.append(head.similarity(u, v).float().cpu())
-            labels.append(batch["labels"])
+        for name in tasks:
+            head = model.heads[name]
+            if not getattr(head, "thresholded", False):
+                continue
+            similarities, labels = [], []
+            for batch in run.loader(run.splits[name]["train"][:CALIBRATION_PAIRS], run.config.data.batch_size, False):
+                u, v = (model.embed(to_device(encoding, run.device), head_name=name).float()
+                        for encoding in batch["inputs"])
+                similarities.append(head.similarity(u, v).float().cpu())
+                labels.append(batch["labels"])
+            similarities, labels = torch.cat(similarities), torch.cat(labels)
+            cut = head.calibrate(similarities, labels)
+            if cut is not None:
+                positive = head.positives(labels)
+                right = ((similarities > cut) == positive).float().mean().item()
+                run.log(f"{name}: the cosine head's threshold starts at b = {cut:.3f} (right on {right:.1%} of the "
+                        f"first {len(labels)} training pairs; b = 0 would be right on "
+                        f"{positive.float().mean().item():.1%})")
     finally:
         model.train(was_training)
-    return torch.cat(similarities), torch.cat(labels)
