@@ -1,9 +1,8 @@
-"""Annealed sampling (Stickland & Murray 2019, "BERT and PALs", §4): each multi-task batch comes from
-task i with probability p_i ∝ N_i^α (N_i its training examples), α = 1 − 0.8·(e − 1)/(E − 1) in epoch e
-of E: the first epoch samples in proportion to the tasks' sizes, the last nearly uniformly (α = 0.2),
-so the small tasks are not left behind at the end. An epoch keeps the number of batches ``--rr``
-gives it (the learning-rate schedule is laid out over them); the draws follow ``--seed`` and the epoch.
-A batch-order extension (``Extension.batch_order``).
+"""Annealed sampling (Stickland & Murray 2019, "BERT and PALs", §4): each multi-task batch comes from task i with
+probability p_i ∝ N_i^α (N_i its training examples), α = 1 − 0.8·(e − 1)/(E − 1) in epoch e of E: the first epoch
+samples in proportion to the tasks' sizes, the last nearly uniformly (α = 0.2), so the small tasks are not left behind
+at the end. An epoch keeps the number of batches ``--rr`` gives it (the learning-rate schedule is laid out over them);
+the draws follow ``--seed`` and the epoch. A batch-order extension (``Extension.batch_order``).
 """
 from __future__ import annotations
 

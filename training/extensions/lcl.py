@@ -1,7 +1,6 @@
-"""Label-contrastive fine-tuning (Khosla et al. 2020; Gunel et al. 2021): a stage before multi-task
-training on the training sentences of the first single-sentence classification task of ``--tasks``
-(SST by default): sentences of one class are pulled together, the others pushed apart
-(``losses.label_contrastive_loss``).
+"""Label-contrastive fine-tuning (Khosla et al. 2020; Gunel et al. 2021): a stage before multi-task training on the
+training sentences of the first single-sentence classification task of ``--tasks`` (SST by default): sentences of one
+class are pulled together, the others pushed apart (``losses.label_contrastive_loss``).
 """
 from __future__ import annotations
 

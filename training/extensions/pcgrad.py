@@ -1,10 +1,9 @@
-"""PCGrad (Yu et al. 2020, "Gradient Surgery for Multi-Task Learning", §2.2 and Algorithm 1): each
-multi-task step takes one batch of every task; where two tasks' gradients on the shared encoder
-conflict (negative dot product), a task's gradient is projected onto the normal plane of the other's,
-g_i ← g_i − (g_i·g_j)/‖g_j‖² g_j, over the other tasks in random order; the projected gradients are
-summed. A task's private layers and head keep their own gradient. ``ProjectConflicting`` is the loop's
-gradient hook (``Extension.gradient_surgery``, ``base.GradientSurgery``): the loop hands it each task's loss of a
-step instead of backpropagating their sum.
+"""PCGrad (Yu et al. 2020, "Gradient Surgery for Multi-Task Learning", §2.2 and Algorithm 1): each multi-task step takes
+one batch of every task; where two tasks' gradients on the shared encoder conflict (negative dot product), a task's
+gradient is projected onto the normal plane of the other's, g_i ← g_i − (g_i·g_j)/‖g_j‖² g_j, over the other tasks in
+random order; the projected gradients are summed. A task's private layers and head keep their own gradient.
+``ProjectConflicting`` is the loop's gradient hook (``Extension.gradient_surgery``, ``base.GradientSurgery``): the loop
+hands it each task's loss of a step instead of backpropagating their sum.
 """
 from __future__ import annotations
 

@@ -102,11 +102,10 @@ EXTENSION = UnsupervisedSimCSE()
 
 
 class StsDevCurve:
-    """SimCSE's model selection (Gao et al. 2021, Appendix A; ``--eval_steps 125`` and
-    ``--load_best_model_at_end`` in their script), as ``--ucl_eval_every`` describes. The ``[step,
-    spearman]`` points live in ``data`` (the stage's checkpointed progress), the best weights in ``best``
-    (saved with the optimizer states), so a resumed stage continues both. Scoring restores every RNG:
-    the stage trains exactly as without the curve."""
+    """SimCSE's model selection (Gao et al. 2021, Appendix A; ``--eval_steps 125`` and ``--load_best_model_at_end`` in
+    their script), as ``--ucl_eval_every`` describes. The ``[step, spearman]`` points live in ``data`` (the stage's
+    checkpointed progress), the best weights in ``best`` (saved with the optimizer states), so a resumed stage continues
+    both. Scoring restores every RNG: the stage trains exactly as without the curve."""
 
     def __init__(self, run, dataset: PairDataset, every: int):
         self.run, self.dataset, self.every = run, dataset, every

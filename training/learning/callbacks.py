@@ -1,12 +1,10 @@
 """What the training loop hands to the world around it, with defaults that keep the kernel whole on its own.
 
-The loop (``loop.py``) and the objectives call three things that are not learning: a ``StepClock`` (the run's
-optimizer-step count; the harness's resume clock, ``training/harness/resume.py``, also replays steps done before
-a crash and writes checkpoints), a ``Scalars`` sink (each step's losses and learning rates; the harness's
-TensorBoard writer keeps them) and a ``Log`` (progress and result lines; the harness's ``RunLog`` adds
-``--quiet`` and ``--log_file``). The defaults here count, drop and print, so a test, a study script or a
-reader can train with the kernel alone. This is fastai's idea: the loop is the learning; everything else is
-called back.
+The loop (``loop.py``) and the objectives call three things that are not learning: a ``StepClock`` (the
+harness's resume clock, ``training/harness/resume.py``, also replays and checkpoints), a ``Scalars`` sink (the
+harness's TensorBoard writer) and a ``Log`` (the harness's ``RunLog`` adds ``--quiet`` and ``--log_file``). The
+defaults here count, drop and print, so a test, a study script or a reader can train with the kernel alone.
+This is fastai's idea: the loop is the learning; everything else is called back.
 """
 from __future__ import annotations
 

@@ -56,9 +56,8 @@ def train_contrastive(run: Run, stage: ContrastiveStage) -> dict:
 
 
 class ContrastiveObjective(Objective):
-    """A contrastive stage for the training loop. A batch of one sentence has no in-batch negative
-    and is left out. With ``stage.sts_dev`` the stage is scored on STS dev as it trains and ends with
-    its best step's encoder."""
+    """A contrastive stage for the training loop. A batch of one sentence has no in-batch negative and is left out. With
+    ``stage.sts_dev`` the stage is scored on STS dev as it trains and ends with its best step's encoder."""
 
     def __init__(self, run: Run, stage: ContrastiveStage, loader, optimizer):
         self.run, self.name, self.log_prefix, self.epochs = run, stage.name, f"{stage.name} ", stage.epochs

@@ -236,9 +236,8 @@ class TrainingLoop:
 
 
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """``torch.nn.utils.clip_grad_norm_`` (scale every gradient by min(1, max_norm / (‖g‖ + 1e-6)),
-    ‖g‖ the global 2-norm), also over sparse row gradients (``--sparse_embeddings``), which torch's
-    does not take. Returns ‖g‖."""
+    """``torch.nn.utils.clip_grad_norm_`` (scale every gradient by min(1, max_norm / (‖g‖ + 1e-6)), ‖g‖ the global
+    2-norm), also over sparse row gradients (``--sparse_embeddings``), which torch's does not take. Returns ‖g‖."""
     grads = [p.grad for p in params if p.grad is not None]
     if not any(g.is_sparse for g in grads):
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
@@ -287,10 +286,9 @@ def _groups(batches, size: int):
 
 
 class LossCurve:
-    """Mean loss every ``CURVE_EVERY`` batches, as ``[step, mean]`` points for metrics.json (``step``: the
-    run's optimizer step of the window's last batch). Its whole state is the JSON-serialisable dict
-    ``data``, kept in the stage's checkpointed progress: pass the saved dict back to continue a curve
-    after a resume."""
+    """Mean loss every ``CURVE_EVERY`` batches, as ``[step, mean]`` points for metrics.json (``step``: the run's
+    optimizer step of the window's last batch). Its whole state is the JSON-serialisable dict ``data``, kept in the
+    stage's checkpointed progress: pass the saved dict back to continue a curve after a resume."""
 
     def __init__(self, data: dict | None = None):
         self.data = data if data is not None else {}
@@ -311,8 +309,7 @@ class LossCurve:
             d["window"] = []
 
     def so_far(self) -> list[list[float]]:
-        """The points, and the unfinished window's mean as a last point: a run shorter than
-        ``CURVE_EVERY`` batches of a task still has a curve. A view only: the saved state (and so a
-        resumed curve) is that of ``add`` alone."""
+        """The points, and the unfinished window's mean as a last point: a run shorter than ``CURVE_EVERY`` batches of a
+        task still has a curve. A view only: the saved state (and so a resumed curve) is that of ``add`` alone."""
         window = self.data["window"]
         return self.points + ([[self.data["step"], round(sum(window) / len(window), 5)]] if window else [])

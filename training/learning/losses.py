@@ -20,16 +20,15 @@ def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float 
              hard_negatives: torch.Tensor | None = None, hard_negative_weight: float = 1.0) -> torch.Tensor:
     """SimCSE's contrastive loss over a batch of (B, D) sentence vectors; returns the batch mean.
 
-    Gao, Yao & Chen 2021, "SimCSE", §3 Eq. 1 (unsupervised; ``positives`` = a second
-    dropout-noised encoding of the same sentences) and §4 Eq. 5 (supervised, with hard negatives):
+    Gao, Yao & Chen 2021, "SimCSE", §3 Eq. 1 (unsupervised; ``positives`` = a second dropout-noised encoding of the same
+    sentences) and §4 Eq. 5 (supervised, with hard negatives):
 
         l_i = -log  e^{cos(a_i, p_i)/τ} / ( Σ_j e^{cos(a_i, p_j)/τ} + Σ_j α^{1_i^j} e^{cos(a_i, h_j)/τ} )
 
-    i.e. a cross-entropy over the logits [cos(a_i, p_j)/τ | cos(a_i, h_j)/τ] (B x B, or B x 2B with
-    hard negatives) whose target is the diagonal: every other in-batch positive and every in-batch
-    hard negative is a negative for anchor i. The weight α (``hard_negative_weight``, 1_i^j = 1 only
-    for j = i) scales anchor i's own hard negative, which is adding log α to logit (i, B + i);
-    α = 1 is the plain loss.
+    i.e. a cross-entropy over the logits [cos(a_i, p_j)/τ | cos(a_i, h_j)/τ] (B x B, or B x 2B with hard negatives)
+    whose target is the diagonal: every other in-batch positive and every in-batch hard negative is a negative for
+    anchor i. The weight α (``hard_negative_weight``, 1_i^j = 1 only for j = i) scales anchor i's own hard negative,
+    which is adding log α to logit (i, B + i); α = 1 is the plain loss.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -52,24 +51,23 @@ def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float 
 def label_contrastive_loss(embeddings: torch.Tensor, labels: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
     """Label-contrastive loss of a labelled single-sentence batch (SST, CFIMDB): (B, D) vectors, (B,) classes.
 
-    Pulls together the sentences of one class and pushes apart the others (Khosla et al. 2020,
-    "Supervised Contrastive Learning", §3.2; for fine-tuning a pretrained language model: Gunel et al.
-    2021, "Supervised Contrastive Learning for Pre-trained Language Model Fine-tuning", §2), in a
-    KL-to-label-similarity form: each row's target is the batch's label similarity, the prediction a
-    softmax over the embeddings' cosine similarities,
+    Pulls together the sentences of one class and pushes apart the others (Khosla et al. 2020, "Supervised Contrastive
+    Learning", §3.2; for fine-tuning a pretrained language model: Gunel et al. 2021, "Supervised Contrastive Learning
+    for Pre-trained Language Model Fine-tuning", §2), in a KL-to-label-similarity form: each row's target is the batch's
+    label similarity, the prediction a softmax over the embeddings' cosine similarities,
 
         S_ij = cos(e_i, e_j) / τ                       for j ≠ i (the diagonal is left out of the softmax)
         T_ij = [y_i = y_j] / Σ_{k≠i} [y_i = y_k]       for j ≠ i, T_ii = 0   (rows of Y·Yᵀ, normalised)
         L    = 1/|R| Σ_{i∈R} KL(T_i ‖ softmax_j(S_i)) = 1/|R| Σ_{i∈R} Σ_{j≠i} T_ij (log T_ij − log p_ij)
 
-    With one positive per row this is InfoNCE over the in-batch others; with several, each row's
-    target spreads evenly over its same-class neighbours (SupCon's L_out averages −log p over the
-    positives instead; the two differ by the target's entropy, a constant, so their gradients agree).
+    With one positive per row this is InfoNCE over the in-batch others; with several, each row's target spreads evenly
+    over its same-class neighbours (SupCon's L_out averages −log p over the positives instead; the two differ by the
+    target's entropy, a constant, so their gradients agree).
 
-    R is the rows whose class appears at least twice in the batch: a row without a same-class
-    neighbour has no target distribution, so it is **skipped** (out of the sum and of |R|) but still
-    a negative in the other rows. If every row is skipped (B = 1, or all labels distinct) the loss is
-    ``embeddings.sum() * 0``, so ``backward()`` still works (all gradients zero).
+    R is the rows whose class appears at least twice in the batch: a row without a same-class neighbour has no target
+    distribution, so it is **skipped** (out of the sum and of |R|) but still a negative in the other rows. If every row
+    is skipped (B = 1, or all labels distinct) the loss is ``embeddings.sum() * 0``, so ``backward()`` still works (all
+    gradients zero).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -188,14 +186,13 @@ class AdaptiveWeighting(LossWeighting):
 class LearnedWeighting(LossWeighting):
     """Σ_t ( exp(-s_t) · b_t L_t + s_t ), one learned s_t = log σ_t² per task (initialised to 0).
 
-    Kendall, Gal & Cipolla 2018, "Multi-Task Learning Using Uncertainty to Weigh Losses", §3.2
-    Eq. 7 (a regression term L / (2σ²) + log σ) and Eq. 10 (a classification term L / σ² + log σ),
-    in the common simplified form: one expression for every task with the factors of 1/2 dropped,
-    and s = log σ² learned rather than σ (the paper's own advice, end of §3.2) so that the weight
-    exp(-s_t) stays positive and nothing divides by zero. The base weights b_t are kept as
-    fixed multipliers on the losses (1 by default); at init the total is Σ_t b_t L_t. A task with
-    b_t = 0 is left out entirely, as its s_t would otherwise fall without bound. The s_t are
-    parameters: add ``weighting.parameters()`` to the optimizer (without weight decay).
+    Kendall, Gal & Cipolla 2018, "Multi-Task Learning Using Uncertainty to Weigh Losses", §3.2 Eq. 7 (a regression term
+    L / (2σ²) + log σ) and Eq. 10 (a classification term L / σ² + log σ), in the common simplified form: one expression
+    for every task with the factors of 1/2 dropped, and s = log σ² learned rather than σ (the paper's own advice, end of
+    §3.2) so that the weight exp(-s_t) stays positive and nothing divides by zero. The base weights b_t are kept as
+    fixed multipliers on the losses (1 by default); at init the total is Σ_t b_t L_t. A task with b_t = 0 is left out
+    entirely, as its s_t would otherwise fall without bound. The s_t are parameters: add ``weighting.parameters()`` to
+    the optimizer (without weight decay).
     """
 
     def __init__(self, base_weights: dict[str, float]):

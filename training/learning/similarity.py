@@ -36,11 +36,10 @@ def correlations(subsets: dict[str, tuple]) -> dict:
     """Spearman and Pearson for each subset, for all subsets concatenated, and averaged over subsets.
 
     ``subsets`` maps a name to ``(predictions, golds)``. Returns
-    ``{"all": {"spearman", "pearson", "n"}, "mean": {...}, "wmean": {...}, "subsets": {name: {...}}}``:
-    ``all`` is one correlation over the concatenation (SimCSE's "all"), ``mean`` the plain average of
-    the subsets' correlations (SentEval's default), ``wmean`` their average weighted by subset size.
-    A correlation is None where it is undefined (fewer than two pairs, or a constant side); the
-    averages take the defined ones (None when there are none).
+    ``{"all": {"spearman", "pearson", "n"}, "mean": {...}, "wmean": {...}, "subsets": {name: {...}}}``: ``all`` is
+    one correlation over the concatenation (SimCSE's "all"), ``mean`` the plain average of the subsets' correlations
+    (SentEval's default), ``wmean`` their average weighted by subset size. A correlation is None where it is
+    undefined (fewer than two pairs, or a constant side); the averages take the defined ones (None when there are none).
     """
     if not subsets:
         raise ValueError("correlations() needs at least one subset")

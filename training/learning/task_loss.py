@@ -26,15 +26,13 @@ class TaskLoss:
         self.average_gradients = average_gradients
         self.tasks = tasks                        # the run's Task rows by name
         self.regularizers = tuple(regularizers)   # each adds its term to every task loss, in this order
-        # the clean forward goes through the DistributedDataParallel wrapper when there is one;
         # the regularizers' extra passes use the model itself (their gradients join the same backward)
         self.forward_model = forward_model if forward_model is not None else model
 
     def __call__(self, batches: list[tuple[str, dict]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The (weighted) sum of the losses of ``batches``, ``(task, batch)`` pairs, and each task's loss
         (the sum of its batches' losses, when a group holds a task twice)."""
-        if self.average_gradients is not None and len(batches) > 1:
-            # DistributedDataParallel allows one forward per backward: all tasks in one call
+        if self.average_gradients is not None and len(batches) > 1:   # DDP: one forward per backward
             names = tuple(name for name, _ in batches)
             inputs = tuple(self.inputs(batch) for _, batch in batches)
             outputs = self.forward_model(names, inputs)
