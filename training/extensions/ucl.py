@@ -114,7 +114,6 @@ class StsDevCurve:
         self.data: dict = {}
 
     def states(self) -> dict[str, object]:
-        """What a checkpoint saves: the best step's encoder."""
         return {"best": self.best}
 
     def start(self, data: dict) -> None:

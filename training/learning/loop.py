@@ -93,13 +93,11 @@ class Objective:
 
 
 class TrainingLoop:
-    """Trains objectives one after the other on one ``clock`` (``callbacks.StepClock``: it counts; the
-    harness's resume clock also replays and checkpoints), sending each step's numbers to ``scalars``.
-    ``grad_accum`` batches make one optimizer step (each loss divided by their number);
-    ``max_grad_norm`` clips the global gradient norm before each step; ``schedule(optimizer,
-    total_steps)`` makes each objective's ``torch.optim.lr_scheduler`` over all its optimizer steps
-    (``warmup_then_linear_decay``), stepped after each optimizer step. At 1 and None they change nothing.
-    """
+    """Trains objectives one after the other on one ``clock``, sending each step's numbers to ``scalars``.
+    ``grad_accum`` batches make one optimizer step (each loss divided by their number); ``max_grad_norm`` clips the
+    global gradient norm before each step; ``schedule(optimizer, total_steps)`` makes each objective's
+    ``torch.optim.lr_scheduler`` over all its optimizer steps (``warmup_then_linear_decay``), stepped after each
+    optimizer step. At 1 and None they change nothing."""
 
     def __init__(self, precision: Precision, log: Log = Log(), clock: StepClock | None = None,
                  max_grad_norm: float | None = None, schedule=None, grad_accum: int = 1, scalars: Scalars = Scalars()):
@@ -131,7 +129,7 @@ class TrainingLoop:
         progress = clock.begin_stage(objective.name, {"epochs": [], "current": None, "curves": {}})
         progress.setdefault("lr", [])   # [run's step, first parameter group's learning rate] every CURVE_EVERY steps
         objective.start(progress)
-        history, curves = progress["epochs"], {}
+        history = progress["epochs"]
         for epoch in range(1, objective.epochs + 1):
             if epoch > len(history) and progress.get("stopped"):   # stopped early in an earlier epoch
                 break
@@ -149,7 +147,7 @@ class TrainingLoop:
                 if progress.get("stopped"):   # resumed from the checkpoint written when it stopped
                     break
                 lrs = [group["lr"] for group in objective.optimizer.param_groups]   # before the schedule moves them
-                self.record_step(objective, progress, curves, self.step(objective, *batches), lrs)
+                self.record_step(objective, progress, self.step(objective, *batches), lrs)
                 examples, seconds = sum(objective.examples(batch) for batch in batches), time.time() - mark
                 current["examples"] += examples
                 current["seconds"] += seconds
@@ -175,7 +173,7 @@ class TrainingLoop:
         self.objective = None
         return objective.result(progress)
 
-    def record_step(self, objective: Objective, progress: dict, curves: dict, losses: dict, lrs: list[float]) -> None:
+    def record_step(self, objective: Objective, progress: dict, losses: dict, lrs: list[float]) -> None:
         """A computed step's losses into the epoch's totals, the loss curves and TensorBoard (with every
         parameter group's learning rate and the gradient norm), and the first group's (the encoder's)
         learning rate every ``CURVE_EVERY`` steps of the stage. Every curve's x is the run's optimizer step
@@ -183,9 +181,7 @@ class TrainingLoop:
         current, step, lr = progress["current"], self.clock.step + 1, lrs[0]
         for name, value in losses.items():
             current["losses"].setdefault(name, []).append(value)
-            if name not in curves:
-                curves[name] = LossCurve(progress["curves"].setdefault(name, {}))
-            curves[name].add(value, step)
+            LossCurve(progress["curves"].setdefault(name, {})).add(value, step)
             self.scalars.add(f"train_loss/{objective.name}/{name}", value, step)
         self.scalars.add(f"lr/{objective.name}", lr, step)
         for i, group_lr in enumerate(lrs):

@@ -141,8 +141,7 @@ class LossWeighting(nn.Module):
         unknown = set(losses) - set(self.task_names)
         if unknown or not losses:
             raise ValueError(f"losses must name some of the tasks {self.task_names}, got {sorted(losses)}")
-        return [(i, name) for i, name in enumerate(self.task_names)
-                if name in losses and self.base_weights[i] != 0]
+        return [(i, name) for i, name in enumerate(self.task_names) if name in losses and self.base_weights[i] != 0]
 
 
 class FixedWeighting(LossWeighting):

@@ -2,13 +2,13 @@
 optimizer states stay fp32 in every mode.
 
 - ``off``: fp32 everywhere (the default; what the reference-output tests check).
-- ``bf16``: ``torch.autocast`` with bfloat16 — matmuls and attention in bf16, reductions, softmax
-  and layer norm kept in fp32 by autocast's own op lists. bf16 has fp32's exponent range, so no
-  loss scaling is needed. On CUDA and on CPUs with bf16 instructions (here: AVX512-BF16).
-- ``fp16``: CUDA only. float16 gradients underflow, so the loss is multiplied by a scale before
-  ``backward`` and the gradients divided by it before the optimizer step; a step whose gradients
-  overflowed is skipped and the scale lowered (``torch.amp.GradScaler``, Micikevicius et al. 2018,
-  "Mixed Precision Training", §3.2). The scaler's state is saved with training checkpoints.
+- ``bf16``: ``torch.autocast`` with bfloat16 — matmuls and attention in bf16, reductions, softmax and layer norm
+  kept in fp32 by autocast's own op lists. bf16 has fp32's exponent range, so no loss scaling is needed. On CUDA
+  and on CPUs with bf16 instructions (here: AVX512-BF16).
+- ``fp16``: CUDA only. float16 gradients underflow, so the loss is multiplied by a scale before ``backward`` and
+  the gradients divided by it before the optimizer step; a step whose gradients overflowed is skipped and the scale
+  lowered (``torch.amp.GradScaler``, Micikevicius et al. 2018, "Mixed Precision Training", §3.2). The scaler's
+  state is saved with training checkpoints.
 """
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ class Precision:
         self.scaler = torch.amp.GradScaler(device.type) if mode == "fp16" else None
 
     def autocast(self):
-        """Context for forward passes and losses."""
         if self.mode == "off":
             return contextlib.nullcontext()
         dtype = torch.bfloat16 if self.mode == "bf16" else torch.float16

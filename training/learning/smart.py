@@ -70,8 +70,7 @@ def smart_loss(model: nn.Module, head_name: str, inputs: list[dict], clean_outpu
     target = clean_output.detach()
     for _ in range(ascent.steps):
         adversarial = noise.run(model, head_name, inputs, track=True)
-        grads = torch.autograd.grad(divergence(adversarial, target, kind), noise.tensors,
-                                    materialize_grads=True)
+        grads = torch.autograd.grad(divergence(adversarial, target, kind), noise.tensors, materialize_grads=True)
         noise.ascend(grads, ascent.step, ascent.eps_norm)
     adversarial = noise.run(model, head_name, inputs, track=False)
     return weight * _two_sided(adversarial, clean_output, kind)
@@ -95,8 +94,7 @@ class BregmanProximal:
         for param in self.ema.parameters():
             param.grad = None   # deepcopy also copies any gradients the model holds
 
-    def penalty(self, model_output: torch.Tensor, head_name: str, inputs: list[dict],
-                kind: str) -> torch.Tensor:
+    def penalty(self, model_output: torch.Tensor, head_name: str, inputs: list[dict], kind: str) -> torch.Tensor:
         """μ · ℓ_s(f(x; θ), f(x; θ̃)) on this batch; gradients reach θ through ``model_output``."""
         with torch.no_grad():
             ema_output = self.ema(head_name, inputs)

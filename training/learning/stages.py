@@ -83,11 +83,9 @@ def multitask_stage(run: Run) -> dict:
 
 
 class TaskObjective(Objective):
-    """Supervised training on task batches (``TaskLoss``) with the run's optimizer: one step per task
-    batch in round-robin order, or with ``joint`` one step per group of as many batches as tasks (a
-    round of every task's batch in ``--rr``'s order). ``order``: the extension whose ``batch_order``
-    replaces ``--rr``'s each epoch; ``surgery``: a ``GradientHook`` the loop hands each task's loss
-    (the multi-task stage's are the run's; none for a stage of one task)."""
+    """Supervised training on task batches (``TaskLoss``) with the run's optimizer: one step per task batch in
+    round-robin order, or with ``joint`` one step per round of every task's batch. ``order`` (the extension whose
+    ``batch_order`` replaces ``--rr``'s each epoch) and ``surgery`` are the run's in the multi-task stage, else None."""
     order: BatchOrder | None = None
 
     def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int, joint: bool,
