@@ -1,19 +1,14 @@
-"""The ablation grid's rows, seeds and budget, derived from the registry of extensions
-(``training.extensions.EXTENSIONS``), and ``plan``: the runs of a grid, which ``minbert-grid`` (on Ray) and
-``scripts/ablate.sh`` (the design card's shell loop, through ``ablate_plan``) both run:
+"""The ablation grid's rows, seeds and budget, derived from the registry of extensions, and ``plan``: the runs
+of a grid, which ``minbert-grid`` (on Ray) and ``scripts/ablate.sh`` (through ``ablate_plan``) both run:
 
     python -m training.tools.grid                  # one row a line: "<name> <run_multitask.py flags...>"
     python -m training.tools.grid --budget         # the budget flags of every run, one a line
     python -m training.tools.grid --stage_steps    # the flags that ablate.sh --stage_steps sets, one a line
 
 Which rows, and why: docs/ablation.md, "The grid and its table". Pooling is always given, and so are the
-``pinned`` flags of every idea a row is not about (e.g. ``--private_layers 0``), so the table does not depend on
-the defaults. The rows come from the registry (``training.extensions.ideas()``): this module names no idea. A
-grid's seeds count up from the default ``--seed`` (``DEFAULT_SEED``).
-
-A *named* grid (``NAMED_GRIDS``, ``minbert-grid --grid NAME``) is the other kind: the rows and budget of a
-documented table written out flag by flag, so that it keeps its flags when the registry grows (the registry's
-``mean-all`` row gained ``--anneal_sampling`` after docs/ablation.md's table was made).
+``pinned`` flags of every idea a row is not about, so the table does not depend on the defaults; this module names
+no idea. A *named* grid (``NAMED_GRIDS``, ``minbert-grid --grid NAME``) is a documented table's rows and budget
+written out flag by flag, so that it keeps its flags when the registry grows.
 """
 from __future__ import annotations
 
@@ -49,8 +44,7 @@ for name, flags in json.loads(sys.argv[2]):
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            config = run_multitask.parse_config(flags)
-            config = config.validate()
+            config = run_multitask.parse_config(flags).validate()
     except SystemExit:
         sys.exit(name + ": " + stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
     except (ValueError, OSError) as err:
@@ -148,10 +142,8 @@ def rows_of(args: argparse.Namespace) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def plan(args: argparse.Namespace) -> list[GridRun]:
-    """Every run of the grid, row by row and seed by seed, with its budget and the extra flags: the one plan that
-    ``minbert-grid`` and ``scripts/ablate.sh`` both run. ``args``: ``grid`` (a named grid or None: the registry's
-    rows), ``only`` (rows or None), ``seeds`` and ``first_seed`` (None: the defaults), the budget flags
-    ``epochs``, ``max_steps_per_epoch`` and ``stage_steps`` (None: the grid's), ``extra`` (flags of every run)."""
+    """Every run of the grid, row by row and seed by seed, with its budget and ``args.extra``: the one plan that
+    ``minbert-grid`` and ``scripts/ablate.sh`` both run. A field of ``args`` left None takes the grid's default."""
     named = NAMED_GRIDS.get(args.grid)
     flags = flag_values(named.budget) if named else budget()
     for flag in ("epochs", "max_steps_per_epoch"):
@@ -173,12 +165,8 @@ def plan(args: argparse.Namespace) -> list[GridRun]:
 
 def flag_values(words: tuple[str, ...]) -> dict[str, str | None]:
     """Flag -> its value (None: a switch, such as ``--no_test_predictions``) of a named grid's budget words."""
-    values: dict[str, str | None] = {}
-    for i, word in enumerate(words):
-        if word.startswith("--"):
-            following = words[i + 1] if i + 1 < len(words) else None
-            values[word] = None if following is None or following.startswith("--") else following
-    return values
+    return {word: None if following.startswith("--") else following
+            for word, following in zip(words, (*words[1:], "--")) if word.startswith("--")}
 
 
 def ablate_plan(argv: list[str]) -> list[GridRun]:
@@ -213,7 +201,6 @@ def shell_lines(runs: list[GridRun]) -> list[str]:
 
 
 def grid_rows() -> list[tuple[str, list[str]]]:
-    """``(row name, flags)`` for every row of the grid, in order."""
     EXTENSIONS, ideas = extensions.EXTENSIONS, extensions.ideas()   # the registry, as it is now
 
     def row(pooling: str, extensions: tuple[Extension, ...], name: str | None = None):
@@ -266,12 +253,10 @@ def main(argv: list[str] | None = None) -> int:
                 "--budget": [word for flag, value in budget().items() for word in (flag, value)],
                 "--stage_steps": stage_steps_flags()}
     chosen = " ".join(argv)   # one flag or none: a section's name has no space
-    if chosen in sections:
-        lines = sections[chosen]
-    else:
+    if chosen not in sections:
         print("usage: python -m training.tools.grid [--budget | --stage_steps]", file=sys.stderr)
         return 2
-    print("\n".join(lines))
+    print("\n".join(sections[chosen]))
     return 0
 
 
