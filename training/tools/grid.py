@@ -159,7 +159,8 @@ def plan(args: argparse.Namespace) -> list[GridRun]:
     seed_list = [None] if seeds == 1 and args.first_seed is None else list(range(first, first + seeds))
     return [GridRun(name=f"{prefix}{row}" + (f"-s{seed}" if seed is not None else ""), row=row, seed=seed,
                     # the seed last: it wins over a --seed among the extra flags
-                    flags=(*budget_words, *row_flags, *args.extra, *(("--seed", str(seed)) if seed is not None else ())))
+                    flags=(*budget_words, *row_flags, *args.extra,
+                           *(("--seed", str(seed)) if seed is not None else ())))
             for row, row_flags in rows_of(args) if not args.only or row in args.only for seed in seed_list]
 
 

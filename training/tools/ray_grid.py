@@ -5,14 +5,11 @@ shared by k runs, several GPUs or several machines; a stopped grid goes on where
     minbert-grid --grid ablation --cpus_per_run 1 -- --data_dir DIR           # a named, pinned grid
     minbert-grid --grid full --gpus_per_run 0.25 --address auto -- --data_dir DIR   # a cluster, 4 runs a GPU
 
-Every trial is one ``run_multitask.py`` process writing the run folder that command writes
-(``<out_dir>/<prefix><row>-s<seed>/``, as ``scripts/ablate.sh`` names it), so ``training.tools.report`` reads a
-Ray grid unchanged. A trial is idempotent (``next_step``): a finished run is kept, a stopped one resumed, anything
-else starts clean (an earlier attempt moved to ``<out_dir>/attempts/``): the same command again finishes the grid.
-
-Ray stays inside what this command owns: its own local Ray (never one found on the machine), its session files in
-a temporary folder of its own (removed at the end, or by the next command after a killed driver), Tune's files
-under ``<out_dir>/logs/tune``, no usage statistics, never ``ray stop``. docs/grid.md: GPUs, clusters and Slurm.
+Every trial is one ``run_multitask.py`` process writing its run folder (``<out_dir>/<prefix><row>-s<seed>/``, as
+``scripts/ablate.sh`` names it), so ``training.tools.report`` reads a Ray grid unchanged. A trial is idempotent
+(``next_step``): the same command again finishes the grid. Ray stays inside what this command owns: its own local
+Ray and temporary folder, Tune's files under ``<out_dir>/logs/tune``, no usage statistics, never ``ray stop``.
+docs/grid.md: GPUs, clusters and Slurm.
 """
 from __future__ import annotations
 
@@ -80,31 +77,25 @@ def main(argv: list[str] | None = None) -> int:
 def guarded(command: str, out_dir: Path, prepare: Callable[[], None], run: Callable[[GridLock], int]) -> int:
     """``prepare`` (after ``check_out_dir``, before anything is written), then ``run`` holding the folder's lock:
     what the command cannot do is one line and exit code 2, Ctrl-C at any point exit code 130, no traceback."""
+    lock = None
     try:
-        check_out_dir(out_dir)
-        prepare()
-        lock = GridLock(out_dir).acquire()
-    except (OSError, ValueError, GridError) as err:
-        print(f"{command}: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return stopped(command)
-    try:
+        try:
+            check_out_dir(out_dir)
+            prepare()
+            lock = GridLock(out_dir).acquire()
+        except (OSError, ValueError) as err:
+            raise GridError(err) from None
         return run(lock)
     except GridError as err:
         print(f"{command}: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return stopped(command)
+    except KeyboardInterrupt:   # outside the runs' own stop (the grid's Stop)
+        print(f"\n{command}: stopped; the same command again continues", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     finally:
-        stop_file(out_dir).unlink(missing_ok=True)
-        lock.release()
-
-
-def stopped(command: str) -> int:
-    """Ctrl-C or SIGTERM outside the runs' own stop (the grid's Stop): one line, exit code 130."""
-    print(f"\n{command}: stopped; the same command again continues", file=sys.stderr, flush=True)
-    return EXIT_INTERRUPTED
+        if lock is not None:
+            stop_file(out_dir).unlink(missing_ok=True)
+            lock.release()
 
 
 def check_out_dir(out_dir: Path) -> None:
@@ -117,7 +108,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 def run_folder_of(path: Path) -> Path | None:
     """The run folder (a run's metrics.json naming its "config", or ``checkpoint/run_config.json``) that ``path``
-    is or lies in; None when there is none."""
+    is or lies in, or None."""
     for folder in (path, *path.parents):
         if ((folder / "metrics.json").is_file() and "config" in read_metrics(folder)
                 or (folder / "checkpoint" / "run_config.json").is_file()):
@@ -207,8 +198,7 @@ def positive(text: str) -> int:
 def next_step(run_dir: Path) -> str:
     """What a trial does with its run folder: "keep" a finished run (or one stopped early), "resume" a stopped one
     (Ctrl-C, a kill, a lost machine), "start" otherwise (an earlier attempt is moved aside first)."""
-    metrics = read_metrics(run_dir)
-    status = metrics.get("status") if isinstance(metrics, dict) else None
+    status = read_metrics(run_dir).get("status")
     if status in FINAL:
         return "keep"
     return "resume" if status in UNFINISHED else "start"
@@ -238,8 +228,7 @@ def start_run(words: list[str], out, threads: int, cwd: str, **streams) -> subpr
 
 
 def train_one(config: dict) -> None:
-    """The Tune trainable: one run in a ``run_multitask.py`` process, its output in ``<out_dir>/logs/<run>.log``.
-    The process dies with the trial (SIGTERM when this worker goes: it marks itself interrupted, as on Ctrl-C)."""
+    """The Tune trainable: one run in a ``run_multitask.py`` process, its output in ``<out_dir>/logs/<run>.log``."""
     import ray
     from ray import tune
 
@@ -267,16 +256,13 @@ def run_process(flags: list[str], log: Path, config: dict) -> int:
         child = start_run(flags, out, config["threads"], config["cwd"], stdout=out, stdin=subprocess.DEVNULL)
         stop = stop_file(Path(config["out_dir"]))
         try:
-            while child.poll() is None:
-                if stop.exists():
-                    child.terminate()
-                    return child.wait()
+            while child.poll() is None and not stop.exists():
                 time.sleep(POLL_SECONDS)
-            return child.returncode
-        finally:   # this thread stopped before the run ended: the run stops too, cleanly, and is waited for
+        finally:   # the grid stopped, or this thread before the run ended: the run stops too, and is waited for
             if child.poll() is None:
                 child.terminate()
                 child.wait()
+        return child.returncode
 
 
 def die_with_parent() -> None:
@@ -333,11 +319,8 @@ def killed_by(rc: int) -> str | None:
 def result(run: GridRun, run_dir: Path, action: str, rc: int, started: float, node: str, log: Path | None = None,
            stopping: bool = False):
     """What the trial reports to the driver: the run folder's status, its dev scores, and its error line. A run
-    killed by a signal it does not handle failed, whatever its metrics.json says, unless the grid's own stop sent
-    it; a finished run stays finished when the grid's stop reaches its last clean-up (130, 143), not on any other
-    error after it finished."""
+    killed by a signal it does not handle failed, whatever its metrics.json says, unless the grid's stop sent it."""
     metrics = read_metrics(run_dir)
-    metrics = metrics if isinstance(metrics, dict) else {}
     written = metrics.get("status")
     status, signal_name = written or RunStatus.FAILED, killed_by(rc)
     # the grid's stop (or the trial's worker gone: PDEATHSIG) reached the run: its handler's 130 or 143, or the
@@ -438,7 +421,7 @@ def run_grid(args: argparse.Namespace, runs: list[GridRun], out_dir: Path, lock:
 
 
 def on_ray(args: argparse.Namespace, lock: GridLock, stop: Stop, trials: Callable[[], None]) -> None:
-    """``trials`` on the Ray of ``ray_session`` (``args``: where, and what one run takes); then no run left live."""
+    """``trials`` in a ``ray_session`` (``args``: where, and what one run takes); then no run left live."""
     with ray_session(args.address, lock, stop, per_run=(args.cpus_per_run, args.gpus_per_run),
                      wait=args.wait_for_resources):
         trials()
@@ -493,10 +476,9 @@ class Stop:
 @contextlib.contextmanager
 def ray_session(address: str | None, lock: GridLock, stop: "Stop", per_run: tuple[float, float] | None = None,
                 wait: float = 0.0):
-    """Ray for the block (``start_ray``), shut down after it, its temporary folder named in the lock while it lives.
-    ``per_run``: (CPUs, GPUs) one run takes, checked against the cluster's nodes first (``wait_for_room``).
-    Until the block starts no run is live, so Ctrl-C or SIGTERM ends the command at once (``KeyboardInterrupt``);
-    in the block the first is ``Stop.request`` (every run ends "interrupted"), the second stops at once."""
+    """Ray for the block (``start_ray``), shut down after it, its temporary folder named in the lock while it lives;
+    ``per_run``: (CPUs, GPUs) one run takes, checked against the nodes first. Until the block starts no run is
+    live, so Ctrl-C or SIGTERM ends the command at once; in the block they are ``Stop.request``."""
     temp_dir = tempfile.mkdtemp(prefix="minbert-ray-")   # short: Ray's socket paths must fit 107 characters
     lock.hold(temp_dir)
     stop.file.unlink(missing_ok=True)
@@ -566,8 +548,7 @@ def unmet(nodes: list[dict], cpus: float, gpus: float) -> str | None:
 
 
 def check_reachable(address: str, seconds: float = CONNECT_SECONDS) -> None:
-    """``GridError`` unless a TCP connection to the cluster's GCS port (as Ray resolves ``address``) opens within
-    ``seconds``."""
+    """``GridError`` unless the cluster's GCS port (as Ray resolves ``address``) takes a TCP connection in time."""
     from ray._private.services import canonicalize_bootstrap_address
     try:
         where = canonicalize_bootstrap_address(address.split("://")[-1] if "://" in address else address)
@@ -671,7 +652,7 @@ def stderr_to(path: Path):
 
 
 def run_trials(args, todo: list[GridRun], out_dir: Path, progress: "Progress", stop: Stop) -> None:
-    """Run ``todo`` as Tune trials on the Ray of ``ray_session``, their results into ``progress``."""
+    """``todo`` as Tune trials, their results into ``progress``."""
     from ray import tune
 
     class Events(tune.Callback):
@@ -755,10 +736,8 @@ def summarize(args, runs: list[GridRun], kept: list[GridRun], results: dict[str,
               interrupted: bool) -> int:
     """The grid's end: every run's state from its folder, failures by name with their one error line, the table.
     A run that failed in this command is failed whatever its folder says."""
-    states = {run.name: next_step(out_dir / run.name) for run in runs}
-    for name, trial in results.items():
-        if trial.get("status") == RunStatus.FAILED and name in states:
-            states[name] = "failed"
+    states = {run.name: "failed" if results.get(run.name, {}).get("status") == RunStatus.FAILED
+              else next_step(out_dir / run.name) for run in runs}
     done = [run.name for run in runs if states[run.name] == "keep"]
     stopped = [run.name for run in runs if states[run.name] == "resume"]
     waiting = [run.name for run in runs
