@@ -109,11 +109,9 @@ def check_out_dir(out_dir: Path) -> None:
 def run_folder_of(path: Path) -> Path | None:
     """The run folder (a run's metrics.json naming its "config", or ``checkpoint/run_config.json``) that ``path``
     is or lies in, or None."""
-    for folder in (path, *path.parents):
-        if ((folder / "metrics.json").is_file() and "config" in read_metrics(folder)
-                or (folder / "checkpoint" / "run_config.json").is_file()):
-            return folder
-    return None
+    return next((folder for folder in (path, *path.parents)
+                 if (folder / "metrics.json").is_file() and "config" in read_metrics(folder)
+                 or (folder / "checkpoint" / "run_config.json").is_file()), None)
 
 
 def split_at_dashes(argv: list[str] | None) -> tuple[list[str], list[str]]:
@@ -394,8 +392,7 @@ SESSION_VARIABLE = "MINBERT_GRID_SESSION"   # in the environment of every proces
 
 
 def end_session(temp_dir: str) -> None:
-    """SIGTERM the processes of a killed driver's local Ray that outlived it: exactly those whose environment names
-    that driver's session, nothing found by name."""
+    """SIGTERM what of a killed driver's local Ray outlived it: the processes whose environment names its session."""
     marker = f"{SESSION_VARIABLE}={temp_dir}".encode()
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -462,11 +459,11 @@ class Stop:
         self.requested = True
         raise KeyboardInterrupt
 
-    def ask(self, reason: str, note: str = "") -> None:
+    def ask(self, reason: str, note: str) -> None:
         """Stop every run (they end "interrupted", resumable) and then Tune, for ``reason``."""
         self.requested, self.at = True, time.time()
         self.file.write_text(reason + "\n")
-        print(f"stopping: every running run ends as interrupted ({note or reason})", flush=True)
+        print(f"stopping: every running run ends as interrupted ({note})", flush=True)
 
     def stop_all(self) -> bool:
         return self.requested and (not any(is_live(run) for run in self.run_dirs())
@@ -581,10 +578,9 @@ def set_ray_environment(address: str | None, temp_dir: str) -> None:
 
 
 def start_ray(address: str | None, temp_dir: str, log: Path, release: threading.Event) -> bool:
-    """``ray.init`` as this command's own: a local Ray (``address`` None) with its session files in ``temp_dir``,
-    or the cluster at ``address``; Ray's own messages while it starts go to ``log``. ``GridError`` when the
-    cluster does not answer or Ray does not start; True once Ray is up. ``ray.init`` runs in a thread of its own
-    that waits for ``release`` before it ends: a local Ray's processes die with the *thread* that started them."""
+    """``ray.init`` of a local Ray (``address`` None, session files in ``temp_dir``) or the cluster at ``address``,
+    Ray's messages meanwhile in ``log``; ``GridError`` if Ray does not start. ``ray.init`` runs in a thread that
+    waits for ``release`` before it ends: a local Ray's processes die with the *thread* that started them."""
     set_ray_environment(address, temp_dir)
     import ray
     if address:
@@ -619,10 +615,9 @@ def start_ray(address: str | None, temp_dir: str, log: Path, release: threading.
     if not ready.is_set():
         raise GridError(f"--address {address}: Ray did not join the cluster there within {seconds:g} s (its log: "
                         f"{log})" if address else f"the local Ray did not start within {seconds:g} s (its log: {log})")
-    if "error" in outcome:
-        err = outcome["error"]
-        if isinstance(err, KeyboardInterrupt):
-            raise err
+    if isinstance(err := outcome.get("error"), KeyboardInterrupt):
+        raise err
+    if err is not None:
         where = f"--address {address}" if address else "the local Ray"
         raise GridError(f"{where}: Ray did not start: {first_line(err)}")
     print(f"Ray ready in {time.time() - began:.1f} s: {ray.cluster_resources().get('CPU', 0):g} CPUs, "
