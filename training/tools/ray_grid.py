@@ -107,8 +107,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def run_folder_of(path: Path) -> Path | None:
-    """The run folder (a run's metrics.json naming its "config", or ``checkpoint/run_config.json``) that ``path``
-    is or lies in, or None."""
+    """The run folder (metrics.json naming its "config", or ``checkpoint/run_config.json``) ``path`` is or is in."""
     return next((folder for folder in (path, *path.parents)
                  if (folder / "metrics.json").is_file() and "config" in read_metrics(folder)
                  or (folder / "checkpoint" / "run_config.json").is_file()), None)
@@ -203,8 +202,7 @@ def next_step(run_dir: Path) -> str:
 
 
 def run_words(run_dir: Path, flags) -> tuple[str, list[str]]:
-    """The ``next_step`` of a trial's run folder and the ``run_multitask.py`` words that take it (none to keep it);
-    a fresh start sets an earlier attempt aside."""
+    """``next_step`` of ``run_dir`` and the ``run_multitask.py`` words that take it; a start sets an attempt aside."""
     wait_until_free([run_dir], seconds=120.0)   # a killed driver's run may still be ending
     step = next_step(run_dir)
     if step == "keep":
@@ -427,8 +425,7 @@ def on_ray(args: argparse.Namespace, lock: GridLock, stop: Stop, trials: Callabl
 
 
 def estimate(todo: list[GridRun], kept: list[GridRun], out_dir: Path, args: argparse.Namespace) -> str:
-    """The time the runs to do should take, from this grid's finished runs (the same budget), as many at once as a
-    local Ray's CPUs hold; without a finished run, no estimate, and why."""
+    """The time ``todo`` should take at the pace of this grid's finished runs, as many at once as the CPUs hold."""
     seconds = [metrics["wall_seconds"] for run in kept
                if isinstance((metrics := read_metrics(out_dir / run.name)).get("wall_seconds"), (int, float))]
     if not seconds:
@@ -510,8 +507,7 @@ def ray_session(address: str | None, lock: GridLock, stop: "Stop", per_run: tupl
 
 
 def wait_for_room(cpus: float, gpus: float, seconds: float) -> None:
-    """Wait, ``seconds`` at most, for a live node with one run's CPUs and GPUs; ``GridError`` naming what is missing
-    otherwise (Tune would queue the trials forever)."""
+    """Wait, ``seconds`` at most, for a node that can hold a run, else ``GridError`` (Tune would queue it forever)."""
     import ray
     deadline, said = time.time() + seconds, False
     while (missing := unmet(ray.nodes(), cpus, gpus)) is not None:
@@ -527,8 +523,7 @@ def wait_for_room(cpus: float, gpus: float, seconds: float) -> None:
 
 
 def unmet(nodes: list[dict], cpus: float, gpus: float) -> str | None:
-    """None when one live node of ``ray.nodes()`` has ``cpus`` CPUs and ``gpus`` GPUs together, else one line
-    naming the flag that no node meets and what the nodes have."""
+    """None when one live node has ``cpus`` CPUs and ``gpus`` GPUs, else one line naming the flag no node meets."""
     alive = [node.get("Resources") or {} for node in nodes if node.get("Alive", True)]
     if any(r.get("CPU", 0) >= cpus and r.get("GPU", 0) >= gpus for r in alive):
         return None
@@ -671,8 +666,7 @@ def run_trials(args, todo: list[GridRun], out_dir: Path, progress: "Progress", s
 
 
 def run_config(kind: str, out_dir: Path, events, stop_all: Callable[[], bool], max_failures: int):
-    """Tune's run configuration of a grid or a search: its files under ``<out_dir>/logs/tune``, our progress lines
-    (``events``, a ``tune.Callback``), the experiment ended when ``stop_all()`` says so."""
+    """Tune's run configuration of a grid or a search: files under ``<out_dir>/logs/tune``, ended by ``stop_all()``."""
     from ray import tune
 
     class WhenStopped(tune.Stopper):
