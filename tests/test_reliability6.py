@@ -311,6 +311,12 @@ def silent_listener() -> socket.socket:
 PATCHED = "import sys; from training.tools import ray_grid; ray_grid.JOIN_SECONDS = 5; sys.exit(ray_grid.main())"
 
 
+def test_an_address_whose_port_is_no_number_is_one_line_whatever_it_holds():
+    """The reason goes into the line as it is: braces in it (``{x}``) were once read as a format field (KeyError)."""
+    with pytest.raises(ray_grid.GridError, match=r"^--address 127\.0\.0\.1:\{x\}: nothing answers at .*invalid literal"):
+        ray_grid.check_reachable("127.0.0.1:{x}", 1)
+
+
 @pytest.mark.slow   # three commands, each with a Python start checking the flags; no Ray starts
 def test_an_address_nothing_answers_at_ends_in_one_line_and_ctrl_c_while_joining_at_once(tiny_model_dir, tmp_path):
     flags = ["--only", "ft"]

@@ -553,8 +553,8 @@ def check_reachable(address: str, seconds: float = CONNECT_SECONDS) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
     except (OSError, ValueError) as err:
-        why = "no answer within {seconds:g} s" if isinstance(err, socket.timeout) else describe(err)
-        raise GridError(f"--address {address}: nothing answers at {where} ({why.format(seconds=seconds)}); is the "
+        why = f"no answer within {seconds:g} s" if isinstance(err, socket.timeout) else describe(err)
+        raise GridError(f"--address {address}: nothing answers at {where} ({why}); is the "
                         "cluster's head started (`ray start --head --port PORT`), and is this its GCS port?") from None
 
 
