@@ -258,11 +258,6 @@ def latest_checkpoint(run_dir: Path, fallback: bool = False) -> Checkpoint:
     raise ResumeError(f"--resume {run_dir}: no readable checkpoint ({newest_error})")
 
 
-def remove_training_state(run_dir: Path) -> None:
-    """Remove a finished run's checkpoints (several times the size of its best weights, which stay)."""
-    shutil.rmtree(Path(run_dir) / CHECKPOINTS, ignore_errors=True)
-
-
 def remove_temporary_files(run_dir: Path) -> list[Path]:
     """Remove (and return) what an interrupted writer left in a run folder: half-written checkpoint
     folders, atomic writes' temporary files. A process killed with SIGKILL cannot, so ``--resume`` does."""

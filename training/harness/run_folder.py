@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from datetime import datetime
 from pathlib import Path
@@ -21,8 +22,7 @@ from .distributed import Distributed, shutdown
 from .fingerprint import check_unchanged, fingerprint, input_files
 from .model_card import write_model_card
 from .outputs import RunFiles, claim_run_dir, read_metrics, release_run_dir
-from .resume import Checkpoint, ResumeError, latest_checkpoint, list_checkpoints, remove_temporary_files, \
-    remove_training_state
+from .resume import CHECKPOINTS, Checkpoint, ResumeError, latest_checkpoint, list_checkpoints, remove_temporary_files
 from .run_lock import RunLock
 from .run_log import RunLog
 from ..configuration.task_file import check_agreement
@@ -31,10 +31,7 @@ from .status import FINAL, RunStatus
 
 
 class RunFolder:
-    """The run folder as a context manager: claimed on entry (a resumed run continues its own),
-    ``metrics.json`` written "running" by ``start`` and "finished" by ``finish``. When the block raises,
-    a run that had not started gives its folder back (leaving nothing) and one that had is marked
-    "failed" with the error ("interrupted" on Ctrl-C and SIGTERM); the error propagates."""
+    """The run folder as a context manager (the module's docstring); an error in the block propagates."""
 
     def __init__(self, config: RunConfig, resume: Checkpoint | None, place: Distributed, started: float,
                  log: RunLog, lock: RunLock | None = None):
@@ -56,23 +53,21 @@ class RunFolder:
         return self
 
     def start(self, config: RunConfig, inputs, device: torch.device) -> None:
-        """Write metrics.json "running": a new run's, a restarted run's (its history kept) or a resumed one's
-        (the inputs it read checked unchanged, its sittings' wall time added up). ``config``: the run's, final
-        (its paths absolute); ``inputs``: the trainer's ``RunInputs``."""
+        """Write metrics.json "running", a resumed or restarted run's inputs checked unchanged. ``config``: the
+        run's, final (its paths absolute); ``inputs``: the trainer's ``RunInputs``."""
         self.config = config
         data_dir, data_report, model_dir = inputs.data_dir, inputs.data_report, inputs.model_dir
         files = input_files(data_dir, data_report, model_dir)
-        if self.resume is None and not self.restart:
-            metrics = {"run_name": self.dir.name, "status": RunStatus.RUNNING, "config": self.config.to_dict(),
-                       "started": datetime.now().isoformat(timespec="seconds"), "inputs": fingerprint(files)}
-        elif self.restart:
-            earlier = read_metrics(self.dir)
+        now = datetime.now().isoformat(timespec="seconds")
+        if self.resume is None:   # a new run, or a restarted one (its history kept)
+            earlier = read_metrics(self.dir) if self.restart else {}
             check_unchanged(earlier.get("inputs", {}), files)
             metrics = {"run_name": self.dir.name, "status": RunStatus.RUNNING, "config": self.config.to_dict(),
-                       "started": earlier.get("started") or datetime.now().isoformat(timespec="seconds"),
-                       "inputs": earlier.get("inputs") or fingerprint(files),
-                       "restarted": [*earlier.get("restarted", []), datetime.now().isoformat(timespec="seconds")],
-                       **({"recovered": history} if (history := recovered(earlier)) else {})}
+                       "started": earlier.get("started") or now, "inputs": earlier.get("inputs") or fingerprint(files)}
+            if self.restart:
+                metrics["restarted"] = [*earlier.get("restarted", []), now]
+                if history := recovered(earlier):
+                    metrics["recovered"] = history
         else:
             metrics = read_metrics(self.dir)
             check_unchanged(metrics.get("inputs", {}), files)   # runs saved before inputs were recorded: none
@@ -84,7 +79,7 @@ class RunFolder:
             earlier = metrics.get("wall_seconds")
             self.started -= earlier if isinstance(earlier, (int, float)) and earlier > 0 else 0
             metrics.setdefault("resumed", []).append({"step": self.resume.step, "checkpoint": self.resume.path.name,
-                                                      "at": datetime.now().isoformat(timespec="seconds")})
+                                                      "at": now})
         self.metrics = metrics
         self.write.json(metrics)
         self.log(f"run folder: {self.dir}" + (f"   processes: {self.place.world_size}" if self.place.enabled else ""))
@@ -118,8 +113,8 @@ class RunFolder:
         self.write.curves(self.metrics, self.log, final=True)
         if self.write.enabled:
             write_model_card(self.metrics, self.dir / "checkpoint")
-        if not self.config.output.keep_training_state:
-            remove_training_state(self.dir)
+        if not self.config.output.keep_training_state:   # checkpoints: several times the size of the best weights
+            shutil.rmtree(self.dir / CHECKPOINTS, ignore_errors=True)
 
     def __exit__(self, kind, err, traceback) -> bool:
         try:
@@ -171,13 +166,14 @@ def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[P
     lock = RunLock(run_dir).acquire()
     try:
         stale = remove_temporary_files(run_dir)
-        if not list_checkpoints(run_dir) and read_metrics(run_dir).get("status") == "starting":
+        metrics = read_metrics(run_dir) if not list_checkpoints(run_dir) else {}
+        if metrics.get("status") == "starting":
             raise ResumeError(f"--resume {run_dir}: the run was stopped before it started (it saved no configuration "
                               "to resume with): run the command that started it again, which takes its folder over")
-        if not list_checkpoints(run_dir) and (saved := restartable(run_dir)) is not None:
-            # stopped before its first checkpoint (e.g. during a stage before multi-task training): it starts
-            # again in its own folder with its saved configuration
-            return resumed_config(config, saved, run_dir / "metrics.json"), None, stale, lock
+        if metrics.get("status") not in (None, *FINAL) and isinstance(metrics.get("config"), dict):
+            # stopped before its first checkpoint (e.g. during a stage before multi-task training) and not ended:
+            # it starts again in its own folder with its saved configuration
+            return resumed_config(config, metrics["config"], run_dir / "metrics.json"), None, stale, lock
         resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
         return resumed_config(config, resume.config, resume.path / "state.json"), resume, stale, lock
     except BaseException:
@@ -188,15 +184,6 @@ def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[P
 # what a resumed run takes from its command line: where it is and how it is driven (its own name aside: the
 # folder is the run's), how it logs, and where its data moved to
 RESUME_FLAGS = (*(name for name in WHERE_A_RUN_IS if name != "run_name"), "quiet", "data_dir")
-
-
-def restartable(run_dir: Path) -> dict | None:
-    """The configuration of a run that stopped before writing any checkpoint (its ``metrics.json`` says
-    it has not ended: neither finished nor stopped early by a search), or None."""
-    metrics = read_metrics(run_dir)
-    if metrics.get("status") in (None, *FINAL) or not isinstance(metrics.get("config"), dict):
-        return None
-    return metrics["config"]
 
 
 def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunConfig:
