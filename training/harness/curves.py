@@ -75,18 +75,14 @@ def _draw_losses(ax, title: str, curves: dict, stage: bool) -> None:
         for part, part_points in parts:
             label = f"{name} {part}".strip() if stage else name.upper()
             ax.plot(*zip(*part_points), marker=".", label=label)
-    ax.set(title=title, xlabel=XLABEL, ylabel="loss")
-    if ax.lines:
-        ax.legend()
+    _label(ax, title=title, ylabel="loss")
 
 
 def _draw_learning_rates(ax, curves: list) -> None:
     for name, points in curves:
         if points:
             ax.plot(*zip(*points), marker="." if len(points) == 1 else None, label=name)
-    ax.set(title="learning rate (encoder)", xlabel=XLABEL, ylabel="lr")
-    if ax.lines:
-        ax.legend()
+    _label(ax, title="learning rate (encoder)", ylabel="lr")
 
 
 def _draw_evaluations(dev_ax, loss_ax, metrics: dict, tasks: dict) -> None:
@@ -106,8 +102,12 @@ def _draw_evaluations(dev_ax, loss_ax, metrics: dict, tasks: dict) -> None:
         for ax in (dev_ax, loss_ax):
             ax.axvline(x[best], color="grey", linestyle="--", linewidth=1,
                        label=f"best (epoch {evaluations[best]['epoch']}, step {x[best]})")
-    dev_ax.set(title="dev metrics", xlabel=XLABEL, ylabel="score")
-    loss_ax.set(title="dev loss", xlabel=XLABEL, ylabel="loss", yscale="log" if loss_ax.lines else "linear")
-    for ax in (dev_ax, loss_ax):
-        if ax.lines:
-            ax.legend()
+    _label(dev_ax, title="dev metrics", ylabel="score")
+    _label(loss_ax, title="dev loss", ylabel="loss", yscale="log" if loss_ax.lines else "linear")
+
+
+def _label(ax, **settings) -> None:
+    """Titles, the shared x label and, when the panel has curves, their legend."""
+    ax.set(xlabel=XLABEL, **settings)
+    if ax.lines:
+        ax.legend()

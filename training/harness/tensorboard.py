@@ -23,39 +23,34 @@ from ..learning.callbacks import Scalars
 OLD_FOLDER = "tensorboard"   # where runs begun before the event files moved into the run folder keep them
 
 
-def event_folder(run_dir: Path) -> Path:
-    """The run folder itself: TensorBoard names a run by the folder of its event files, so ``--logdir
-    predictions/`` lists ``<run>``, not ``<run>/tensorboard``. A run begun with ``RUN/tensorboard/``
-    keeps appending there on ``--resume``, so that it stays one run in TensorBoard."""
-    old = run_dir / OLD_FOLDER
-    return old if old.is_dir() else run_dir
-
-
 def _warn(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
 class TensorBoardScalars(Scalars):
-    """The loop's ``Scalars`` (``training/learning/callbacks.py``) kept: ``add(tag, value, step)`` into the event files of ``event_folder(run_dir)`` (None: writes nothing).
-    Ctrl-C and SIGTERM wait for each call (``signals_deferred``): raised inside the writer's queue while it
-    holds its lock, they would leave the lock held, and ``close`` at the end of the run would wait forever.
-    Any error of the writer stops the scalars with one ``warn`` line; ``add`` and ``close`` never raise it."""
+    """The loop's ``Scalars`` kept in ``run_dir``'s event files (None: writes nothing). Ctrl-C and SIGTERM wait
+    for each call (``signals_deferred``): raised inside the writer's queue while it holds its lock, they would
+    leave the lock held, and ``close`` at the end of the run would wait forever."""
 
     def __init__(self, run_dir: Path | None = None, purge_step: int | None = None,
                  warn: Callable[[str], None] = _warn):
         self.writer, self.missing, self.warn, self.failed = None, None, warn, False
-        if run_dir is not None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter   # needs the tensorboard package
-            except ImportError:
-                self.missing = "note: tensorboard is not installed, so no TensorBoard scalars (pip install tensorboard)"
-                return
-            try:
-                self.writer = SummaryWriter(str(event_folder(run_dir)), purge_step=purge_step)
-            except Exception as err:
-                self._stop(err)
-                return
-            _quiet(self.writer)
+        if run_dir is None:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter   # needs the tensorboard package
+        except ImportError:
+            self.missing = "note: tensorboard is not installed, so no TensorBoard scalars (pip install tensorboard)"
+            return
+        # TensorBoard names a run by its event files' folder: the run folder itself (``--logdir predictions/``
+        # lists ``<run>``), or the RUN/tensorboard/ a run begun with, so that it stays one run on --resume
+        folder = run_dir / OLD_FOLDER if (run_dir / OLD_FOLDER).is_dir() else run_dir
+        try:
+            self.writer = SummaryWriter(str(folder), purge_step=purge_step)
+        except Exception as err:
+            self._stop(err)
+            return
+        _quiet(self.writer)
 
     @property
     def recording(self) -> bool:
@@ -93,16 +88,10 @@ class TensorBoardScalars(Scalars):
 
 
 def _quiet(writer) -> None:
-    """Silence the uncaught-exception traceback of ``writer``'s background thread: it re-raises its error after
-    storing it, which threading would print in the middle of the run's output, and the main thread gets the same
-    error at its next call and warns. Only that thread's hook is replaced (found defensively: the attribute
-    paths are tensorboard's and threading's own; without them the traceback is merely printed), never the
-    process's ``threading.excepthook``."""
+    """Silence the traceback that ``writer``'s background thread prints when it re-raises its error (the main
+    thread gets the same error at its next call and warns). Only that thread's hook is replaced, found
+    defensively (tensorboard's and threading's own attributes), never the process's ``threading.excepthook``."""
     for file_writer in getattr(writer, "all_writers", {}).values():
         thread = getattr(getattr(getattr(file_writer, "event_writer", None), "_async_writer", None), "_worker", None)
         if isinstance(thread, threading.Thread) and hasattr(thread, "_invoke_excepthook"):
-            thread._invoke_excepthook = _ignore
-
-
-def _ignore(thread: threading.Thread) -> None:
-    """A thread's exception hook that prints nothing."""
+            thread._invoke_excepthook = lambda thread: None
