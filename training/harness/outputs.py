@@ -8,6 +8,7 @@ import json
 import math
 import os
 import time
+from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -27,10 +28,8 @@ if TYPE_CHECKING:
 
 
 def claim_run_dir(config: RunSettings, claim: bool = True) -> Path:
-    """``<out_dir>/<run_name>``, claimed by creating ``metrics.json`` exclusively (``O_EXCL``): of two runs
-    given one name at once exactly one gets it, and a folder holding anything is refused (nothing is
-    overwritten), except the claim of a run killed before it started (``abandoned_claim``), taken over:
-    the same command again runs. Only process 0 claims (``claim=False`` elsewhere)."""
+    """``<out_dir>/<run_name>``, claimed by creating ``metrics.json`` exclusively (``O_EXCL``): of two runs given
+    one name at once exactly one gets it; a folder holding anything but an ``abandoned_claim`` is refused."""
     name = config.output.run_name or "-".join([
         config.model.option, config.model.pooling, config.model.para_head, config.model.sts_head,
         datetime.now().strftime("%Y%m%d-%H%M%S")])
@@ -60,8 +59,7 @@ def claim_run_dir(config: RunSettings, claim: bool = True) -> Path:
 
 def abandoned_claim(run_dir: Path) -> bool:
     """A folder holding nothing but the "starting" metrics.json of ``claim_run_dir`` (and the run's ``.lock``)
-    of a process that is gone: a run killed (SIGKILL, a lost machine) before it saved anything, not even its
-    configuration, so nothing to resume and nothing lost by starting again."""
+    of a process that is gone: killed before it saved anything, so nothing is lost by starting again."""
     if {path.name for path in run_dir.iterdir()} - {"metrics.json", ".lock"}:
         return False
     metrics = read_metrics(run_dir)
@@ -86,8 +84,7 @@ def release_run_dir(run_dir: Path) -> None:
 
 
 def read_metrics(run_dir: Path) -> dict:
-    """The run's metrics.json so far (an unreadable one, or one that holds no object, is started afresh, not an
-    error: every reader asks it for keys)."""
+    """The run's metrics.json so far; an unreadable one, or one that holds no object, is started afresh."""
     try:
         metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -118,10 +115,8 @@ class RunFiles:
             write_json(self.run_dir / "metrics.json", metrics)
 
     def curves(self, metrics: dict, log: RunLog, final: bool = False) -> None:
-        """``curves.png`` beside metrics.json: always at the run's end, and during training when
-        ``REDRAW_SECONDS`` have passed since the last drawing. A side output: matplotlib missing, or any
-        failure to draw or write it (a full disk, the folder gone), costs the picture and one line per run,
-        never the run; a later drawing tries again."""
+        """``curves.png`` at the run's end, and during training every ``REDRAW_SECONDS``. A side output: any
+        failure to draw or write it costs the picture and one line per run, never the run."""
         if not self.enabled or (not final and time.monotonic() - self.drawn_at < REDRAW_SECONDS):
             return
         self.drawn_at = time.monotonic()
@@ -139,11 +134,9 @@ class RunFiles:
     def predictions(self, dev: dict[str, TaskPredictions], tasks: dict[str, Task], splits,
                     predict_split: Callable[..., TaskPredictions], log,
                     test: bool = True) -> tuple[list[str], list[str], dict[str, float]]:
-        """Dev of each of ``tasks`` (already predicted by the best epoch) and, unless ``test`` is off
-        (``--no_test_predictions``), test prediction CSVs (``predict_split(task, examples, label)`` predicts
-        one with the best weights);
-        returns the files written and those skipped for want of a test file, and the metric of each labelled
-        test file (a user's own split)."""
+        """Dev prediction CSVs of each of ``tasks`` (``dev``: predicted by the best epoch) and, unless ``test``
+        is off (``--no_test_predictions``), test ones (``predict_split(task, examples, label)``). Returns the
+        files written, those skipped for want of a test file, and each labelled test file's metric."""
         written, skipped, test_scores = [], [], {}
         if not test:
             log("no test predictions (--no_test_predictions)")
@@ -172,14 +165,8 @@ def prediction_path(run_dir: Path, task: Task, split: str) -> Path:
 
 
 def write_predictions(path: Path, task: Task, result: TaskPredictions) -> None:
-    """CS224N layout: an ``id`` column and the task's prediction column, one row per example
-    (classes as integers, STS scores with 4 decimals)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["id", task.prediction_column])
-    for example_id, value in zip(result.ids, result.predictions):
-        writer.writerow([example_id, prediction_cell(task, value)])
-    write_text_atomic(path, buffer.getvalue())
+    """CS224N layout: an ``id`` column and the task's prediction column, one row per example."""
+    write_input_predictions(path, task, result, texts=defaultdict(tuple), text_columns=())   # no text columns
 
 
 def prediction_cell(task: Task, value) -> str | int:
