@@ -71,21 +71,16 @@ class TrainingClock(StepClock):
         return record["log"]
 
     def begin_stage(self, name: str, progress: dict) -> dict:
-        """Start a stage; returns its progress dict (the saved one when resuming into it), which the
-        stage mutates and every checkpoint saves (so JSON-serialisable)."""
-        self.stage = name
         if self.resume and self.resume.state["stage"] == name:
             progress = self.resume.state["progress"]
-        self.progress = progress
-        return progress
+        return super().begin_stage(name, progress)
 
     def end_stage(self, name: str, log: dict) -> None:
         self.finished_stages[name] = {"end_step": self.step, "log": log}
         self.stage, self.progress = None, {}
 
     def skip_step(self) -> bool:
-        """True for a step done before the crash (counted, not computed); False for a step to run,
-        after restoring the saved state if it is the first after a replay."""
+        """A step to run (False) restores the saved state first if it is the first after the replay."""
         if self.step < self.resume_step:
             self.step += 1
             return True
@@ -93,16 +88,14 @@ class TrainingClock(StepClock):
         return False
 
     def catch_up(self) -> None:
-        """Restore the checkpoint's state if the replay has just reached it (call before any
-        computation that is not a step, e.g. an evaluation)."""
+        """Restore the checkpoint's state if the replay has just reached it."""
         if self.resume is not None and self.step >= self.resume_step:
             self.resume.restore(self.model, self.states())
             self.log(f"resumed at step {self.step} from {self.resume.path}")
             self.resume = None
 
     def step_done(self) -> None:
-        """Count a step that ran; save a checkpoint every ``save_every`` steps."""
-        self.step += 1
+        super().step_done()
         if self.save_every and self.step % self.save_every == 0:
             self.save()
 
@@ -163,9 +156,8 @@ class TrainingClock(StepClock):
         return self.checkpoint.best_state() if self.checkpoint is not None else None
 
     def last_good(self) -> str:
-        """Where the last good state is, for a message that stops the run."""
         if not self.enabled:
-            return "nothing was saved"
+            return super().last_good()
         found = list_checkpoints(self.run_dir)
         return f"the last good checkpoint, {found[-1]}, is kept" if found else "no checkpoint had been written yet"
 
@@ -198,10 +190,6 @@ class Checkpoint:
             return torch.load(self.path / "state.pt", map_location="cpu", weights_only=True)
         except Exception as err:  # a damaged pickle raises many kinds of errors
             raise ResumeError(f"{self.path / 'state.pt'}: unreadable ({first_line(err)})") from None
-
-    @property
-    def config(self) -> dict:
-        return self.state["config"]
 
     def restore(self, model: torch.nn.Module, objects: dict[str, object]) -> None:
         """Load the model, the named objects' states (``TrainingClock.track``) and the RNG states."""

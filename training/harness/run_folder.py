@@ -175,7 +175,7 @@ def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[P
             # it starts again in its own folder with its saved configuration
             return resumed_config(config, metrics["config"], run_dir / "metrics.json"), None, stale, lock
         resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
-        return resumed_config(config, resume.config, resume.path / "state.json"), resume, stale, lock
+        return resumed_config(config, resume.state["config"], resume.path / "state.json"), resume, stale, lock
     except BaseException:
         lock.release()
         raise
