@@ -1,13 +1,9 @@
-"""Data-parallel training across processes with PyTorch's own engine (``torch.distributed``).
-
-    torchrun --nproc_per_node=2 run_multitask.py --data_dir ../shared/data/multitask ...
-
-Without torchrun (no ``WORLD_SIZE``) this module does nothing. With it, ``gloo`` on CPU, ``nccl`` on
-CUDA; the model is wrapped in ``DistributedDataParallel`` (``find_unused_parameters``: a round-robin
-step uses one task head); ``--batch_size`` stays the global batch, each process training on its slice
-(``data.batching.ShardedBatchSampler``). Every process evaluates the whole dev set, so they agree on
-the best epoch without more messages; only process 0 logs and writes. More: docs/long-runs.md.
-``pick_device`` chooses the device of ``--device`` (one process, or torchrun's local one).
+"""Data-parallel training across processes with PyTorch's own engine (``torch.distributed``), under
+``torchrun --nproc_per_node=2 run_multitask.py ...``; without torchrun (no ``WORLD_SIZE``) nothing happens.
+``gloo`` on CPU, ``nccl`` on CUDA; ``DistributedDataParallel`` with ``find_unused_parameters`` (a round-robin
+step uses one task head); ``--batch_size`` stays the global batch, each process training on its slice. Every
+process evaluates the whole dev set, so they agree on the best epoch; only process 0 logs and writes.
+More: docs/long-runs.md.
 """
 from __future__ import annotations
 
@@ -24,7 +20,6 @@ from torch.nn.parallel import DistributedDataParallel
 class Distributed:
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
 
     @property
     def enabled(self) -> bool:
@@ -64,7 +59,7 @@ def init_distributed(device: torch.device) -> tuple[Distributed, torch.device]:
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world_size)
-    return Distributed(rank, world_size, local_rank), device
+    return Distributed(rank, world_size), device
 
 
 def wrap_model(model: nn.Module, place: Distributed, device: torch.device) -> nn.Module:

@@ -1,12 +1,9 @@
 """Keep freed memory in the process for reuse instead of handing it back to the system (glibc).
 
-Every training step allocates and frees the same large buffers. glibc's malloc serves big blocks
-with fresh ``mmap`` pages and unmaps them on ``free`` (and trims the heap top), so each step pays a
-page fault per 4 KiB page first written: in a profile of a MiniLM step (B=32, L=48), 45 ms of
-``aten::copy_`` inside ``addmm`` (the bias written into a fresh 1536 × 1536 output). Raising the mmap
-and trim thresholds with ``mallopt(3)`` keeps those pages in the heap for the next step. The numbers
-computed are unchanged; resident memory stays near its peak. Nothing happens without ``mallopt``
-(not glibc) or when the user tuned malloc through the ``MALLOC_*_`` environment variables.
+Every training step allocates and frees the same large buffers, which glibc serves with fresh ``mmap`` pages,
+so each step pays a page fault per 4 KiB page first written (45 ms of a MiniLM step, B=32, L=48). Raising the
+mmap and trim thresholds with ``mallopt(3)`` keeps those pages for the next step; the numbers computed are
+unchanged. Nothing happens without ``mallopt`` (not glibc) or when the user set the ``MALLOC_*_`` variables.
 """
 from __future__ import annotations
 

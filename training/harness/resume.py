@@ -1,12 +1,9 @@
-"""Resumable training: checkpoints of the whole training state in ``<run>/checkpoints/step-<N>/``
-(written into a hidden temporary folder, flushed, renamed: a ``step-<N>`` folder is always complete),
-and exact resumption after a crash. Layout and guarantees: docs/long-runs.md, 'Checkpoints' and 'Resuming'.
-
-Resuming replays rather than jumping into a loop: the run starts over with the saved configuration and
-its stages iterate their data as before, but the first N optimizer steps are skipped without computing.
-Just before the first real step the model, optimizers and RNG states are restored, so the run continues
-bit for bit. ``TrainingClock`` alone knows this: stages ask it ``skip_step()`` before every optimizer
-step and tell it ``step_done()`` after.
+"""Resumable training: checkpoints of the whole training state in ``<run>/checkpoints/step-<N>/`` (written
+into a hidden temporary folder, flushed, renamed: always complete), and exact resumption after a crash
+(docs/long-runs.md, 'Checkpoints' and 'Resuming'). Resuming replays: the run starts over with the saved
+configuration, its stages iterating their data as before, but skips the first N optimizer steps without
+computing; just before the first real step the model, optimizers and RNG states are restored, so the run
+continues bit for bit. ``TrainingClock`` alone knows this.
 """
 from __future__ import annotations
 
@@ -41,9 +38,8 @@ class ResumeError(Exception):
 
 
 class TrainingClock(StepClock):
-    """The kernel's step clock (``training/learning/callbacks.py``) as exact resume: counts optimizer steps across
-    all stages, saves training checkpoints (the model and what ``track`` lists: optimizers, loss weighting,
-    regularizers' averages, gradient scaler, learning-rate schedule), and replays from ``resume``."""
+    """The kernel's ``StepClock`` as exact resume: saves training checkpoints (the model and what ``track``
+    lists: optimizers, loss weighting, gradient scaler, ...) and replays from ``resume``."""
 
     def __init__(self, model: torch.nn.Module | None, run_dir: Path | None, config: dict, save_every: int = 0,
                  keep: int = 2, resume: "Checkpoint | None" = None, enabled: bool = True,
@@ -179,17 +175,12 @@ class Checkpoint:
         self.weights(), self.extra(), self.best_state()
 
     def weights(self) -> dict[str, torch.Tensor]:
-        try:
-            return load_file(str(self.path / "model.safetensors"))
-        except (SafetensorError, OSError, ValueError) as err:
-            raise ResumeError(f"{self.path / 'model.safetensors'}: unreadable ({first_line(err)})") from None
+        return _read(self.path / "model.safetensors", lambda path: load_file(str(path)))
 
     def extra(self) -> dict:
-        """state.pt: optimizer and module states, RNG states."""
-        try:
-            return torch.load(self.path / "state.pt", map_location="cpu", weights_only=True)
-        except Exception as err:  # a damaged pickle raises many kinds of errors
-            raise ResumeError(f"{self.path / 'state.pt'}: unreadable ({first_line(err)})") from None
+        """state.pt: optimizer and module states, RNG states (a damaged pickle raises many kinds of errors)."""
+        return _read(self.path / "state.pt", lambda path: torch.load(path, map_location="cpu", weights_only=True),
+                     errors=Exception)
 
     def restore(self, model: torch.nn.Module, objects: dict[str, object]) -> None:
         """Load the model, the named objects' states (``TrainingClock.track``) and the RNG states."""
@@ -208,12 +199,15 @@ class Checkpoint:
 
     def best_state(self) -> dict[str, torch.Tensor] | None:
         path = self.path / BEST_ENCODER
-        if not path.is_file():
-            return None
-        try:
-            return model_state(path, self.path / BEST_HEADS)
-        except (SafetensorError, OSError, ValueError) as err:
-            raise ResumeError(f"{path}: unreadable ({first_line(err)})") from None
+        return _read(path, lambda path: model_state(path, self.path / BEST_HEADS)) if path.is_file() else None
+
+
+def _read(path: Path, read: Callable, errors=(SafetensorError, OSError, ValueError)):
+    """``read(path)``, an error of ``errors`` turned into a one-line ``ResumeError`` naming the file."""
+    try:
+        return read(path)
+    except errors as err:
+        raise ResumeError(f"{path}: unreadable ({first_line(err)})") from None
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
