@@ -1,10 +1,8 @@
 """A run's ``checkpoint/``: a standard model folder that ours (``load_run``), HuggingFace ``transformers``
-and ``sentence_transformers`` load, plus what only we read (``heads.safetensors``: the task heads and,
-with ``--private_layers``, the other tasks' towers; ``run_config.json``). The files, and the pooling
-modes sentence-transformers lacks: docs/outputs.md, '``checkpoint/`` in other libraries'.
-
-Folders written before this layout (one ``model.safetensors`` with ``bert.*`` and ``heads.*``, and
-a ``config.json`` of ``{"bert": ..., "run": ...}``) are still read.
+and ``sentence_transformers`` load, plus what only we read (``heads.safetensors``: the task heads and, with
+``--private_layers``, the other tasks' towers; ``run_config.json``); docs/outputs.md, '``checkpoint/`` in other
+libraries'. The older layout (one ``model.safetensors`` with ``bert.*`` and ``heads.*``, a ``config.json`` of
+``{"bert": ..., "run": ...}``) is still read.
 """
 from __future__ import annotations
 
@@ -101,7 +99,8 @@ def saved_run_config(directory: Path) -> dict | None:
     return saved.get("run") if isinstance(saved, dict) and "bert" in saved else None
 
 
-def model_state(encoder_file: Path, heads_file: Path, read=lambda path: load_file(str(path))) -> dict[str, torch.Tensor]:
+def model_state(encoder_file: Path, heads_file: Path,
+                read=lambda path: load_file(str(path))) -> dict[str, torch.Tensor]:
     """The whole model's state from an encoder file (HuggingFace's BERT or DistilBERT names) and a heads
     file (absent: no heads), each read by ``read``."""
     encoder = read(encoder_file)

@@ -1,9 +1,7 @@
-"""``curves.png``, drawn from a run's metrics.json after evaluations (at most once a minute) and at
-the run's end. Top row: each task's training loss (one axis per kind of loss: their scales differ
-tenfold) and the stages' losses; bottom row: the learning rates, dev metrics and dev losses, the kept
-(best) evaluation marked. Each row has only the panels it fills. Every panel shares one x axis, the
-run's optimizer step (all stages counted, as TensorBoard's): metrics.json records every curve's points,
-and every epoch and evaluation, at it (``run_step``).
+"""``curves.png``, drawn from a run's metrics.json after evaluations (at most once a minute) and at the run's
+end. Top row: each task's training loss (one axis per kind of loss: their scales differ tenfold) and the
+stages' losses; bottom row: the learning rates, dev metrics and dev losses, the kept evaluation marked. Every
+panel shares one x axis, the run's optimizer step (``run_step`` in metrics.json, all stages counted).
 """
 from __future__ import annotations
 

@@ -43,11 +43,8 @@ def check_unchanged(recorded: dict[str, dict], files: dict[str, Path]) -> None:
             raise DataError(f"--resume: {path} is missing; the run started on {saved['path']} (give --data_dir "
                             f"with the same files, or start a new run)")
         now = file_digest(path)
-        if now["size"] != saved["size"]:
-            change = f"{saved['size']} -> {now['size']} bytes"
-        elif now["sha256"] != saved["sha256"]:
-            change = "same size, other content"
-        else:
-            continue
-        raise DataError(f"--resume: {path} changed since the run started ({change}); a resumed run must read "
-                        f"what it began with: restore the file, or start a new run")
+        if now != {"size": saved["size"], "sha256": saved["sha256"]}:
+            change = (f"{saved['size']} -> {now['size']} bytes" if now["size"] != saved["size"]
+                      else "same size, other content")
+            raise DataError(f"--resume: {path} changed since the run started ({change}); a resumed run must read "
+                            f"what it began with: restore the file, or start a new run")

@@ -38,7 +38,10 @@ def model_card(metrics: dict, checkpoint_dir: Path) -> str:
     checkpoint_dir = Path(checkpoint_dir)
     config = metrics.get("config") or {}
     model = config.get("model") or {}
-    tasks, known = _tasks(config, metrics), saved_tasks(config)
+    listed = (config.get("train") or {}).get("tasks")
+    tasks = ([name.strip() for name in listed.split(",") if name.strip()] if isinstance(listed, str)
+             else list(metrics.get("dev") or {}))
+    known = saved_tasks(config)
     heads = head_tensors(checkpoint_dir)
     what = ("A BERT sentence encoder without task heads, left by minbert-mtl's training stages"
             if _stages_only(metrics) else
@@ -137,13 +140,6 @@ def _extensions(config: dict) -> list[str]:
         elif isinstance(values, dict) and values.get(name) is True:
             found.append(name)
     return found
-
-
-def _tasks(config: dict, metrics: dict) -> list[str]:
-    text = (config.get("train") or {}).get("tasks")
-    if isinstance(text, str):
-        return [name.strip() for name in text.split(",") if name.strip()]
-    return list(metrics.get("dev") or {})
 
 
 def _stages_only(metrics: dict) -> bool:

@@ -96,7 +96,8 @@ class RunFolder:
         if self.tensorboard.missing:
             self.log(self.tensorboard.missing)
         if resume is None:   # a resumed run's event files have it already
-            self.tensorboard.text("config", "    " + json.dumps(self.config.to_dict(), indent=1).replace("\n", "\n    "))
+            config = json.dumps(self.config.to_dict(), indent=1)
+            self.tensorboard.text("config", "    " + config.replace("\n", "\n    "))
         return self.tensorboard
 
     def finish(self, status: RunStatus = RunStatus.FINISHED, **results) -> None:
@@ -136,7 +137,8 @@ class RunFolder:
                     self.lock.release()   # the folder must be empty to be given back
                 release_run_dir(self.dir)
         else:
-            self.metrics.update(status=RunStatus.INTERRUPTED if isinstance(err, KeyboardInterrupt) else RunStatus.FAILED,
+            stopped = isinstance(err, KeyboardInterrupt)
+            self.metrics.update(status=RunStatus.INTERRUPTED if stopped else RunStatus.FAILED,
                                 error=f"{type(err).__name__}: {first_line(err)}", wall_seconds=self.seconds())
             try:
                 self.write.json(self.metrics)

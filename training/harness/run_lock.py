@@ -65,8 +65,7 @@ def is_live(run_dir: Path) -> bool:
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # taken: nobody held it (closing fd lets go)
         return False
     except BlockingIOError:
         return True

@@ -1,11 +1,8 @@
-"""TensorBoard scalars of a run in its folder (``train_loss/<stage>/<part>``, ``lr/<stage>`` and
-``lr/<stage>/group<i>`` for each AdamW parameter group, ``grad_norm/<stage>`` (before clipping),
-``examples_per_second/<stage>``, ``dev/<task>``, ``dev/overall``, ``dev_loss/<task>``) against the run's
-optimizer step, and its configuration as text (``config``), so that ``tensorboard --logdir predictions/``
-shows a grid side by side, each run named by its folder (docs/long-runs.md, 'Curves and logging').
-
-The event files are a side output: a writer that fails (a full disk, its file or folder gone, any error
-of its thread) costs the scalars from then on and one warning line, never the run.
+"""TensorBoard scalars of a run in its folder (``train_loss/<stage>/<part>``, ``lr/<stage>[/group<i>]``,
+``grad_norm/<stage>``, ``examples_per_second/<stage>``, ``dev/<task>``, ``dev/overall``, ``dev_loss/<task>``)
+against the run's optimizer step, and its configuration as text, so that ``tensorboard --logdir predictions/``
+shows a grid side by side (docs/long-runs.md, 'Curves and logging'). A side output: a writer that fails
+costs the scalars from then on and one warning line, never the run.
 """
 from __future__ import annotations
 
