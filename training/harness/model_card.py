@@ -1,7 +1,6 @@
-"""A run's model card: the ``README.md`` of its ``checkpoint/`` folder, as sentence-transformers and
-HuggingFace write one beside the weights. It is made from the run's ``metrics.json`` alone (plus the
-tensor names of ``heads.safetensors``) and says what the model is, the command that trains it again,
-its dev (and test) scores, how each of the three readers loads it, and what the heads compute.
+"""A run's model card: the ``README.md`` of its ``checkpoint/`` folder, as sentence-transformers and HuggingFace
+write one, made from the run's ``metrics.json`` (and the tensor names of ``heads.safetensors``): what the model
+is, the command that trains it again, its scores, how each of the three readers loads it, what the heads compute.
 
     write_model_card(json.loads((run_dir / "metrics.json").read_text()), run_dir / "checkpoint")
 """

@@ -114,9 +114,8 @@ class TrainingClock(StepClock):
         return final
 
     def _write(self, tmp: Path, final: Path) -> None:
-        """Fill ``tmp``, flush it, rename it to ``final``; ``tmp`` is gone afterwards whatever happens.
-        The best weights are copied, not hard-linked: with links every checkpoint and ``checkpoint/`` shared one
-        file, and damage to it in place broke them all, leaving ``--resume_fallback`` nothing intact to take."""
+        """Fill ``tmp``, flush it, rename it to ``final``; ``tmp`` is gone afterwards whatever happens. The best
+        weights are copied, not hard-linked, so that damage to one file cannot break every checkpoint."""
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:

@@ -148,18 +148,16 @@ class RunFolder:
 
 
 def recovered(earlier: dict) -> list[dict]:
-    """The history of the stops a run recovered from, with the one its metrics.json ``earlier`` records
-    (status and error: "interrupted", "Terminated: ...", or a disk that was full) added: a resumed run
-    that finishes has no error of its own, and says what it came back from."""
+    """The stops a run recovered from, with the one its metrics.json ``earlier`` records (status and error)
+    added: a resumed run that finishes has no error of its own, and says what it came back from."""
     history = earlier.get("recovered") if isinstance(earlier.get("recovered"), list) else []
     stop = {key: earlier[key] for key in ("status", "error") if earlier.get(key)}
     return [*history, {**stop, "at": datetime.now().isoformat(timespec="seconds")}] if stop.get("error") else history
 
 
 def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[Path], RunLock | None]:
-    """With ``--resume``: the saved configuration, the newest checkpoint, the temporary files an
-    interrupted run left (removed) and the run's lock, taken before anything in the folder is touched
-    (``RunLive`` when the run is training now)."""
+    """With ``--resume``: the saved configuration, the newest checkpoint, the temporary files an interrupted
+    run left (removed) and the run's lock, taken before anything in the folder is touched."""
     if not config.output.resume:
         return config, None, [], None
     run_dir = Path(config.output.resume)
@@ -189,9 +187,8 @@ RESUME_FLAGS = (*(name for name in WHERE_A_RUN_IS if name != "run_name"), "quiet
 
 
 def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunConfig:
-    """The configuration saved in ``source`` (a checkpoint's state.json, or the metrics.json of a run
-    restarted), with ``RESUME_FLAGS`` from the command line. Other flags given that differ from the saved
-    ones are refused: they would be ignored."""
+    """The configuration saved in ``source`` (state.json, or a restarted run's metrics.json) with ``RESUME_FLAGS``
+    from the command line; other flags that differ from the saved ones are refused: they would be ignored."""
     if refused := removed_extension(saved_values(saved_config)):
         raise ValueError(f"{source}: {refused}")
     try:

@@ -1,8 +1,7 @@
-"""A run folder knows it is live: the process that trains it holds an exclusive ``flock`` on
-``RUN/.lock``, which the kernel releases on any exit (SIGKILL and crashes included), so a lock is
-never stale. ``--resume RUN`` takes it before touching anything in RUN, its clean-up of temporary files
-included: a run still training is refused in one line instead of being trained twice. Under torchrun
-process 0 holds it for all. Where ``fcntl`` does not exist (Windows), nothing is locked.
+"""A run folder knows it is live: the process that trains it holds an exclusive ``flock`` on ``RUN/.lock``,
+which the kernel releases on any exit (SIGKILL included), so a lock is never stale. ``--resume RUN`` takes it
+before touching anything in RUN: a run still training is refused in one line instead of being trained twice.
+Under torchrun process 0 holds it for all. Without ``fcntl`` (Windows), nothing is locked.
 """
 from __future__ import annotations
 

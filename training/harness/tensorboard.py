@@ -26,8 +26,7 @@ def _warn(message: str) -> None:
 
 class TensorBoardScalars(Scalars):
     """The loop's ``Scalars`` kept in ``run_dir``'s event files (None: writes nothing). Ctrl-C and SIGTERM wait
-    for each call (``signals_deferred``): raised inside the writer's queue while it holds its lock, they would
-    leave the lock held, and ``close`` at the end of the run would wait forever."""
+    for each call: raised inside the writer's queue, they would leave its lock held and ``close`` hang."""
 
     def __init__(self, run_dir: Path | None = None, purge_step: int | None = None,
                  warn: Callable[[str], None] = _warn):
