@@ -78,8 +78,7 @@ class LoadedRun:
         loader = make_loader(examples, self.tokenizer, model_max_length(self.config.data.max_length, self.model.bert),
                              batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
         row = task_row or known_tasks(self.config)[task]
-        return predict(self.model, row, loader, next(self.model.parameters()).device,
-                       f"predict {task}", progress)
+        return predict(self.model, row, loader, next(self.model.parameters()).device, f"predict {task}", progress)
 
     def check_head(self, task: str) -> None:
         """A one-line error unless the run trained a head for ``task``."""

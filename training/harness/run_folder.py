@@ -171,8 +171,7 @@ def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[P
             raise ResumeError(f"--resume {run_dir}: the run was stopped before it started (it saved no configuration "
                               "to resume with): run the command that started it again, which takes its folder over")
         if metrics.get("status") not in (None, *FINAL) and isinstance(metrics.get("config"), dict):
-            # stopped before its first checkpoint (e.g. during a stage before multi-task training) and not ended:
-            # it starts again in its own folder with its saved configuration
+            # stopped, not ended, before its first checkpoint: it starts again in its own folder, as saved
             return resumed_config(config, metrics["config"], run_dir / "metrics.json"), None, stale, lock
         resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
         return resumed_config(config, resume.state["config"], resume.path / "state.json"), resume, stale, lock

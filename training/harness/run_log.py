@@ -1,7 +1,6 @@
-"""Where a run's messages go: the terminal and, with ``--log_file``, a file. ``log(message)`` is
-progress; ``log.result(message)`` is what a user always wants (epoch lines, warnings, the summary), the
-only lines ``--quiet`` keeps on the terminal. The file gets every line, time-stamped, appended one at a
-time so that a crash loses nothing already logged.
+"""Where a run's messages go: the terminal and, with ``--log_file``, a file. ``log.result(message)`` lines
+(epoch lines, warnings, the summary) are the only ones ``--quiet`` keeps on the terminal. The file gets every
+line, time-stamped, appended one at a time so that a crash loses nothing already logged.
 """
 from __future__ import annotations
 

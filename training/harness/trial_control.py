@@ -1,9 +1,8 @@
-"""``--wait_after_eval``: a run that a search's scheduler steps one evaluation at a time (minbert-search's
-ASHA). After each evaluation (metrics.json already written) the run prints one line, ``EVALUATION {json}``,
-and reads one line from stdin: ``continue`` trains on to the next evaluation; ``stop`` ends multi-task
-training there, as ``--early_stopping`` would (the best weights so far write the predictions; the status
-is "stopped early"); the end of stdin (the scheduler gone) ends the run "interrupted", resumable.
-The scheduler decides while the run waits, so where a trial stops does not depend on timing.
+"""``--wait_after_eval``: a run that a search's scheduler (minbert-search's ASHA) steps one evaluation at a time.
+After each evaluation (metrics.json written) the run prints ``EVALUATION {json}`` and reads one line from stdin:
+``continue`` trains on; ``stop`` ends multi-task training there, as ``--early_stopping`` would ("stopped early");
+the end of stdin (the scheduler gone) ends the run "interrupted", resumable. The scheduler decides while the run
+waits, so where a trial stops does not depend on timing.
 """
 from __future__ import annotations
 
