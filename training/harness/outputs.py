@@ -8,7 +8,6 @@ import json
 import math
 import os
 import time
-from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -165,26 +164,24 @@ def prediction_path(run_dir: Path, task: Task, split: str) -> Path:
 
 
 def write_predictions(path: Path, task: Task, result: TaskPredictions) -> None:
-    """CS224N layout: an ``id`` column and the task's prediction column, one row per example."""
-    write_input_predictions(path, task, result, texts=defaultdict(tuple), text_columns=())   # no text columns
+    """CS224N layout: an ``id`` column and the task's prediction column, one row per example (classes as
+    integers, STS scores with 4 decimals)."""
+    write_input_predictions(path, task, result)
 
 
-def prediction_cell(task: Task, value) -> str | int:
-    """One prediction as the files write it: a class as an integer, a score with 4 decimals."""
-    return f"{value:.4f}" if task.label_type == "score" else int(value)
-
-
-def write_input_predictions(path: Path, task: Task, result: TaskPredictions, texts: dict[str, tuple[str, ...]],
-                            text_columns: tuple[str, ...], label_names: list[str] | None = None) -> None:
-    """``predict --input``'s file, for people rather than the CS224N grader: ``id``, the input's text
-    (``texts[id]``, under ``text_columns``), the task's prediction column as in ``write_predictions``
-    and, for a class task with names (``label_names``, in class order), ``label_name`` beside it."""
+def write_input_predictions(path: Path, task: Task, result: TaskPredictions,
+                            texts: dict[str, tuple[str, ...]] | None = None, text_columns: tuple[str, ...] = (),
+                            label_names: list[str] | None = None) -> None:
+    """``write_predictions``' file with, for ``predict --input`` (people rather than the CS224N grader), the
+    input's text (``texts[id]``, under ``text_columns``) after ``id`` and, for a class task with names
+    (``label_names``, in class order), ``label_name`` after the prediction."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     named = label_names is not None and task.label_type == "class"
     writer.writerow(["id", *text_columns, task.prediction_column, *(["label_name"] if named else [])])
     for example_id, value in zip(result.ids, result.predictions):
-        writer.writerow([example_id, *texts[example_id], prediction_cell(task, value),
+        writer.writerow([example_id, *(texts[example_id] if texts is not None else ()),
+                         f"{value:.4f}" if task.label_type == "score" else int(value),
                          *([label_names[int(value)]] if named else [])])
     write_text_atomic(path, buffer.getvalue())
 
