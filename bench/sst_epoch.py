@@ -71,7 +71,7 @@ from training.learning.precision import Precision
 from training.harness.run_log import RunLog
 from training.harness.runs import build_model, tokenizer_for
 from training.learning.task_loss import TaskLoss
-from training.learning.task_schema import BUILTIN_TASKS
+from training.learning.task_schema import BUILTIN_TASKS, run_tasks
 from training.learning.rng import seed_everything
 
 VARIANTS = ("fixed", "dynamic", "bucket")
@@ -210,15 +210,15 @@ class SstEpoch:
         self.max_batches = max_batches
 
     def new_model(self):
-        model = build_model(self.config, self.model_dir).to(self.device)
+        model = build_model(self.config.model, run_tasks(self.config), self.model_dir).to(self.device)
         model.bert.set_attention(self.config.speed.attention)
         return model
 
     def new_step(self, model) -> "SstStep":
         """Our AdamW over the run's parameter groups, stepped by the run's training loop."""
         t = self.config.train
-        optimizer = build_adamw(self.config, [ParamSet(model.bert.named_parameters()),
-                                              ParamSet(model.heads.named_parameters(), lr=t.head_lr)], t.lr)
+        optimizer = build_adamw(t, self.config.speed, [ParamSet(model.bert.named_parameters()),
+                                                       ParamSet(model.heads.named_parameters(), lr=t.head_lr)], t.lr)
         return SstStep(TaskLoss(model, {"sst": TASK}, self.device), optimizer,
                        TrainingLoop(Precision("off", self.device), RunLog(quiet=True)))
 

@@ -35,7 +35,6 @@ from training.harness.runs import build_model, tokenizer_for
 from training.learning.task_loss import TaskLoss
 from training.configuration.task_declarations import DEFAULT_TASKS
 from training.learning.task_schema import BUILTIN_TASKS, run_tasks
-from training.extensions import plugins
 from training.learning.recipe import loader_for, run_adamw, set_speed
 from training.learning.rng import seed_everything
 
@@ -48,10 +47,10 @@ class Side(Objective):
         self.config.validate()
         t = self.config.train
         seed_everything(t.seed)
-        self.model = build_model(self.config, model_dir).to(device)
+        self.model = build_model(self.config.model, run_tasks(self.config), model_dir).to(device)
         self.optimizer = run_adamw(self.config, self.model)
         forward_model = set_speed(self.model, self.config)
-        self.task_loss = TaskLoss(self.model, run_tasks(self.config), device, plugins(self.config).regularizers(self.model),
+        self.task_loss = TaskLoss(self.model, run_tasks(self.config), device, self.config.plugins().regularizers(self.model),
                                   forward_model=forward_model)
         self.loop = TrainingLoop(Precision("off", device), RunLog(quiet=True), max_grad_norm=t.max_grad_norm)
         self.model.train()

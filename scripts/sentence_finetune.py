@@ -76,14 +76,15 @@ def execute(args: argparse.Namespace) -> int:
     config = config.with_sections(model=dataclasses.replace(config.model,
                                                             hidden_dropout_prob=bert.config.hidden_dropout_prob))
     torch.manual_seed(config.train.seed)  # the head's initialisation and the dropout masks
-    model = with_heads(bert, config, [task.name] if args.loss == "ce" else []).to(device).train()
+    model = with_heads(bert, config.model, {task.name: task} if args.loss == "ce" else {}).to(device).train()
     loader = make_loader(examples, encoder.tokenizer, config.data.max_length, config.data.batch_size, shuffle=True,
                          seed=config.train.seed, bucket=True)
     print(f"{task.name}: {len(examples)} training sentences from {train_file}; "
           f"encoder {encoder.source}; loss {args.loss}; device {device}", file=sys.stderr)
     head = task.name if args.loss == "ce" else None
-    optimizer = build_adamw(config, [ParamSet(model.bert.named_parameters()),
-                                     ParamSet(model.heads.named_parameters(), lr=config.train.head_lr)], config.train.lr)
+    optimizer = build_adamw(config.train, config.speed, [ParamSet(model.bert.named_parameters()),
+                                                         ParamSet(model.heads.named_parameters(),
+                                                                  lr=config.train.head_lr)], config.train.lr)
     objective = SentenceObjective(model, loader, optimizer, config, args.loss, head, args.max_steps)
     train_started, cpu_started = time.time(), time.process_time()
     log = TrainingLoop(Precision("off", device), RunLog()).train(objective)

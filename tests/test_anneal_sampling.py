@@ -32,13 +32,13 @@ def test_probabilities_are_the_sizes_to_the_power_alpha_normalised():
 def test_the_order_keeps_the_steps_follows_the_seed_and_draws_p():
     config = run_multitask.parse_config(["--anneal_sampling", "--epochs", "3"])
     sizes = {"sst": 8544, "qqp": 16213, "sts": 6040}
-    order = EXTENSION.batch_order(config, 2, sizes, 30000)
-    assert len(order) == 30000 and order == EXTENSION.batch_order(config, 2, sizes, 30000)
-    assert order != EXTENSION.batch_order(config, 3, sizes, 30000)
+    order = EXTENSION.batch_order(config.anneal_sampling, config.core(), 2, sizes, 30000)
+    assert len(order) == 30000 and order == EXTENSION.batch_order(config.anneal_sampling, config.core(), 2, sizes, 30000)
+    assert order != EXTENSION.batch_order(config.anneal_sampling, config.core(), 3, sizes, 30000)
     counts, p = Counter(order), probabilities(sizes, 0.6)
     assert all(abs(counts[task] / len(order) - p[task]) < 0.01 for task in sizes)
     config = config.with_sections(train=dataclasses.replace(config.train, seed=config.train.seed + 1))
-    assert order != EXTENSION.batch_order(config, 2, sizes, 30000)
+    assert order != EXTENSION.batch_order(config.anneal_sampling, config.core(), 2, sizes, 30000)
 
 
 def tiny(tmp_path, tiny_model_dir, name, *flags):

@@ -18,7 +18,7 @@ from training.learning import stages
 from training.learning.stages import CALIBRATION_PAIRS, calibrate_heads
 from training.learning.encoding import encode
 from training.harness.runs import tokenizer_for, with_heads
-from training.learning.task_schema import BUILTIN_TASKS
+from training.learning.task_schema import BUILTIN_TASKS, run_tasks
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
@@ -53,7 +53,7 @@ def fixture_run(tiny_model_dir, para_head: str):
     torch.manual_seed(0)
     bert = BertModel.from_pretrained(tiny_model_dir)
     tokenizer = tokenizer_for(tiny_model_dir, bert)
-    model = with_heads(bert, config, ["sst", "qqp", "sts"])
+    model = with_heads(bert, config.model, run_tasks(config))
     examples, _ = BUILTIN_TASKS["qqp"].read(FIXTURE_DATA / "quora-train.csv")
     messages = []
     run = SimpleNamespace(model=model, config=config, device=torch.device("cpu"), log=messages.append,

@@ -19,6 +19,7 @@ from training.configuration.sections import ModelConfig
 from training.harness.run_config import RunConfig
 from training.learning.encoding import encode
 from training.harness.runs import build_model
+from training.learning.task_schema import run_tasks
 from training.learning.similarity import average_over_datasets, correlations
 from scripts.evaluate_embeddings import main, render_table
 
@@ -242,7 +243,7 @@ def test_main_reads_a_run_checkpoint(tiny_model_dir, tmp_path):
     """A run checkpoint's encoder gives the same numbers as the model it started from (untrained
     here); its heads play no part."""
     config = RunConfig.defaults(model=ModelConfig(model=str(tiny_model_dir)))
-    model = build_model(config, tiny_model_dir)
+    model = build_model(config.model, run_tasks(config), tiny_model_dir)
     save_checkpoint(tmp_path / "run" / "checkpoint", model.state_dict(), model.bert.config, config.to_dict())
     out_ckpt, out_model = tmp_path / "ckpt.json", tmp_path / "model.json"
     assert main(["--checkpoint", str(tmp_path / "run"), "--data", str(STS_DEV), "--pooling", "cls",

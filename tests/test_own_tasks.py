@@ -113,7 +113,7 @@ def test_load_run_without_the_file_reproduces_the_dev_predictions(runs):
         run = load_run(runs / "runs" / name)
         head = run.model.heads["nli"]
         assert isinstance(head, PairHead) and isinstance(head.scorer, ClassesScorer) and head.scorer.num_classes == 3
-        examples, _ = known_tasks(run.config)["nli"].read(runs / "data" / "nli-dev.tsv")
+        examples, _ = known_tasks(run.config.data)["nli"].read(runs / "data" / "nli-dev.tsv")
         got = run.predict_examples("nli", examples).predictions.astype(int).tolist()
         written = [int(row["Predicted_gold"]) for row in read_csv(runs / "runs" / name / "nli-dev-output.csv")]
         assert got == written
@@ -147,7 +147,7 @@ def test_resume_reads_the_saved_declaration(runs):
     saved = json.loads((runs / "runs" / "alone" / "metrics.json").read_text(encoding="utf-8"))["config"]
     flags = RunConfig.defaults(output=OutputConfig(resume=str(runs / "runs" / "alone")))
     config = resumed_config(flags, saved, runs / "runs" / "alone" / "metrics.json")
-    assert config.task_names() == ["nli"] and known_tasks(config)["nli"].num_classes == 3
+    assert config.task_names() == ["nli"] and known_tasks(config.data)["nli"].num_classes == 3
 
 
 @pytest.mark.slow
@@ -422,8 +422,8 @@ def test_a_run_s_tasks_are_its_own_not_a_shared_table(tmp_path):
     four = run_multitask.parse_config(["--task_file", str(write_declaration(tmp_path / "4.json", bad(num_classes=4))),
                                        "--tasks", "nli"])
     three, four = three.validate(), four.validate()
-    assert known_tasks(three)["nli"].num_classes == 3 and known_tasks(four)["nli"].num_classes == 4
-    assert "nli" not in known_tasks(run_multitask.parse_config([]))
+    assert known_tasks(three.data)["nli"].num_classes == 3 and known_tasks(four.data)["nli"].num_classes == 4
+    assert "nli" not in known_tasks(run_multitask.parse_config([]).data)
 
 
 def test_a_declared_regression_trains_with_sts_loss_on_its_mapped_scale():

@@ -12,6 +12,7 @@ from training.harness.checkpoint import save_checkpoint
 from training.configuration.sections import ModelConfig, TrainConfig
 from training.harness.run_config import RunConfig
 from training.harness.runs import build_model
+from training.learning.task_schema import run_tasks
 from scripts.probe import TASK_CHOICES, build_parser, cluster_scores, main, probe_scores, subsample
 
 CFIMDB = Path(__file__).resolve().parent / "fixtures" / "cfimdb"
@@ -124,7 +125,7 @@ def test_main_end_to_end_on_cfimdb_fixture(tiny_model_dir, tmp_path, capsys):
 def test_main_max_train_and_checkpoint_give_the_model_numbers(tiny_model_dir, tmp_path):
     """A run checkpoint's encoder gives the same report as the model it started from (untrained here)."""
     config = RunConfig.defaults(model=ModelConfig(model=str(tiny_model_dir)), train=TrainConfig(tasks="sst,cfimdb"))
-    model = build_model(config, tiny_model_dir)
+    model = build_model(config.model, run_tasks(config), tiny_model_dir)
     save_checkpoint(tmp_path / "run" / "checkpoint", model.state_dict(), model.bert.config, config.to_dict())
     common = ["--task", "cfimdb", "--data_dir", str(CFIMDB), "--pooling", "cls", "--max_train", "6", "--normalize"]
     assert main(["--model", str(tiny_model_dir), *common, "--out", str(tmp_path / "a.json")]) == 0

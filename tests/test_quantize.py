@@ -16,7 +16,7 @@ from training.harness.checkpoint import save_checkpoint
 from training.configuration.sections import DataConfig, ModelConfig
 from training.harness.run_config import RunConfig
 from training.harness.runs import build_model, load_run
-from training.learning.task_schema import BUILTIN_TASKS
+from training.learning.task_schema import BUILTIN_TASKS, run_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = ROOT / "tests" / "fixtures" / "data"
@@ -43,7 +43,7 @@ def checkpoint(tmp_path_factory) -> Path:
                          intermediate_size=256, max_position_embeddings=64)).save_pretrained(model_dir)
     shutil.copy(default_model_dir() / "vocab.txt", model_dir / "vocab.txt")
     config = RunConfig.defaults(model=ModelConfig(model=str(model_dir)), data=DataConfig(max_length=32))
-    model = build_model(config, model_dir)
+    model = build_model(config.model, run_tasks(config), model_dir)
     directory = root / "run" / "checkpoint"
     save_checkpoint(directory, model.state_dict(), model.bert.config, config.to_dict())
     return directory

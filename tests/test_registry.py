@@ -43,7 +43,7 @@ def test_each_extension_is_wired(extension):
     parser_flags = {option for action in run_multitask.build_parser()._actions for option in action.option_strings}
     assert own <= parser_flags
     config = run_multitask.parse_config([f"--{extension.name}", *(w for kv in extension.budget.items() for w in kv)])
-    assert extension.enabled(config) and [e for e in EXTENSIONS if e.enabled(config)] == [extension]
+    assert [e for e, _ in config.switched_on()] == [extension]
     assert RunConfig.from_dict(config.to_dict()) == config    # saved and read back through its own section
     # off, its budget flags pass (the grid gives every row the same budget) and change nothing it does
     run_multitask.parse_config([w for kv in extension.budget.items() for w in kv]).validate()
@@ -61,8 +61,8 @@ class Toy(Extension):
     name, settings, column, short = "toy", ToyConfig, "TOY", "toy"
     budget, steps_flag, stages_alone = {"--toy_rounds": "1"}, "--toy_rounds", True
 
-    def check(self, config) -> None:
-        if config.toy.toy_rounds < 1:
+    def check(self, c, core) -> None:
+        if c.toy_rounds < 1:
             raise ValueError("--toy_rounds must be at least 1")
 
     def stage(self, run) -> dict:
@@ -109,7 +109,7 @@ class SstOnly(Extension):
     name, settings, column, short = "sst_only", OrderConfig, "SST-only", "sstonly"
     calls: list = []
 
-    def batch_order(self, config, epoch, sizes, steps):
+    def batch_order(self, c, core, epoch, sizes, steps):
         self.calls.append((epoch, dict(sizes), steps))
         return ["sst"] * steps
 
@@ -124,7 +124,7 @@ class FreezeShared(Extension):
     name, settings, column, short, joint = "freeze_shared", FreezeConfig, "frozen", "frozen", True
     seen: list = []
 
-    def gradient_surgery(self, config, model):
+    def gradient_surgery(self, c, core, model):
         recorder = self
 
         class NoEncoderGradient(GradientSurgery):
@@ -216,10 +216,10 @@ class ToyHooks(Extension):
     name, settings, column, short, joint = "toy_hooks", ToyHooksConfig, "TOYHOOKS", "toyhooks", True
     variants = (("mean-toyhooks-exhaust", ["--toy_hooks", "--rr", "exhaust"]),)
 
-    def batch_order(self, config, epoch, sizes, steps):
+    def batch_order(self, c, core, epoch, sizes, steps):
         return [list(sizes)[i % len(sizes)] for i in range(steps)]
 
-    def gradient_surgery(self, config, model):
+    def gradient_surgery(self, c, core, model):
         class Sum(GradientSurgery):
             params = [p for _, p in model.encoder_parameters()]
 

@@ -35,7 +35,7 @@ def test_the_claim_of_a_run_killed_before_it_started_is_taken_over(tmp_path):
     config = RunConfig.defaults(output=OutputConfig(out_dir=str(tmp_path), run_name="run"))
     starting_claim(tmp_path / "run", dead_pid())
     assert abandoned_claim(tmp_path / "run")
-    assert claim_run_dir(config) == tmp_path / "run"
+    assert claim_run_dir(config.output, config.model) == tmp_path / "run"
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["pid"] != 0
     assert not (tmp_path / "run" / ".lock").exists()
 
@@ -49,7 +49,7 @@ def test_a_live_claim_or_a_folder_holding_more_is_never_taken(tmp_path, alive, e
     assert not abandoned_claim(folder)
     config = RunConfig.defaults(output=OutputConfig(out_dir=str(tmp_path), run_name="run"))
     with pytest.raises(FileExistsError, match="already holds a run"):
-        claim_run_dir(config)
+        claim_run_dir(config.output, config.model)
 
 
 def test_resume_of_a_run_killed_before_it_started_says_to_run_it_again(tmp_path, capsys):

@@ -14,6 +14,8 @@ from training.harness.checkpoint import load_checkpoint
 from training.harness.run_config import RunConfig
 from training.harness.resume import list_checkpoints
 from training.harness.runs import build_model, load_run, model_directory
+from training.configuration.sections import ModelConfig
+from training.learning.task_schema import run_tasks
 from training.learning.contrastive import ContrastiveObjective
 from scripts import evaluate_embeddings, simcse_sweep
 
@@ -91,10 +93,10 @@ def test_ucl_alone_writes_a_loadable_encoder_and_no_predictions(tmp_path, tiny_m
     loaded = load_run(run_dir)
     assert len(loaded.model.heads) == 0 and loaded.encode(["a sentence"]).shape == (1, 16)
     trained = encoder(run_dir)
-    start = build_model(RunConfig.from_dict({"model": {"model": str(tiny_model_dir)}}), tiny_model_dir)
+    start = build_model(ModelConfig(model=str(tiny_model_dir)), run_tasks(RunConfig.defaults()), tiny_model_dir)
     assert any(not torch.equal(v, trained[k]) for k, v in start.state_dict().items() if k.startswith("bert."))
     # --model RUN starts a new run from this encoder
-    chained = build_model(RunConfig.from_dict({"model": {"model": str(run_dir)}}), model_directory(str(run_dir)))
+    chained = build_model(ModelConfig(model=str(run_dir)), run_tasks(RunConfig.defaults()), model_directory(str(run_dir)))
     assert_same_weights({k: v for k, v in chained.state_dict().items() if k.startswith("bert.")}, trained)
     assert evaluate_embeddings.main(["--checkpoint", str(run_dir), "--data", str(STS_DEV)]) == 0
 

@@ -114,9 +114,15 @@ def config(**settings) -> RunConfig:
     return c
 
 
+def sections(extension: str, **settings) -> tuple:
+    """An extension's section and the core ones of ``config(**settings)``: what its hooks are given."""
+    c = config(**settings)
+    return c.extensions[extension], c.core()
+
+
 def test_loss_weights_follow_the_chosen_tasks():
-    assert loss_weights(config(tasks="sts,sst", loss_weights="2,0.5")) == {"sts": 2.0, "sst": 0.5}
-    assert loss_weights(config(tasks="qqp")) == {"qqp": 1.0}
+    assert loss_weights(*sections("joint_loss", tasks="sts,sst", loss_weights="2,0.5")) == {"sts": 2.0, "sst": 0.5}
+    assert loss_weights(*sections("joint_loss", tasks="qqp")) == {"qqp": 1.0}
     with pytest.raises(ValueError, match="2 non-negative numbers, one per task of --tasks"):
         config(tasks="sts,sst", loss_weights="1,1,1").validate()
 
@@ -134,7 +140,7 @@ def test_scl_and_lcl_need_their_tasks():
         config(tasks="qqp", scl=True).validate()
     with pytest.raises(ValueError, match="--lcl needs a single-sentence classification task"):
         config(tasks="qqp", lcl=True).validate()
-    assert lcl_task(config(tasks="sts,cfimdb,sst")) == "cfimdb"
+    assert lcl_task(config(tasks="sts,cfimdb,sst").core()) == "cfimdb"
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from minbert import BertModel
 from training.harness.run_config import RunConfig
 from training.extensions import lcl, ucl
 from training.harness.runs import with_heads
+from training.learning.task_schema import run_tasks
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
@@ -48,7 +49,7 @@ def test_saved_temp_is_read_as_both():
 def test_the_cosine_paraphrase_head_gets_head_temp(tiny_model_dir):
     config = run_multitask.parse_config(["--para_head", "cosine", "--head_temp", "0.3", "--cl_temp", "0.2",
                                          "--tasks", "qqp,sts"])
-    model = with_heads(BertModel.from_pretrained(tiny_model_dir), config, ["qqp", "sts"])
+    model = with_heads(BertModel.from_pretrained(tiny_model_dir), config.model, run_tasks(config))
     assert model.heads["qqp"].kind == "cosine" and model.heads["qqp"].temperature == 0.3
 
 

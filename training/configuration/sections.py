@@ -79,6 +79,11 @@ class DataConfig:
     # and predicts without the file (training/configuration/task_file.py)
     own_tasks: list = field(default_factory=list)
 
+    def declared_tasks(self) -> list[dict]:
+        """The run's own task declarations (``own_tasks``, those of ``--task_file``), checked again."""
+        where = f"--task_file {self.task_file}" if self.task_file else "the run's configuration"
+        return [check_declaration(d, where, i) for i, d in enumerate(self.own_tasks)]
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -240,15 +245,38 @@ CORE_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
 
 
 @dataclass(frozen=True)
-class RunSettings:
-    """A run's settings: the core sections and each extension's (name -> its dataclass). What the run's parts
-    read, typed here below the registry; ``RunConfig`` (training/harness/run_config.py) is the one that is made,
-    with every extension's section filled and the whole checked."""
+class CoreSettings:
+    """The core sections, and what follows from them alone: the tasks of ``--tasks`` and their batch sizes.
+    What an extension's hooks read beside their own section (``training/extensions/base.py``)."""
     model: ModelConfig
     data: DataConfig
     train: TrainConfig
     speed: SpeedConfig
     output: OutputConfig
+
+    def task_names(self) -> list[str]:
+        """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs): built-in names or
+        those of the run's own declarations."""
+        own = [d["name"] for d in self.data.declared_tasks()]
+        return parse_tasks(self.train.tasks, dict.fromkeys([*BUILTIN_NAMES, *own]))
+
+    def builds_towers(self) -> bool:
+        """Whether the model gets private towers (``--private_layers``): K > 0 and two or more tasks, since
+        one task's layers are all its own already."""
+        return self.model.private_layers > 0 and len(self.task_names()) > 1
+
+    def batch_sizes(self) -> dict[str, int]:
+        """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
+        or ``--batch_size`` each."""
+        return per_task("task_batch_sizes", self.data.task_batch_sizes, self.task_names(), self.data.batch_size,
+                        int, lambda v: v >= 1, "positive whole numbers")
+
+
+@dataclass(frozen=True)
+class RunSettings(CoreSettings):
+    """A run's settings: the core sections and each extension's (name -> its dataclass). What the run's parts
+    read, typed here below the registry; ``RunConfig`` (training/harness/run_config.py) is the one that is made,
+    with every extension's section filled and the whole checked."""
     extensions: dict = field(default_factory=dict)   # extension name -> its settings (absent: the defaults)
 
     def __getattr__(self, name: str):
@@ -257,6 +285,10 @@ class RunSettings:
         if name in extensions:
             return extensions[name]
         raise AttributeError(f"{type(self).__name__} has no section {name!r}")
+
+    def core(self) -> CoreSettings:
+        """The core sections alone, without any extension's: what an extension's hooks are given."""
+        return CoreSettings(**{name: getattr(self, name) for name in CORE_SECTIONS})
 
     def sections(self) -> dict:
         """Every settings section by name: the core ones, then the extensions' in registry order."""
@@ -301,27 +333,5 @@ class RunSettings:
             return section(**{f.name: values[f.name] for f in dataclasses.fields(section) if f.name in values})
         config = cls(**{name: build(section) for name, section in CORE_SECTIONS.items()},
                      extensions={name: build(section) for name, section in extensions.items()})
-        config.declared_tasks()   # a saved run's own tasks, checked again (a saved file may be hand-edited)
+        config.data.declared_tasks()   # a saved run's own tasks, checked again (a saved file may be hand-edited)
         return config
-
-    def declared_tasks(self) -> list[dict]:
-        """The run's own task declarations (``own_tasks``, those of ``--task_file``), checked again."""
-        where = f"--task_file {self.data.task_file}" if self.data.task_file else "the run's configuration"
-        return [check_declaration(d, where, i) for i, d in enumerate(self.data.own_tasks)]
-
-    def task_names(self) -> list[str]:
-        """The tasks of ``--tasks``, in their order (the order of round-robin and of the logs): built-in names or
-        those of the run's own declarations."""
-        own = [d["name"] for d in self.declared_tasks()]
-        return parse_tasks(self.train.tasks, dict.fromkeys([*BUILTIN_NAMES, *own]))
-
-    def builds_towers(self) -> bool:
-        """Whether the model gets private towers (``--private_layers``): K > 0 and two or more tasks, since
-        one task's layers are all its own already."""
-        return self.model.private_layers > 0 and len(self.task_names()) > 1
-
-    def batch_sizes(self) -> dict[str, int]:
-        """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
-        or ``--batch_size`` each."""
-        return per_task("task_batch_sizes", self.data.task_batch_sizes, self.task_names(), self.data.batch_size,
-                        int, lambda v: v >= 1, "positive whole numbers")

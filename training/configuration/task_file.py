@@ -3,7 +3,7 @@
 
 A declaration is in the schema the built-in tasks are declared in (``task_declarations.py``) and becomes a
 ``Task`` row by the same function (``training/learning/task_schema.py``). The run saves the checked
-declarations in its configuration (``DataConfig.own_tasks``), and its task table (``known_tasks(config)``) is
+declarations in its configuration (``DataConfig.own_tasks``), and its task table (``known_tasks(config.data)``) is
 built from them: ``load_run``, ``--resume``, predict and the report work without the original file.
 """
 from __future__ import annotations

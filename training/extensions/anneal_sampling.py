@@ -36,13 +36,13 @@ class AnnealSampling(Extension):
     variants = (("mean-anneal-private2", ["--anneal_sampling", "--private_layers", "2"]),   # over the default towers
                 ("mean-pcgrad-anneal-private2", ["--pcgrad", "--anneal_sampling", "--private_layers", "2"]))
 
-    def checks(self, config) -> list[tuple[bool, str]]:
-        return [(not self.enabled(config) or len(config.task_names()) > 1,
+    def checks(self, c, core) -> list[tuple[bool, str]]:
+        return [(not self.enabled(c) or len(core.task_names()) > 1,
                  "--anneal_sampling draws each batch's task among --tasks: give two or more")]
 
-    def batch_order(self, config, epoch: int, sizes: dict[str, int], steps: int) -> list[str]:
-        p = probabilities(sizes, alpha(epoch, config.train.epochs))
-        draw = random.Random(f"anneal_sampling {config.train.seed} {epoch}")
+    def batch_order(self, c, core, epoch: int, sizes: dict[str, int], steps: int) -> list[str]:
+        p = probabilities(sizes, alpha(epoch, core.train.epochs))
+        draw = random.Random(f"anneal_sampling {core.train.seed} {epoch}")
         return draw.choices(list(p), weights=list(p.values()), k=steps)
 
 

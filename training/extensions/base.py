@@ -17,7 +17,7 @@ import torch
 from ..learning.callbacks import GradientHook
 
 if TYPE_CHECKING:   # annotations only
-    from ..configuration.sections import RunSettings
+    from ..configuration.sections import CoreSettings
 
 
 class Idea:
@@ -50,64 +50,68 @@ class Extension(Idea):
     steps_flag: str | None = None    # the flag of its batches per epoch, which ablate.sh --stage_steps sets
     stages_alone: bool = False       # a run of the stages alone (--epochs 0) may consist of it
     joint: bool = False              # each multi-task step takes one batch of every task (a round), not one
-    conflicts: tuple[str, ...] = ()  # extensions it cannot run with (its checks refuse them): no grid row has both
+    conflicts: dict[str, str] = {}   # extension it cannot run with -> what both decide (refused in one line; no
+                                     # grid row has both)
     one_process: bool = False        # refused under torchrun (several processes), before the run folder exists
 
-    def enabled(self, config: RunSettings) -> bool:
-        return bool(getattr(config.extensions[self.name], self.name))
+    def enabled(self, settings) -> bool:
+        """Whether its section ``settings`` switches it on. Every hook below is given its own section,
+        ``settings``, and the core ones, ``core`` (a ``CoreSettings``): no hook reads another extension's."""
+        return bool(getattr(settings, self.name))
 
-    def checks(self, config: RunSettings) -> list[tuple[bool, str]]:
+    def checks(self, settings, core: CoreSettings) -> list[tuple[bool, str]]:
         """(condition, one line naming the flag) for each setting that must hold. Checked whether the
         extension is on or not, so a bad value is caught before it is used."""
         return []
 
-    def check(self, config: RunSettings) -> None:
+    def check(self, settings, core: CoreSettings) -> None:
         """Raise ValueError with the message of the first of ``checks`` that fails."""
-        for ok, message in self.checks(config):
+        for ok, message in self.checks(settings, core):
             if not ok:
                 raise ValueError(message)
 
-    def idle_flags(self, config: RunSettings) -> list[str]:
+    def idle_flags(self, settings) -> list[str]:
         """Its flags given (away from their defaults) while it is off, which would do nothing, except
         its budget flags: the ablation grid gives every row the same budget."""
-        if self.enabled(config):
+        if self.enabled(settings):
             return []
-        section, defaults = config.extensions[self.name], self.settings()
-        return [f"--{f.name}" for f in dataclasses.fields(section) if f.name != self.name
-                and getattr(section, f.name) != getattr(defaults, f.name) and f"--{f.name}" not in self.budget]
+        defaults = self.settings()
+        return [f"--{f.name}" for f in dataclasses.fields(settings) if f.name != self.name
+                and getattr(settings, f.name) != getattr(defaults, f.name) and f"--{f.name}" not in self.budget]
 
-    def check_files(self, config: RunSettings) -> None:
+    def check_files(self, settings, core: CoreSettings) -> None:
         """Raise DataError when a file its flags name is missing (before the run folder exists)."""
 
-    def batch_sizes(self, config: RunSettings) -> list[tuple[str, int]]:
+    def batch_sizes(self, settings, core: CoreSettings) -> list[tuple[str, int]]:
         """Its training batch sizes as (flag, size), which data-parallel processes split."""
         return []
 
-    def max_lengths(self, config: RunSettings) -> list[tuple[str, int | None]]:
+    def max_lengths(self, settings, core: CoreSettings) -> list[tuple[str, int | None]]:
         """Its sentence lengths as (flag, word pieces), checked against the model's positions."""
         return []
 
-    def reads(self, config: RunSettings) -> set[str]:
+    def reads(self, settings, core: CoreSettings) -> set[str]:
         """The tasks whose training sets it builds its data from (what a run of the stages alone reads)."""
         return set()
 
-    def extra_files(self, config: RunSettings) -> list[str]:
+    def extra_files(self, settings, core: CoreSettings) -> list[str]:
         """Files of the data directory it needs beyond the tasks' own."""
         return []
 
     stage = None   # or a method ``stage(run: Run) -> dict`` run before multi-task training, in registry order
 
-    def loss_weighting(self, config: RunSettings):
+    def loss_weighting(self, settings, core: CoreSettings):
         """A ``training.learning.losses.LossWeighting`` that makes each multi-task step one batch of every task
         with the weighted sum of their losses, or None."""
         return None
 
-    def regularizer(self, config: RunSettings, model):
+    def regularizer(self, settings, core: CoreSettings, model):
         """An object with ``add(loss, task, inputs, output) -> loss`` (and ``after_step()``) that adds a
         term to every task loss, or None."""
         return None
 
-    def batch_order(self, config: RunSettings, epoch: int, sizes: dict[str, int], steps: int) -> list[str] | None:
+    def batch_order(self, settings, core: CoreSettings, epoch: int, sizes: dict[str, int],
+                    steps: int) -> list[str] | None:
         """The task of each training batch of multi-task epoch ``epoch`` (1 to ``--epochs``), in order, or
         None to keep ``--rr``'s order. ``sizes``: each task's training examples (in ``--tasks`` order);
         ``steps``: the batches ``--rr`` gives the epoch, which the order must keep (the
@@ -116,7 +120,7 @@ class Extension(Idea):
         resumed run replays it."""
         return None
 
-    def gradient_surgery(self, config: RunSettings, model) -> GradientHook | None:
+    def gradient_surgery(self, settings, core: CoreSettings, model) -> GradientHook | None:
         """A gradient hook (usually a ``GradientSurgery``) that takes each task's loss of a multi-task step and
         leaves the gradient to apply, or None."""
         return None

@@ -22,9 +22,9 @@ class JointLossConfig:
                                         "learned (uncertainty weighting)", choices=["fixed", "adaptive", "learned"])
 
 
-def loss_weights(config) -> dict[str, float]:
+def loss_weights(c: JointLossConfig, core) -> dict[str, float]:
     """``--tasks sst,qqp,sts --loss_weights 1,2,1`` as ``{"sst": 1.0, "qqp": 2.0, "sts": 1.0}``."""
-    return per_task("loss_weights", config.joint_loss.loss_weights, config.task_names(), 1.0, float,
+    return per_task("loss_weights", c.loss_weights, core.task_names(), 1.0, float,
                     lambda v: v >= 0, "non-negative numbers")
 
 
@@ -33,15 +33,14 @@ class JointLoss(Extension):
     variants = (("mean-joint-adaptive", ["--joint_loss", "--loss_weighting", "adaptive"]),
                 ("mean-joint-learned", ["--joint_loss", "--loss_weighting", "learned"]))
 
-    def check(self, config) -> None:
-        loss_weights(config)
-        if self.enabled(config) and config.train.rr == "proportional":
+    def check(self, c, core) -> None:
+        loss_weights(c, core)
+        if self.enabled(c) and core.train.rr == "proportional":
             raise ValueError("--joint_loss steps on one batch of every task at once; --rr proportional has no such "
                              "rounds: choose --rr min or exhaust")
 
-    def loss_weighting(self, config):
-        return make_loss_weighting(config.joint_loss.loss_weighting, config.task_names(), loss_weights(config),
-                                   run_tasks(config))
+    def loss_weighting(self, c, core):
+        return make_loss_weighting(c.loss_weighting, core.task_names(), loss_weights(c, core), run_tasks(core))
 
 
 EXTENSION = JointLoss()

@@ -22,9 +22,9 @@ class LclConfig:
     lcl_lr: float = flag(3e-5, "label-contrastive learning rate")
 
 
-def lcl_task(config) -> str | None:
+def lcl_task(core) -> str | None:
     """The stage's task: the first single-sentence classification task of ``--tasks``."""
-    return next((name for name, task in run_tasks(config).items()
+    return next((name for name, task in run_tasks(core).items()
                  if not task.is_pair and task.label_type == "class"), None)
 
 
@@ -32,17 +32,16 @@ class LabelContrastive(Extension):
     name, settings, column, short = "lcl", LclConfig, "LCL", "lcl"
     budget, steps_flag, stages_alone = {"--lcl_epochs": "1", "--lcl_steps": "20"}, "--lcl_steps", True
 
-    def checks(self, config) -> list[tuple[bool, str]]:
-        c = config.lcl
+    def checks(self, c, core) -> list[tuple[bool, str]]:
         return [*budget_checks("lcl", c.lcl_epochs, c.lcl_batch_size, c.lcl_lr),
-                (not c.lcl or lcl_task(config) is not None,
+                (not c.lcl or lcl_task(core) is not None,
                  "--lcl needs a single-sentence classification task (sst or cfimdb) in --tasks")]
 
-    def batch_sizes(self, config):
-        return [("--lcl_batch_size", config.lcl.lcl_batch_size)]
+    def batch_sizes(self, c, core):
+        return [("--lcl_batch_size", c.lcl_batch_size)]
 
-    def reads(self, config) -> set[str]:
-        return {lcl_task(config)}
+    def reads(self, c, core) -> set[str]:
+        return {lcl_task(core)}
 
     def stage(self, run) -> dict:
         c, task = run.config.lcl, lcl_task(run.config)

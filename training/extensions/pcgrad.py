@@ -24,23 +24,21 @@ class PcgradConfig:
 class Pcgrad(Extension):
     name, settings, column, short = "pcgrad", PcgradConfig, "PCGrad", "pcgrad"
     joint, one_process = True, True   # the step is a round of every task; each task's backward is its own
-    conflicts = ("joint_loss",)        # both decide how a step's task losses combine
+    conflicts = {"joint_loss": "how the tasks' losses of a step combine"}
     variants = (("mean-pcgrad-private2", ["--pcgrad", "--private_layers", "2"]),)   # over the default towers
 
-    def checks(self, config) -> list[tuple[bool, str]]:
-        on = self.enabled(config)
-        return [(not on or len(config.task_names()) > 1,
+    def checks(self, c, core) -> list[tuple[bool, str]]:
+        on = self.enabled(c)
+        return [(not on or len(core.task_names()) > 1,
                  "--pcgrad projects the tasks' gradients against each other: give two or more --tasks"),
-                (not on or config.train.rr != "proportional",
+                (not on or core.train.rr != "proportional",
                  "--pcgrad steps on one batch of every task at once; --rr proportional has no such rounds: choose "
                  "--rr min or exhaust"),
-                (not on or config.model.option == "finetune",
-                 "--pcgrad acts on the shared encoder, which --option pretrain freezes: drop one of them"),
-                (not (on and config.joint_loss.joint_loss),
-                 "--pcgrad and --joint_loss both decide how the tasks' losses of a step combine: choose one")]
+                (not on or core.model.option == "finetune",
+                 "--pcgrad acts on the shared encoder, which --option pretrain freezes: drop one of them")]
 
-    def gradient_surgery(self, config, model) -> "ProjectConflicting":
-        return ProjectConflicting([p for _, p in model.encoder_parameters() if p.requires_grad], config.train.seed)
+    def gradient_surgery(self, c, core, model) -> "ProjectConflicting":
+        return ProjectConflicting([p for _, p in model.encoder_parameters() if p.requires_grad], core.train.seed)
 
 
 class ProjectConflicting(GradientSurgery):

@@ -22,17 +22,16 @@ class PreQqp(Extension):
     name, settings, column, short = "pre_qqp", PreQqpConfig, "pre-QQP", "preqqp"
     budget, steps_flag = {"--pre_qqp_epochs": "1", "--pre_qqp_steps": "20"}, "--pre_qqp_steps"
 
-    def checks(self, config) -> list[tuple[bool, str]]:
-        c = config.pre_qqp
+    def checks(self, c, core) -> list[tuple[bool, str]]:
         return [(c.pre_qqp_epochs >= 1, "--pre_qqp_epochs must be at least 1"),
                 (c.pre_qqp_steps is None or c.pre_qqp_steps >= 1, "--pre_qqp_steps must be at least 1"),
-                (not (c.pre_qqp and config.train.epochs == 0),
+                (not (c.pre_qqp and core.train.epochs == 0),
                  "--pre_qqp trains the paraphrase head, which a run with --epochs 0 does not keep (it "
                  "keeps the encoder alone); train at least one epoch"),
-                (not c.pre_qqp or "qqp" in config.task_names(),
+                (not c.pre_qqp or "qqp" in core.task_names(),
                  "--pre_qqp trains the qqp task: add qqp to --tasks")]
 
-    def reads(self, config) -> set[str]:
+    def reads(self, c, core) -> set[str]:
         return {"qqp"}
 
     def stage(self, run) -> dict:

@@ -33,24 +33,22 @@ class SupervisedSimCSE(Extension):
     name, settings, column, short = "scl", SclConfig, "S-CL", "scl"
     budget, steps_flag, stages_alone = {"--scl_epochs": "1", "--scl_steps": "20"}, "--scl_steps", True
 
-    def checks(self, config) -> list[tuple[bool, str]]:
-        c = config.scl
+    def checks(self, c, core) -> list[tuple[bool, str]]:
         return [*budget_checks("scl", c.scl_epochs, c.scl_batch_size, c.scl_lr),
                 (c.hard_negative_weight > 0, "--hard_negative_weight must be positive"),
-                (not c.scl or c.scl_data or {"qqp", "sts"} <= set(config.task_names()),
+                (not c.scl or c.scl_data or {"qqp", "sts"} <= set(core.task_names()),
                  "--scl builds its triples from QQP and STS pairs: add qqp and sts to --tasks, or give "
                  "--scl_data")]
 
-    def check_files(self, config) -> None:
-        c = config.scl
+    def check_files(self, c, core) -> None:
         if c.scl and c.scl_data and not Path(c.scl_data).is_file():
             raise DataError(f"--scl_data {c.scl_data}: no such file")
 
-    def batch_sizes(self, config):
-        return [("--scl_batch_size", config.scl.scl_batch_size)]
+    def batch_sizes(self, c, core):
+        return [("--scl_batch_size", c.scl_batch_size)]
 
-    def reads(self, config) -> set[str]:
-        return set() if config.scl.scl_data else {"qqp", "sts"}
+    def reads(self, c, core) -> set[str]:
+        return set() if c.scl_data else {"qqp", "sts"}
 
     def stage(self, run) -> dict:
         c = run.config.scl

@@ -29,15 +29,14 @@ class Smart(Extension):
     name, settings, column, short, costly = "smart", SmartConfig, "SMART", "smart", True
     variants = (("mean-smart-bregman", ["--smart", "--smart_bregman"]),)
 
-    def checks(self, config) -> list[tuple[bool, str]]:
-        c = config.smart
+    def checks(self, c, core) -> list[tuple[bool, str]]:
         return [(c.smart_weight >= 0 and c.smart_eps >= 0 and c.smart_step >= 0,
                  "--smart_weight, --smart_eps and --smart_step must not be negative"),
                 (c.smart_steps >= 0, "--smart_steps must not be negative"),
                 (0 <= c.smart_beta < 1, "--smart_beta must be in [0, 1)")]
 
-    def regularizer(self, config, model) -> "SmartRegularizer":
-        return SmartRegularizer(model, config.smart, run_tasks(config))
+    def regularizer(self, c, core, model) -> "SmartRegularizer":
+        return SmartRegularizer(model, c, run_tasks(core))
 
 
 class SmartRegularizer:

@@ -48,30 +48,27 @@ class UnsupervisedSimCSE(Extension):
     name, settings, column, short = "ucl", UclConfig, "U-CL", "ucl"
     budget, steps_flag, stages_alone = {"--ucl_epochs": "1", "--ucl_steps": "20"}, "--ucl_steps", True
 
-    def checks(self, config) -> list[tuple[bool, str]]:
-        c = config.ucl
+    def checks(self, c, core) -> list[tuple[bool, str]]:
         return [*budget_checks("ucl", c.ucl_epochs, c.ucl_batch_size, c.ucl_lr),
                 (c.ucl_max_length is None or c.ucl_max_length >= 3, "--ucl_max_length must be at least 3"),
                 (c.ucl_eval_every >= 0, "--ucl_eval_every must not be negative")]
 
-    def check_files(self, config) -> None:
-        c = config.ucl
+    def check_files(self, c, core) -> None:
         if c.ucl and c.ucl_data and not Path(c.ucl_data).is_file():
             raise DataError(f"--ucl_data {c.ucl_data}: no such file")
         if c.ucl and c.ucl_eval_every and c.ucl_eval_data and not Path(c.ucl_eval_data).exists():
             raise DataError(f"--ucl_eval_data {c.ucl_eval_data}: no such file or folder")
 
-    def batch_sizes(self, config):
-        return [("--ucl_batch_size", config.ucl.ucl_batch_size)]
+    def batch_sizes(self, c, core):
+        return [("--ucl_batch_size", c.ucl_batch_size)]
 
-    def max_lengths(self, config):
-        return [("--ucl_max_length", config.ucl.ucl_max_length)]
+    def max_lengths(self, c, core):
+        return [("--ucl_max_length", c.ucl_max_length)]
 
-    def reads(self, config) -> set[str]:
-        return set() if config.ucl.ucl_data else set(config.task_names())
+    def reads(self, c, core) -> set[str]:
+        return set() if c.ucl_data else set(core.task_names())
 
-    def extra_files(self, config) -> list[str]:
-        c = config.ucl
+    def extra_files(self, c, core) -> list[str]:
         return [STS_DEV_FILE] if c.ucl_eval_every and not c.ucl_eval_data else []
 
     def stage(self, run) -> dict:

@@ -53,7 +53,7 @@ class LoadedRun:
         sequence an array. ``output``: ``label`` (class id or 0..5 score), ``probabilities`` (softmax
         for SST, P(paraphrase) for QQP) or ``logits`` (docs/outputs.md, 'Using a run after training')."""
         self.check_head(task)
-        row = known_tasks(self.config)[task]
+        row = known_tasks(self.config.data)[task]
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         if output == "probabilities" and row.divergence == "regression":
@@ -77,7 +77,7 @@ class LoadedRun:
         self.check_head(task)
         loader = make_loader(examples, self.tokenizer, model_max_length(self.config.data.max_length, self.model.bert),
                              batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
-        row = task_row or known_tasks(self.config)[task]
+        row = task_row or known_tasks(self.config.data)[task]
         return predict(self.model, row, loader, next(self.model.parameters()).device, f"predict {task}", progress)
 
     def check_head(self, task: str) -> None:

@@ -23,16 +23,16 @@ from .run_log import RunLog
 from ..learning.tasks import Task
 
 if TYPE_CHECKING:
-    from ..configuration.sections import RunSettings
+    from ..configuration.sections import ModelConfig, OutputConfig
 
 
-def claim_run_dir(config: RunSettings, claim: bool = True) -> Path:
-    """``<out_dir>/<run_name>``, claimed by creating ``metrics.json`` exclusively (``O_EXCL``): of two runs given
-    one name at once exactly one gets it; a folder holding anything but an ``abandoned_claim`` is refused."""
-    name = config.output.run_name or "-".join([
-        config.model.option, config.model.pooling, config.model.para_head, config.model.sts_head,
-        datetime.now().strftime("%Y%m%d-%H%M%S")])
-    run_dir = Path(config.output.out_dir) / name
+def claim_run_dir(output: OutputConfig, model: ModelConfig, claim: bool = True) -> Path:
+    """``<out_dir>/<run_name>`` (by default named after the model's settings and the time), claimed by creating
+    ``metrics.json`` exclusively (``O_EXCL``): of two runs given one name at once exactly one gets it; a folder
+    holding anything but an ``abandoned_claim`` is refused."""
+    name = output.run_name or "-".join([model.option, model.pooling, model.para_head, model.sts_head,
+                                        datetime.now().strftime("%Y%m%d-%H%M%S")])
+    run_dir = Path(output.out_dir) / name
     if not claim:
         return run_dir
     check_folder(run_dir)  # an --out_dir that is a file: named in the error

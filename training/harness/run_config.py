@@ -1,18 +1,26 @@
 """``RunConfig``: a run's whole configuration, the core sections of ``training/configuration/sections.py`` and each
 enabled or not extension's section from the registry (``training/extensions``), checked as a whole (``validate``)
 and read back from any version's saved form (``from_dict``). It sits above the registry, so the configuration
-package imports no extension; what the run's parts read of it is ``RunSettings``, below the registry.
+package imports no extension; what the run's parts read of it is ``RunSettings``, below the registry. It is also
+where the run asks what its extensions add (files, splits, batch sizes, lengths, stages, the kernel's ``Plugins``):
+each hook is given its extension's own section and the core ones, never the whole.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 from .. import extensions as registry   # the registry's one list, read where it is (tests extend it)
 from ..configuration.sections import RunSettings
 from ..configuration.task_file import read_task_file
+from ..extensions.base import Extension
+from ..learning.recipe import Plugins
+from ..learning.stages import BatchOrder
+from ..learning.task_schema import known_tasks
 
 
 @dataclass(frozen=True)
@@ -51,14 +59,21 @@ class RunConfig(RunSettings):
         for ok, message in self._core_checks():
             if not ok:
                 raise ValueError(message)
+        core, on = self.core(), {e.name for e, _ in self.switched_on()}
         for extension in registry.EXTENSIONS:
-            extension.check(self)
-            if idle := extension.idle_flags(self):
+            settings = self.extensions[extension.name]
+            extension.check(settings, core)
+            if extension.name in on and (other := next((o for o in extension.conflicts if o in on), None)):
+                raise ValueError(f"--{extension.name} and --{other} both decide {extension.conflicts[other]}: "
+                                 f"choose one")
+            if idle := extension.idle_flags(settings):
                 one = len(idle) == 1
                 raise ValueError(f"{', '.join(idle)} {'has' if one else 'have'} no effect without --{extension.name}: "
                                  f"add --{extension.name}, or drop {'it' if one else 'them'}")
         self.batch_sizes()
-        registry.check_hooks(self)   # two extensions deciding one thing (e.g. the batch order)
+        for hook, what in registry.ONE_AT_A_TIME.items():   # two extensions deciding one thing (e.g. the batch order)
+            if len(found := self.providers(hook)) > 1:
+                raise ValueError(f"{' and '.join(f'--{e.name}' for e, _ in found)} both decide {what}: choose one")
 
     def _core_checks(self) -> list[tuple[bool, str]]:
         t, d, m = self.train, self.data, self.model
@@ -93,7 +108,7 @@ class RunConfig(RunSettings):
              "embedding backward); choose one"),
             (not (self.speed.compile and self.builds_towers() and t.epochs),
              "--compile compiles the shared encoder only, not the private towers: add --private_layers 0"),
-            (t.epochs > 0 or any(e.enabled(self) for e in registry.EXTENSIONS if e.stages_alone),
+            (t.epochs > 0 or any(e.stages_alone for e, _ in self.switched_on()),
              f"--epochs 0 runs the stages alone: give {', '.join(alone[:-1])} or {alone[-1]} (or train at least "
              f"one epoch)"),
         ]
@@ -116,7 +131,59 @@ class RunConfig(RunSettings):
         data-parallel processes split. ``--batch_size`` is named only when it is what the tasks use."""
         task_flag = "--task_batch_sizes ({})" if self.data.task_batch_sizes else "--batch_size"
         sizes = [(task_flag.format(name), size) for name, size in self.batch_sizes().items()]
-        return sizes + [size for e in registry.EXTENSIONS if e.enabled(self) for size in e.batch_sizes(self)]
+        return sizes + [size for e, settings in self.switched_on() for size in e.batch_sizes(settings, self.core())]
+
+    def max_lengths(self) -> list[tuple[str, int | None]]:
+        """Every sentence length in use as (the flag that sets it, word pieces), checked against the model's."""
+        extras = [n for e, settings in self.switched_on() for n in e.max_lengths(settings, self.core())]
+        return [("--max_length", self.data.max_length), *extras]
+
+    def switched_on(self) -> list[tuple[Extension, object]]:
+        """The extensions it switches on, in registry order, each with its section."""
+        return [(e, self.extensions[e.name]) for e in registry.EXTENSIONS if e.enabled(self.extensions[e.name])]
+
+    def providers(self, hook: str) -> list[tuple[Extension, object]]:
+        """The enabled extensions (with their sections) that override the method ``hook`` of ``Extension``."""
+        return [(e, s) for e, s in self.switched_on() if getattr(type(e), hook) is not getattr(Extension, hook)]
+
+    def plugins(self) -> Plugins:
+        """What the enabled extensions add to the kernel's multi-task recipe (``learning.recipe.build_run``): the
+        loss weighting, the regularizers, joint steps, the batch order, the gradient surgery (one extension at a
+        time may provide each of the last two: ``check`` refuses two)."""
+        on, core = self.switched_on(), self.core()
+        weightings = [w for w in (e.loss_weighting(s, core) for e, s in on) if w is not None]
+        order, surgeon = (next(iter(self.providers(hook)), None) for hook in ("batch_order", "gradient_surgery"))
+        return Plugins(weighting=weightings[0] if weightings else None,
+                       regularizers=lambda model: tuple(r for r in (e.regularizer(s, core, model) for e, s in on)
+                                                        if r is not None),
+                       joint=any(e.joint for e, _ in on),
+                       batch_order=None if order is None else BatchOrder(order[0].name,
+                                                                         partial(order[0].batch_order, order[1], core)),
+                       surgery=None if surgeon is None else partial(surgeon[0].gradient_surgery, surgeon[1], core))
+
+    def stages(self) -> list[tuple[str, Callable]]:
+        """(name, stage) of the stages before multi-task training that the flags switch on, in order."""
+        return [(e.name, e.stage) for e, _ in self.switched_on() if e.stage is not None]
+
+    def splits_needed(self) -> dict[str, tuple[str, ...]]:
+        """Task -> the splits a run reads. Multi-task training reads every task's train, dev and (if
+        there is one) test file; under ``--val_fraction`` not dev (it evaluates on a split of train).
+        The stages alone (``--epochs 0``) read only the training sets they build their data from: none when
+        their corpora come from files (``--ucl_data``, ``--scl_data``)."""
+        tasks = self.task_names()
+        if self.train.epochs > 0:
+            return {name: ("train", "test") if self.data.val_fraction else ("train", "dev", "test") for name in tasks}
+        read = set().union(*(e.reads(s, self.core()) for e, s in self.switched_on()))
+        return {name: ("train",) for name in tasks if name in read}
+
+    def data_files_needed(self) -> list[str]:
+        """The files the run needs in the data directory (a task's test file is optional)."""
+        known = known_tasks(self.data)
+        files = [known[name].files[split] for name, splits in self.splits_needed().items()
+                 for split in splits if split != "test"]
+        for extension, settings in self.switched_on():
+            files += [name for name in extension.extra_files(settings, self.core()) if name not in files]
+        return files
 
 
 def extension_sections() -> dict[str, type]:

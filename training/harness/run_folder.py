@@ -46,7 +46,7 @@ class RunFolder:
 
     def __enter__(self) -> "RunFolder":
         if self.resume is None and not self.restart:
-            self.dir = claim_run_dir(self.config, claim=self.place.is_main)
+            self.dir = claim_run_dir(self.config.output, self.config.model, claim=self.place.is_main)
             if self.place.is_main:
                 self.lock = RunLock(self.dir).acquire()   # just claimed: nobody else holds it
         self.write = RunFiles(self.dir, self.place.is_main)

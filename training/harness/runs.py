@@ -1,4 +1,4 @@
-"""A run's model: built from a ``RunConfig`` for training (``build_model``), or loaded back from a
+"""A run's model: built for training (``build_model``), or loaded back from a
 finished run (``load_run``, which every tool uses) as a ``LoadedRun`` (training/harness/loaded_run.py). Both make
 the heads with ``with_heads``, so a loaded run has exactly the modules the training run had.
 """
@@ -8,7 +8,6 @@ import dataclasses
 import json
 import warnings
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -19,10 +18,10 @@ from minbert.errors import first_line
 from minbert.model import set_attention
 from minbert.weights import resolve_model_dir
 
-from ..extensions import enabled
 from .checkpoint import EXPORTED_TOWER, RUN_CONFIG, load_checkpoint, saved_run_config
 from ..configuration.sections import ModelConfig
-from ..learning.task_schema import known_tasks
+from ..learning.task_schema import run_tasks
+from ..learning.tasks import Task
 from .run_config import RunConfig
 from .distributed import pick_device
 from .loaded_run import LoadedRun
@@ -33,12 +32,13 @@ from .status import FINAL, RunStatus
 VOCAB_PADDING = 128
 
 
-def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
-    """Pretrained encoder + fresh heads; with ``--option pretrain`` the encoder is frozen.
-    ``model_dir`` is an HF-format BERT directory or a saved run's ``checkpoint/`` (``model_directory``)."""
-    overrides = {"hidden_dropout_prob": config.model.hidden_dropout_prob}
-    if config.model.attention_probs_dropout_prob is not None:
-        overrides["attention_probs_dropout_prob"] = config.model.attention_probs_dropout_prob
+def build_model(model: ModelConfig, tasks: dict[str, Task], model_dir: Path) -> MultitaskBert:
+    """Pretrained encoder + a fresh head for each of ``tasks`` (name -> its row); with ``--option pretrain`` the
+    encoder is frozen. ``model_dir`` is an HF-format BERT directory or a saved run's ``checkpoint/``
+    (``model_directory``)."""
+    overrides = {"hidden_dropout_prob": model.hidden_dropout_prob}
+    if model.attention_probs_dropout_prob is not None:
+        overrides["attention_probs_dropout_prob"] = model.attention_probs_dropout_prob
     if is_checkpoint(model_dir):  # runs chain: a saved run's encoder, with this run's dropout
         state, saved = load_checkpoint(model_dir)
         bert = BertModel(dataclasses.replace(saved_bert_config(model_dir, saved), **overrides))
@@ -46,12 +46,12 @@ def build_model(config: RunConfig, model_dir: Path) -> MultitaskBert:
                      model_dir / "model.safetensors", model_dir / "config.json")
     else:
         bert = BertModel.from_pretrained(model_dir, **overrides)
-    check_depth(config, bert.config, model_dir / "config.json")
-    model = with_heads(bert, config, config.task_names())
-    if config.model.option == "pretrain":
-        for _, p in model.encoder_parameters():
+    check_depth(model, bert.config, model_dir / "config.json")
+    built = with_heads(bert, model, tasks)
+    if model.option == "pretrain":
+        for _, p in built.encoder_parameters():
             p.requires_grad_(False)
-    return model
+    return built
 
 
 def load_fitting(model: torch.nn.Module, state: dict, weights: Path, config_file: Path) -> None:
@@ -80,25 +80,24 @@ def check_fits_model(config: RunConfig, bert: BertConfig | None = None, model_di
     model_dir = model_dir or model_directory(config.model.model)
     config_file = model_dir / "config.json"
     bert = bert or BertConfig.from_json(config_file)
-    check_depth(config, bert, config_file)
-    check_lengths(config, bert, config_file)
+    check_depth(config.model, bert, config_file)
+    check_lengths(config.max_lengths(), bert, config_file)
 
 
-def check_lengths(config: RunConfig, bert: BertConfig, config_file: Path) -> None:
-    """The lengths a run gives its sentences (``--max_length``, an extension's), against the model's positions."""
-    lengths = [("--max_length", config.data.max_length)]
-    lengths += [length for e in enabled(config) for length in e.max_lengths(config)]
+def check_lengths(lengths: list[tuple[str, int | None]], bert: BertConfig, config_file: Path) -> None:
+    """The lengths a run gives its sentences (``RunConfig.max_lengths``: (flag, word pieces)), against the model's
+    positions."""
     for flag, length in lengths:
         if length is not None and length > bert.max_position_embeddings:
             raise ValueError(f"{flag} {length} is more than the model's {bert.max_position_embeddings} positions "
                              f"(max_position_embeddings in {config_file}); give at most {bert.max_position_embeddings}")
 
 
-def check_depth(config: RunConfig, bert: BertConfig, config_file: Path) -> None:
+def check_depth(model: ModelConfig, bert: BertConfig, config_file: Path) -> None:
     """The layers a run reads (``--pooling``) or copies (``--private_layers``), against the model's."""
-    check_pooling_depth(config.model.pooling, bert, config_file)
-    if config.model.private_layers > bert.num_hidden_layers:
-        raise ValueError(f"--private_layers {config.model.private_layers} is more than the "
+    check_pooling_depth(model.pooling, bert, config_file)
+    if model.private_layers > bert.num_hidden_layers:
+        raise ValueError(f"--private_layers {model.private_layers} is more than the "
                          f"{bert.num_hidden_layers} layers of {config_file}")
 
 
@@ -129,14 +128,14 @@ def load_run(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
     run_file = directory / RUN_CONFIG if (directory / RUN_CONFIG).is_file() else config_file   # the older layout: one file
     try:
         config = RunConfig.from_dict(saved["run"])
-        tasks = config.task_names() if any(k.startswith("heads.") for k in state) else []
+        tasks = run_tasks(config) if any(k.startswith("heads.") for k in state) else {}
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise WeightsError(f"{run_file}: unusable run configuration: {first_line(err)}") from None
     try:
         bert = BertModel(saved_bert_config(directory, saved))
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise WeightsError(f"{config_file}: unusable configuration: {first_line(err)}") from None
-    model = with_heads(bert, config, tasks)
+    model = with_heads(bert, config.model, tasks)
     load_fitting(model, state, weights, config_file)
     set_attention(model, config.speed.attention)
     return LoadedRun(directory, config, model.to(device).eval(), tokenizer_for(directory, bert))
@@ -148,7 +147,7 @@ def pretrained_run(model: str | Path | None = None, pooling: str = "mean") -> Lo
     directory = model_directory(model)
     bert = load_run(directory).model.bert if is_checkpoint(directory) else BertModel.from_pretrained(directory)
     config = RunConfig.defaults(model=ModelConfig(model=str(directory), pooling=pooling))
-    return LoadedRun(directory, config, with_heads(bert, config, []).eval(), tokenizer_for(directory, bert))
+    return LoadedRun(directory, config, with_heads(bert, config.model, {}).eval(), tokenizer_for(directory, bert))
 
 
 def model_directory(model: str | Path | None) -> Path:
@@ -223,15 +222,14 @@ def warn_if_unfinished(directory: Path) -> None:
                   f"so far{when}", stacklevel=3)
 
 
-def with_heads(bert: BertModel, config: RunConfig, tasks: Sequence[str]) -> MultitaskBert:
-    """``bert`` with a fresh head for each of ``tasks``, made by its ``Task`` row, on the run's pooling."""
-    if config.model.pooling == "pooler" and bert.config.model_type == "distilbert":
+def with_heads(bert: BertModel, model: ModelConfig, tasks: dict[str, Task]) -> MultitaskBert:
+    """``bert`` with a fresh head for each of ``tasks`` (name -> its ``Task`` row, which makes it), on ``--pooling``."""
+    if model.pooling == "pooler" and bert.config.model_type == "distilbert":
         raise ValueError("--pooling pooler: a DistilBERT model has no pooler (no next-sentence head); "
                            "choose another --pooling, e.g. mean or cls")
-    width = pooled_size(bert.config.hidden_size, config.model.pooling)
-    known = known_tasks(config)
-    return MultitaskBert(bert, {name: known[name].head(width, config.model) for name in tasks},
-                         config.model.pooling, config.model.private_layers if len(tasks) > 1 else 0,
+    width = pooled_size(bert.config.hidden_size, model.pooling)
+    return MultitaskBert(bert, {name: task.head(width, model) for name, task in tasks.items()},
+                         model.pooling, model.private_layers if len(tasks) > 1 else 0,
                          home=EXPORTED_TOWER if EXPORTED_TOWER in tasks else None)
 
 

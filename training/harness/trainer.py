@@ -20,11 +20,10 @@ from minbert import BertTokenizer
 
 from .checkpoint import save_checkpoint
 from .run_config import RunConfig
-from ..learning.task_schema import known_tasks, run_tasks
+from ..learning.task_schema import known_tasks
 from ..configuration.flags import absolute_paths
 from .distributed import Distributed, average_gradients, check_batch_size, init_distributed, pick_device, wrap_model
 from ..learning.evaluate import predict
-from ..extensions import data_files_needed, enabled, enabled_stages, plugins, splits_needed
 from ..learning.loop import TrainingDiverged, per_second
 from ..learning.precision import Precision
 from .resume import Checkpoint, TrainingClock
@@ -63,7 +62,7 @@ def run(config: RunConfig, log: RunLog | None = None) -> dict:
         config = with_absolute_paths(config, inputs)   # the run's configuration from here on, never changed
         folder.start(config, inputs, device)
         parts = assemble(config, inputs, folder, device, place, precision, log, resume)
-        for name, stage in enabled_stages(config):
+        for name, stage in config.stages():
             stage_log = parts.loop.clock.finished_stage(name)
             if stage_log is None:
                 stage_log = stage(parts)
@@ -84,7 +83,7 @@ def check_processes(config: RunConfig, place: Distributed) -> None:
     if place.enabled and config.speed.sparse_embeddings is True:
         raise ValueError("--sparse_embeddings runs in one process only (the multi-process all-reduce "
                          "is written for dense gradients)")
-    for extension in enabled(config):
+    for extension, _ in config.switched_on():
         if place.enabled and extension.one_process:
             raise ValueError(f"--{extension.name} runs in one process only: start it with python, not torchrun")
 
@@ -99,26 +98,27 @@ class RunInputs(Inputs):
 
 def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     """Data, weights, vocabulary, corpora and the settings the model cannot take, each checked."""
-    data_files = data_files_needed(config)
+    data_files = config.data_files_needed()
     data_dir = resolve_data_dir(config.data.data_dir, data_files) if data_files else None
     model_dir = model_directory(config.model.model)
-    for extension in enabled(config):
-        extension.check_files(config)
-    model = build_model(config, model_dir)
-    check_lengths(config, model.bert.config, model_dir / "config.json")   # build_model checked the depth
+    for extension, settings in config.switched_on():
+        extension.check_files(settings, config.core())
+    tasks = known_tasks(config.data)
+    run_tasks = {name: tasks[name] for name in config.task_names()}
+    model = build_model(config.model, run_tasks, model_dir)
+    check_lengths(config.max_lengths(), model.bert.config, model_dir / "config.json")   # build_model checked the depth
     tokenizer = tokenizer_for(model_dir, model.bert)
-    tasks = known_tasks(config)
     splits, data_report = read_all_splits(data_dir, splits_to_read(config), tasks, config.data.strict, log)
     hold_out_validation(splits, tasks, config.data.val_fraction, data_report, log)
     cap_dev(splits, config.data.max_eval_examples, log)
     check_evaluations(config, splits)
-    return RunInputs(model, tokenizer, splits, run_tasks(config), data_dir, model_dir, data_report)
+    return RunInputs(model, tokenizer, splits, run_tasks, data_dir, model_dir, data_report)
 
 
 def splits_to_read(config: RunConfig) -> dict[str, tuple[str, ...]]:
-    """``extensions.splits_needed``, less the test files under ``--no_test_predictions``: a file that is not
+    """``RunConfig.splits_needed``, less the test files under ``--no_test_predictions``: a file that is not
     predicted is neither read nor checked (nor fingerprinted for ``--resume``)."""
-    needed = splits_needed(config)
+    needed = config.splits_needed()
     if config.output.test_predictions:
         return needed
     return {name: tuple(split for split in splits if split != "test") for name, splits in needed.items()}
@@ -127,7 +127,7 @@ def splits_to_read(config: RunConfig) -> dict[str, tuple[str, ...]]:
 def hold_out_validation(splits: dict[str, dict[str, list[Example]]], tasks: dict[str, Task], fraction: float,
                         report: dict, log) -> None:
     """``--val_fraction F``: each task's training examples split, in place, into training and the "dev" that
-    every evaluation scores (``data.holdout``); the dev files were not read (``extensions.splits_needed``)."""
+    every evaluation scores (``data.holdout``); the dev files were not read (``RunConfig.splits_needed``)."""
     if not fraction:
         return
     for name, task_splits in splits.items():
@@ -164,7 +164,7 @@ def check_evaluations(config: RunConfig, splits: dict) -> None:
     if not all(batches.values()):
         return   # an empty training set: the scheduler's own error says which
     order = len(RoundRobinScheduler(batches, t.rr, t.max_steps_per_epoch))
-    joint = any(e.joint for e in enabled(config))
+    joint = any(e.joint for e, _ in config.switched_on())
     steps = -(-(order // (len(batches) if joint else 1)) // t.grad_accum) * t.epochs
     if t.eval_every >= steps:
         raise ValueError(f"--eval_every {t.eval_every}: multi-task training has {steps} optimizer steps, so it would "
@@ -191,7 +191,7 @@ def with_absolute_paths(config: RunConfig, inputs: RunInputs) -> RunConfig:
 
 def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: torch.device, place: Distributed,
              precision: Precision, log: RunLog, resume: Checkpoint | None) -> Run:
-    """The kernel's recipe (``learning.recipe.build_run``) with the harness's callbacks: the resume clock,
+    """The kernel's recipe (``learning.recipe.build_run``, with ``RunConfig.plugins``) and the harness's callbacks: the resume clock,
     TensorBoard, the checkpoint of each improved evaluation, the search's scheduler; DDP under torchrun."""
     log(f"data: {folder.metrics['data_dir'] or 'no task file'}   model: {folder.metrics['model_dir']}   "
         f"device: {device}")
@@ -201,7 +201,7 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
                           ask_scheduler if config.output.wait_after_eval else None)   # minbert-search's ASHA
     parallel = Parallel(place.rank, place.shard, lambda model: wrap_model(model, place, device),
                         partial(average_gradients, place=place) if place.enabled else None)
-    run = build_run(config, inputs, device, precision, plugins(config), callbacks, parallel)
+    run = build_run(config, inputs, device, precision, config.plugins(), callbacks, parallel)
     clock.track(run)
     return run
 
@@ -280,7 +280,7 @@ def finish_stages_only(run: Run, folder: RunFolder) -> None:
 
 def read_all_splits(data_dir: Path | None, needed: dict[str, tuple[str, ...]], tasks: dict[str, Task], strict: bool,
                     log) -> tuple[dict[str, dict[str, list[Example]]], dict]:
-    """The ``needed`` splits of each task (``extensions.splits_needed``; ``tasks``: the rows by name); a test
+    """The ``needed`` splits of each task (``RunConfig.splits_needed``; ``tasks``: the rows by name); a test
     split only if present."""
     splits: dict[str, dict[str, list[Example]]] = {}
     report = {}

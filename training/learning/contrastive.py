@@ -46,7 +46,7 @@ def train_contrastive(run: Run, stage: ContrastiveStage) -> dict:
     if n < 2:
         raise DataError(f"{stage.source}: only {n} {stage.unit}{'' if n == 1 else 's'}; a {stage.name} batch "
                         f"(--{stage.name}_batch_size {stage.batch_size}) needs at least 2, for in-batch negatives")
-    optimizer = build_adamw(run.config, [ParamSet(run.model.bert.named_parameters())], stage.lr)
+    optimizer = build_adamw(run.config.train, run.config.speed, [ParamSet(run.model.bert.named_parameters())], stage.lr)
     if optimizer is None:
         run.log(f"{stage.name}: the encoder is frozen (--option pretrain); skipping this stage")
         return {"skipped": "encoder frozen"}

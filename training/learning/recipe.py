@@ -33,7 +33,7 @@ from .task_loss import TaskLoss
 from .tasks import Task
 
 if TYPE_CHECKING:   # annotations only
-    from ..configuration.sections import RunSettings
+    from ..configuration.sections import RunSettings, SpeedConfig, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,10 @@ def run_adamw(config: RunSettings, model: MultitaskBert, weighting: torch.nn.Mod
     """A multi-task run's AdamW: the encoder (and its towers) at ``--lr``, the heads and any learned loss
     weights (no weight decay on those) at ``--head_lr``."""
     t = config.train
-    return build_adamw(config, [ParamSet(model.encoder_parameters()),
-                                ParamSet(model.heads.named_parameters(), lr=t.head_lr),
-                                ParamSet(weighting.named_parameters() if weighting else [], lr=t.head_lr,
-                                         decay=False)], lr=t.lr)
+    return build_adamw(t, config.speed, [ParamSet(model.encoder_parameters()),
+                                         ParamSet(model.heads.named_parameters(), lr=t.head_lr),
+                                         ParamSet(weighting.named_parameters() if weighting else [], lr=t.head_lr,
+                                                  decay=False)], lr=t.lr)
 
 
 def set_speed(model: MultitaskBert, config: RunSettings, parallel: Parallel = Parallel()) -> torch.nn.Module:
@@ -141,10 +141,10 @@ class ParamSet:
     decay: bool = True        # False: no weight decay at all (e.g. learned loss weights, pulled to 0 by it)
 
 
-def build_adamw(config: RunSettings, sets: Sequence[ParamSet], lr: float) -> AdamW | None:
+def build_adamw(train: TrainConfig, speed: SpeedConfig, sets: Sequence[ParamSet], lr: float) -> AdamW | None:
     """AdamW over ``sets`` at ``lr`` (a set's own ``lr`` wins), with the run's weight decay and
     ``--adamw`` kernel; None when nothing is left to train (a frozen encoder and no head)."""
-    train, groups = config.train, []
+    groups = []
     for part in sets:
         named = [(name, p) for name, p in part.named if p.requires_grad]
         options = {} if part.lr is None else {"lr": part.lr}
@@ -156,4 +156,4 @@ def build_adamw(config: RunSettings, sets: Sequence[ParamSet], lr: float) -> Ada
                 groups[-1]["weight_decay"] = 0.0
     if not groups:
         return None
-    return AdamW(groups, lr=lr, weight_decay=train.weight_decay, **config.speed.adamw_options())
+    return AdamW(groups, lr=lr, weight_decay=train.weight_decay, **speed.adamw_options())

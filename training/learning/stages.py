@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -27,11 +27,11 @@ if TYPE_CHECKING:   # annotations only
     from ..configuration.sections import RunSettings
 
 
-class BatchOrder(Protocol):
-    """What the multi-task stage asks of the extension that orders its batches (``Extension.batch_order``)."""
+@dataclass(frozen=True)
+class BatchOrder:
+    """An extension's order of the multi-task batches (``Extension.batch_order``): its flag and ``order``."""
     name: str
-
-    def batch_order(self, config: RunSettings, epoch: int, sizes: dict[str, int], steps: int) -> list[str] | None: ...
+    order: Callable[[int, dict[str, int], int], list[str] | None]   # (epoch, each task's examples, batches)
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Run:
     config: RunSettings
     model: torch.nn.Module                     # heads.MultitaskBert
     forward_model: torch.nn.Module             # the same, or its DistributedDataParallel wrapper
-    splits: dict[str, dict[str, list[Example]]]   # task -> split -> examples (``extensions.splits_needed``)
+    splits: dict[str, dict[str, list[Example]]]   # task -> split -> examples (``RunConfig.splits_needed``)
     loader: Callable                           # (examples, batch_size, shuffle, seed, max_length=None) -> DataLoader
     device: torch.device
     log: Log                                   # log(info), log.result(epoch lines, warnings)
@@ -106,7 +106,7 @@ class TaskObjective(Objective):
         if self.order is None:
             return None
         sizes = {name: len(split["train"]) for name, split in self.run.splits.items()}
-        order = self.order.batch_order(self.run.config, epoch, sizes, len(self.scheduler))
+        order = self.order.order(epoch, sizes, len(self.scheduler))
         if len(order) != len(self.scheduler) or not set(order) <= set(sizes):
             raise ValueError(f"--{self.order.name}: epoch {epoch}'s batch order has {len(order)} batches of "
                              f"{sorted(set(order))}; it must have {len(self.scheduler)} of {sorted(sizes)}")

@@ -2,7 +2,7 @@
 built-in SST, QQP, STS and CFIMDB, a user's own in a ``--task_file``), and the table of the tasks a run knows.
 
 A run's table is the built-in tasks and the declarations it saved (``DataConfig.own_tasks``):
-``known_tasks(config)`` builds it, so nothing is ever registered into a module-global table.
+``known_tasks(config.data)`` builds it, so nothing is ever registered into a module-global table.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from heads import ClassesScorer, PairHead, SentimentHead
 from heads.sts_losses import STS_LOSSES, mse_loss
 
-from ..configuration.sections import RunSettings
+from ..configuration.sections import CoreSettings, DataConfig
 from ..configuration.task_declarations import BUILTIN_DECLARATIONS, STS_SCALE, check_declaration, parse_tasks
 from ..configuration.task_file import own_declarations
 from .tasks import Task, argmax
@@ -78,15 +78,15 @@ BUILTIN_TASKS: Mapping[str, Task] = MappingProxyType(
                                                           reserved=())) for d in BUILTIN_DECLARATIONS})
 
 
-def known_tasks(config: RunSettings) -> dict[str, Task]:
+def known_tasks(data: DataConfig) -> dict[str, Task]:
     """Every task this run can name, by name: the built-in ones and its own (``own_tasks``, the checked
     declarations of ``--task_file``, saved with the run). Built here, never registered anywhere."""
-    return _with_builtin(config.declared_tasks())
+    return _with_builtin(data.declared_tasks())
 
 
-def run_tasks(config: RunSettings) -> dict[str, Task]:
+def run_tasks(config: CoreSettings) -> dict[str, Task]:
     """The ``Task`` rows of ``--tasks``, in their order (the order of round-robin and of the logs)."""
-    known = known_tasks(config)
+    known = known_tasks(config.data)
     return {name: known[name] for name in parse_tasks(config.train.tasks, known)}
 
 

@@ -48,7 +48,7 @@ def execute(args: argparse.Namespace) -> int:
     check_out(out, Path(args.run), run.source, args.overwrite)
     if args.input is not None:
         return predict_input(run, args, out)
-    tasks = parse_tasks(args.tasks, known_tasks(run.config)) if args.tasks else run.config.task_names()
+    tasks = parse_tasks(args.tasks, known_tasks(run.config.data)) if args.tasks else run.config.task_names()
     data_dir = resolve_data_dir(args.data_dir)
     scores = predict_files(run, tasks, data_dir, out, args.batch_size, overwrite=args.overwrite)
     write_json(out / METRICS, {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
@@ -87,7 +87,7 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
         raise ValueError(f"--input: this run has {len(trained)} task heads ({', '.join(trained) or 'none'}); "
                          "say which predicts with --task NAME")
     name = trained[0] if args.task is None else args.task
-    known = known_tasks(run.config)
+    known = known_tasks(run.config.data)
     task, path = known[name], Path(args.input)
     target = out / f"{task.output_prefix}-{path.stem}-output.csv"
     if not path.is_file():   # before the out folder's checks, whichever kind of file
@@ -248,7 +248,7 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
     """Predict and write each dev/test file of ``tasks`` in ``data_dir``; ``{file name: metric}`` of the labelled."""
     for name in tasks:  # every task checked before any file is written
         run.check_head(name)
-    known = known_tasks(run.config)
+    known = known_tasks(run.config.data)
     files = [(name, split, data_dir / known[name].files[split]) for name in tasks for split in ("dev", "test")
              if split in known[name].files]   # a declared task's test file is optional
     planned = [file for file in files if file[2].is_file()]
