@@ -127,6 +127,12 @@ def test_senteval_reader_errors(tmp_path):
     (tmp_path / "STS.gs.x.txt").write_text("1.0\nhigh\n", encoding="utf-8")
     subset = read_senteval_sts(tmp_path / "STS.input.x.txt")
     assert subset.first == ["a"] and [(b.line, b.field) for b in subset.report.bad_rows] == [(2, "score")]
+    # an empty sentence is a bad row naming its side, as in the other layouts; a blank gold line an unscored pair
+    (tmp_path / "STS.input.x.txt").write_text("a\tb\nc\t \ne\tf\n", encoding="utf-8")
+    (tmp_path / "STS.gs.x.txt").write_text("1.0\n2.0\n\n", encoding="utf-8")
+    subset = read_senteval_sts(tmp_path / "STS.input.x.txt")
+    assert subset.second == ["b"] and subset.unscored == 1 and subset.report.n_rows == 3
+    assert [(b.line, b.field, b.reason) for b in subset.report.bad_rows] == [(2, "sentence2", "empty sentence")]
 
 
 def test_sick_reader_finds_columns_by_name():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -158,24 +158,20 @@ def read_senteval_sts(input_path: Path) -> PairSubset:
     pairs, scores = read_utf8(input_path).splitlines(), read_utf8(gold_path).splitlines()
     if len(pairs) != len(scores):
         raise DataError(f"{input_path} has {len(pairs)} lines but {gold_path.name} has {len(scores)}")
-    first, second, gold, unscored = [], [], [], 0
-    report = ReadReport(path=input_path, n_rows=len(pairs))
+    read, unscored = _ScoredPairs(input_path), 0
+    read.report.n_rows = len(pairs)
     for line, (pair, score) in enumerate(zip(pairs, scores), start=1):
         if not score.strip():
             unscored += 1
             continue
-        fields, value = pair.split("\t"), _float(score)
+        fields = pair.split("\t")
         if len(fields) < 2:
-            report.bad_rows.append(BadRow(line, "row", f"{len(fields)} tab-separated field(s), want 2"))
-        elif value is None:
-            report.bad_rows.append(BadRow(line, "score", f"gold score {score.strip()!r} is not a number"))
+            read.report.bad_rows.append(BadRow(line, "row", f"{len(fields)} tab-separated field(s), want 2"))
         else:
-            first.append(fields[0].strip())
-            second.append(fields[1].strip())
-            gold.append(value)
-    if not gold:
-        raise DataError(f"{input_path}: no scored pairs ({report.summary()}, {unscored} unscored)")
-    return PairSubset(match.group(1), first, second, np.array(gold, dtype=np.float64), report, unscored)
+            read.add(line, fields[0], fields[1], score, ("sentence1", "sentence2", "score"))
+    if not read.gold:
+        raise DataError(f"{input_path}: no scored pairs ({read.report.summary()}, {unscored} unscored)")
+    return replace(read.subset(match.group(1)), unscored=unscored)
 
 
 def read_sick(path: Path) -> PairSubset:
@@ -196,7 +192,7 @@ def read_sick(path: Path) -> PairSubset:
 
 
 class _ScoredPairs:
-    """The pairs of a SentEval STS-B or SICK file, or its bad rows naming the file's column."""
+    """The pairs of a SentEval STS, STS-B or SICK file, or its bad rows naming the file's column."""
 
     def __init__(self, path: Path):
         self.path = path
