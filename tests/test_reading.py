@@ -136,8 +136,8 @@ def follow_config(argv: list[str]) -> tuple[list[str], list[str]]:
 def test_following_the_configuration_enters_at_most_twelve_files_and_climbs_at_most_five_times(tmp_path,
                                                                                             tiny_model_dir):
     """Issue 73's count, from run_multitask.py through the calls of the default command (two rounds): the trainer
-    hands the whole configuration to the run folder and the kernel's recipe only (issue 73 counted 25 files and 28
-    climbs before the kernel). The extensions' hooks, the model and the task table take their own sections."""
+    hands the whole configuration to the run folder, the kernel's task table and its recipe only (issue 73 counted
+    25 files and 28 climbs before the kernel). The extensions' hooks and the model take their own sections."""
     argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--epochs", "1", "--max_steps_per_epoch",
             "2", "--batch_size", "4", "--max_length", "24", "--out_dir", str(tmp_path), "--quiet"]
     entered, climbs = follow_config(argv)

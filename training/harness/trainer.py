@@ -20,7 +20,7 @@ from minbert import BertTokenizer
 
 from .checkpoint import save_checkpoint
 from .run_config import RunConfig
-from ..learning.task_schema import known_tasks
+from ..learning.task_schema import run_tasks
 from ..configuration.flags import absolute_paths
 from .distributed import Distributed, average_gradients, check_batch_size, init_distributed, pick_device, wrap_model
 from ..learning.evaluate import predict
@@ -103,16 +103,15 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     model_dir = model_directory(config.model.model)
     for extension, settings in config.switched_on():
         extension.check_files(settings, config.core())
-    tasks = known_tasks(config.data)
-    run_tasks = {name: tasks[name] for name in config.task_names()}
-    model = build_model(config.model, run_tasks, model_dir)
+    tasks = run_tasks(config)
+    model = build_model(config.model, tasks, model_dir)
     check_lengths(config.max_lengths(), model.bert.config, model_dir / "config.json")   # build_model checked the depth
     tokenizer = tokenizer_for(model_dir, model.bert)
     splits, data_report = read_all_splits(data_dir, splits_to_read(config), tasks, config.data.strict, log)
     hold_out_validation(splits, tasks, config.data.val_fraction, data_report, log)
     cap_dev(splits, config.data.max_eval_examples, log)
     check_evaluations(config, splits)
-    return RunInputs(model, tokenizer, splits, run_tasks, data_dir, model_dir, data_report)
+    return RunInputs(model, tokenizer, splits, tasks, data_dir, model_dir, data_report)
 
 
 def splits_to_read(config: RunConfig) -> dict[str, tuple[str, ...]]:
