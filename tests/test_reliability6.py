@@ -4,7 +4,8 @@ minbert-search under faults.
 - 74.1: a run whose metrics.json says "finished" stays finished when the grid's stop (130, 143) reaches its last
   clean-up; a grid never resumes or reruns it.
 - 74.2: a run killed by a signal it does not handle (SIGKILL, the OOM killer) is failed, named with its signal,
-  the grid's exit code 1, its ``.lock`` cleared, and the same command resumes it.
+  the grid's exit code 1, its ``.lock`` cleared, and the same command resumes it; a search whose trial was killed
+  so exits 1 too (it has not ended) and confirms nothing, and the same command resumes the trial.
 - 74.3: an ``--address`` nothing answers at ends in one line within a minute (exit 2); Ctrl-C while Ray starts or
   joins ends the command within seconds (exit 130), no traceback, no ``logs/grid.stop``, nothing of Ray left.
 - 74.4: a run no node can hold (GPUs, CPUs) is one line and exit 2 before any trial; ``--wait_for_resources``.
@@ -270,6 +271,32 @@ def test_a_trial_that_failed_before_its_folder_is_failed_listed_and_not_run_agai
         (out_dir / "trials.md").read_text()
 
 
+def test_a_search_whose_trial_did_not_end_exits_1_and_does_not_confirm(tmp_path, monkeypatch, capsys):
+    """A trial's run killed outright (SIGKILL, the OOM killer) is named FAILED in its progress line, but its folder
+    says "running": it has not ended, and the next part resumes it. The search exited 0 all the same (the grid
+    exits 1), and with --confirm it skipped the confirmation without a word."""
+    out_dir = tmp_path / "search"
+    (out_dir / "logs" / "params").mkdir(parents=True)
+    for name, params in (("trial-aaaa", {"private_layers": 0}), ("trial-bbbb", {"private_layers": 1})):
+        (out_dir / "logs" / "params" / f"{name}.json").write_text(json.dumps(params))
+    run_folder(out_dir / "trial-aaaa", "finished", started="2026-01-01T00:00:00",
+               evaluations=[{"dev_overall": 0.5, "run_step": 3}])
+    run_folder(out_dir / "trial-bbbb", "running", started="2026-01-01T00:01:00")   # killed: no live lock
+    space = tmp_path / "space.json"
+    space.write_text('{"private_layers": [0, 1]}')
+    args = argparse.Namespace(space_spec=search.read_space(str(space)), val_fraction=0.1, space=str(space),
+                              no_plot=True, extra=[], trials=2, address=None, confirm=1)
+    ran, confirmed = [], []
+    monkeypatch.setattr(search, "on_ray", lambda *a: ran.append(a))   # the killed trial's part, already over
+    monkeypatch.setattr(search, "confirm", lambda *a: confirmed.append(a) or 0)
+    assert search.run_search(args, out_dir, lock=None) == 1
+    assert len(ran) == 1 and not confirmed
+    assert "1 of 2 trials did not end (killed, or lost with their node): the same command continues the search " \
+           "and then confirms" in capsys.readouterr().out
+    run_folder(out_dir / "trial-bbbb", "finished", started="2026-01-01T00:01:00")   # the next part resumed it
+    assert search.run_search(args, out_dir, lock=None) == 0 and len(confirmed) == 1 and len(ran) == 1
+
+
 # ---- 74.6 / 75.5: checked against the model before Ray (a Python start each) -------------------------------------
 
 @pytest.mark.slow   # a Python start checks the flags
@@ -427,6 +454,44 @@ def test_a_run_killed_by_sigkill_fails_the_grid_and_the_same_command_resumes_it(
     assert again.returncode == 0, again.stdout + again.stderr
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["status"] == "finished" and metrics.get("resumed"), "the killed run was not resumed"
+    assert_none_left(f"MINBERT_TEST_MARK={mark['MINBERT_TEST_MARK']}")
+
+
+@pytest.mark.slow
+def test_a_trial_killed_by_sigkill_fails_the_search_and_the_same_command_resumes_it(tiny_model_dir, tmp_path):
+    """`kill -9` of a search trial's run: FAILED in its progress line, exit code 1 (it was 0, like a search whose
+    trials all ended), and the same command resumes the trial and ends the search with 0."""
+    space = tmp_path / "space.json"
+    space.write_text('{"private_layers": [0]}')
+    out_dir = tmp_path / "search"
+    mark = {"MINBERT_TEST_MARK": secrets.token_hex(8)}
+    command = [sys.executable, "-m", "training.tools.search", "--space", str(space), "--trials", "1", "--out_dir",
+               str(out_dir), "--val_fraction", "0.5", "--no_plot", "--",
+               *tiny_flags(tiny_model_dir, FIXTURE_DATA, "--epochs", "40", "--max_steps_per_epoch", "none",
+                           "--save_every", "5")]
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                              env=env(**mark))
+    try:
+        def killable() -> Path | None:
+            runs = [run for run in out_dir.glob("trial-*") if (run / ".lock").exists()
+                    and any((run / "checkpoints").glob("step-*")) and is_live(run)]
+            return runs[0] if runs else None
+        wait_for(killable, what="the trial checkpointed")
+        run = killable()
+        os.kill(int((run / ".lock").read_text()), signal.SIGKILL)
+        output = driver.communicate(timeout=300)[0]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 1, output
+    assert f"{run.name}: FAILED: killed by SIGKILL, a signal it does not handle" in output
+    assert "1 of 1 trials did not end (killed, or lost with their node): the same command continues the search" \
+        in output
+    again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env(**mark), timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 trials, 0 ended before, 1 to continue, 0 new" in again.stdout
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics.get("resumed"), "the killed trial was not resumed"
     assert_none_left(f"MINBERT_TEST_MARK={mark['MINBERT_TEST_MARK']}")
 
 

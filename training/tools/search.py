@@ -485,9 +485,10 @@ def read_trials(out_dir: Path) -> list[TrialRecord]:
 # ---- the driver ------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 the search ran (its trials may have failed); 1 no trial scored, or --confirm's grid or report
-    failed; 2 bad flags, a space value the runs or the model refuse, a cluster that does not answer or cannot hold
-    a trial; 130 stopped (Ctrl-C, SIGTERM, --time_budget), at any point."""
+    """Exit codes: 0 the search ran (its trials may have failed); 1 no trial scored, a trial did not end (killed
+    outright: the same command resumes it), or --confirm's grid or report failed; 2 bad flags, a space value the
+    runs or the model refuse, a cluster that does not answer or cannot hold a trial; 130 stopped (Ctrl-C, SIGTERM,
+    --time_budget), at any point."""
     args = parse_args(argv)
     out_dir = Path(args.out_dir).resolve()
 
@@ -544,11 +545,14 @@ def run_search(args, out_dir: Path, lock: GridLock) -> int:
     if stop.requested:
         print("stopped: the same command continues the search", flush=True)
         return EXIT_INTERRUPTED
+    short = wanted - len([r for r in records if r.ended])   # a run killed outright, a trial lost with its node
+    if short > 0:
+        print(f"{short} of {wanted} trials did not end (killed, or lost with their node): the same command continues "
+              f"the search{' and then confirms' if args.confirm else ''}", flush=True)
+        return 1
     if best is None:
         return 1
-    if args.confirm and len([r for r in records if r.ended]) >= wanted:
-        return confirm(args, out_dir)
-    return 0
+    return confirm(args, out_dir) if args.confirm else 0
 
 
 def confirm(args, out_dir: Path) -> int:
