@@ -224,6 +224,8 @@ REMOVED_IN = "was removed after commit 4be10e6 (docs/defaults.md); `git checkout
 # other settings of its section). A saved run with the switch on is refused in one line (``removed_extension``,
 # ``RunConfig.from_dict``); with it off, its section is read and ignored.
 REMOVED_EXTENSIONS = {"distill": ("df5eb5b", "issue 73; docs/ablation.md keeps its numbers", ("teachers",))}
+# every setting of the removed extensions' sections (what a saved configuration may hold of them)
+REMOVED_EXTENSION_SETTINGS = {name for on, (_, _, others) in REMOVED_EXTENSIONS.items() for name in (on, *others)}
 
 
 def removed_extension(values: dict) -> str | None:
@@ -233,11 +235,6 @@ def removed_extension(values: dict) -> str | None:
             return (f"this run used --{name}, which was removed after commit {commit} ({kept}): "
                     f"`git checkout {commit}` runs it, or train again without it")
     return None
-
-
-def removed_extension_settings() -> set[str]:
-    """Every setting of the removed extensions' sections (what a saved configuration may hold of them)."""
-    return {name for switch, (_, _, others) in REMOVED_EXTENSIONS.items() for name in (switch, *others)}
 
 # The core sections of a RunConfig: field name -> dataclass (the first flag groups of run_multitask.py).
 CORE_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "speed": SpeedConfig,
@@ -259,11 +256,6 @@ class CoreSettings:
         those of the run's own declarations."""
         own = [d["name"] for d in self.data.declared_tasks()]
         return parse_tasks(self.train.tasks, dict.fromkeys([*BUILTIN_NAMES, *own]))
-
-    def builds_towers(self) -> bool:
-        """Whether the model gets private towers (``--private_layers``): K > 0 and two or more tasks, since
-        one task's layers are all its own already."""
-        return self.model.private_layers > 0 and len(self.task_names()) > 1
 
     def batch_sizes(self) -> dict[str, int]:
         """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
