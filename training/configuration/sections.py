@@ -41,8 +41,7 @@ class ModelConfig:
     sts_loss: str = flag(DEFAULT_STS_LOSS, "STS loss: mse on the 0..5 score; cosent (the batch's pairs ordered, "
                                 "tau: --head_temp); ce (score/5 as a probability against similarity/5; the cosine "
                                 "head becomes 5*sigmoid((cos - b)/tau))", choices=STS_LOSSES)
-    head_temp: float = flag(0.05, "temperature tau of the cosine heads' (cos(u, v) - b)/tau and of --sts_loss "
-                                  "cosent")
+    head_temp: float = flag(0.05, "temperature tau of the cosine heads' (cos(u, v) - b)/tau and of --sts_loss cosent")
     hidden_dropout_prob: float = flag(0.1, "dropout in the encoder and before the heads")
     attention_probs_dropout_prob: float | None = flag(None, "dropout on the attention weights (default: the "
                                                             "model's config.json value)", type=float)
@@ -266,9 +265,8 @@ class CoreSettings:
 
 @dataclass(frozen=True)
 class RunSettings(CoreSettings):
-    """A run's settings: the core sections and each extension's (name -> its dataclass). What the run's parts
-    read, typed here below the registry; ``RunConfig`` (training/harness/run_config.py) is the one that is made,
-    with every extension's section filled and the whole checked."""
+    """A run's settings: the core sections and each extension's (name -> its dataclass), as the run's parts read
+    them (the module's docstring: ``RunConfig`` is the one that is made)."""
     extensions: dict = field(default_factory=dict)   # extension name -> its settings (absent: the defaults)
 
     def __getattr__(self, name: str):

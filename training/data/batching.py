@@ -36,8 +36,7 @@ def make_loader(examples: Sequence[Example], tokenizer: BertTokenizer, max_lengt
     """A DataLoader in the main process; shuffling draws from a generator seeded with ``seed``, so two loaders
     with one seed yield the same batches, epoch after epoch. ``bucket=True``: length-bucketed batches
     (unshuffled: shortest first, not in file order). ``shard=(rank, world_size)`` (data-parallel training):
-    each process keeps its slice of the same global batches, so together they see a single process's batches.
-    """
+    each process keeps its slice of the same global batches, so together they see a single process's batches."""
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     dataset = ExampleDataset(examples)
     if bucket:
@@ -75,8 +74,7 @@ def example_lengths(examples: Sequence[Example], tokenizer: BertTokenizer | None
     capped at ``max_length`` (the padded width it needs) given a tokenizer, else in characters. Tokens after
     padding / real tokens on SST / QQP / STS train, shuffled buckets of 32: word pieces 1.04 / 1.20 / 1.13,
     characters 1.29 / 1.53 / 1.41, no buckets 2.06 / 2.43 / 2.42; the longer text of a pair beats the sum of
-    both (QQP: 1.20 vs 1.41). The extra tokenizing costs ~60 µs a sentence (1 s for all of QQP train).
-    """
+    both (QQP: 1.20 vs 1.41). The extra tokenizing costs ~60 µs a sentence (1 s for all of QQP train)."""
     if tokenizer is None:
         return [max(len(text) for text in ex.texts) for ex in examples]
     cap = max_length if max_length is not None else float("inf")
