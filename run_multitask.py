@@ -105,18 +105,12 @@ def explicit_flags(argv=None) -> set[str]:
     return {name for name, value in vars(parser.parse_args(argv)).items() if name in fields and value is not unset}
 
 
-def print_config(config: RunConfig) -> None:
-    """The configuration as ``--config`` reads it back (LightningCLI's ``--print_config``), checked as a run
-    would check it, with the declarations of ``--task_file`` written in, so that the file alone runs the same."""
-    print(json.dumps(config_as_file(config.validate()), indent=2))
-
-
 def main(argv=None) -> int:
     """Exit codes: 0 finished, 1 an error (one line on stderr), 130 Ctrl-C, 143 SIGTERM."""
     with usage_errors_once():   # a bad flag is argparse's usage message and exit code 2
         config, printing = parse_command(argv)
-    if printing:
-        return run_command(lambda: print_config(config))
+    if printing:   # as --config reads it back, checked as a run would check it: the file alone runs the same
+        return run_command(lambda: print(json.dumps(config_as_file(config.validate()), indent=2)))
     keep_freed_memory()   # process-wide malloc thresholds: fewer page faults per step, no number changed
     return run_command(lambda: run(config) and None)
 

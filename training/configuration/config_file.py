@@ -2,9 +2,9 @@
 
 A file is a recipe, not a run: a run's ``checkpoint/run_config.json`` or ``metrics.json`` (in sections), or a
 file of one's own, flat or in sections, JSON or YAML. Where a run is and what it resumes come from the command
-line (``NOT_FROM_FILE``, said in a note when a file holds them), but for a recipe's own ``run_name``: honoured. Each value goes through its flag's own type and choices
-(the field of its settings dataclass, ``training/configuration/flags.py``), so YAML 1.1's ``1e-4`` (text) is a number and
-``none`` / null is None where the flag takes none; older names are read through ``RENAMED``, removed settings
+line (``WHERE_A_RUN_IS``, said in a note when a file holds them), but for a recipe's own ``run_name``: honoured.
+Each value goes through its flag's own type and choices (``flags.py``), so YAML 1.1's ``1e-4`` (text) is a number
+and ``none`` / null is None where the flag takes none; older names are read through ``RENAMED``, removed settings
 read when off and refused when on. Every problem is a ``ConfigFileError``: one line naming the file and the key.
 """
 from __future__ import annotations
@@ -16,13 +16,11 @@ from pathlib import Path
 
 from minbert.errors import first_line
 
-from .sections import (REMOVED, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, RunSettings, removed_extension_settings,
+from .sections import (REMOVED, REMOVED_EXTENSION_SETTINGS, REMOVED_IN, RENAMED, WHERE_A_RUN_IS, RunSettings,
                        saved_values)
 from .flags import converter, is_switch
 from .settings_file import read_settings_file
 
-# where a run is and what it resumes come from the command line only: a file never sets them
-NOT_FROM_FILE = WHERE_A_RUN_IS
 # settings a run saves that are no flag: a run's own configuration file carries its declared tasks
 SAVED_ONLY = ("own_tasks",)
 
@@ -40,17 +38,17 @@ def read_config_file(path: str | Path, fields: dict[str, dataclasses.Field], ext
         data = data["config"]   # a run's metrics.json
     if not isinstance(data, dict):
         raise ConfigFileError(f"--config {file}: expected settings by name (a JSON object), got {type(data).__name__}")
-    named = {**saved_values({k: v for k, v in data.items() if isinstance(v, dict)}),
-             **{k: v for k, v in data.items() if not isinstance(v, dict)}}
-    unknown = sorted(name for name in named if name not in fields and name not in RENAMED
-                     and name not in SAVED_ONLY and name not in REMOVED and name not in removed_extension_settings())
+    named = saved_values(data) | {k: v for k, v in data.items() if not isinstance(v, dict)}
+    unknown = sorted(set(named) - {*fields, *RENAMED, *SAVED_ONLY, *REMOVED, *REMOVED_EXTENSION_SETTINGS})
     if unknown:
         raise ConfigFileError(f"--config {file}: unknown settings {', '.join(unknown)}")
     for name, off in REMOVED.items():   # a setting whose code is gone: read when off, refused when on
         if named.pop(name, off) != off:
             raise ConfigFileError(f"--config {file}: {name} {REMOVED_IN}")
-    not_taken = NOT_FROM_FILE if named.get("run_name") in (None, own_run_name(file)) else \
-        tuple(name for name in NOT_FROM_FILE if name != "run_name")   # a recipe's name for its run: honoured
+    # the run_name of a run's own saved file (RUN/metrics.json, RUN/checkpoint/run_config.json) is that run's
+    own = file.parent.parent.name if file.parent.name == "checkpoint" else file.parent.name
+    not_taken = WHERE_A_RUN_IS if named.get("run_name") in (None, own) else \
+        tuple(name for name in WHERE_A_RUN_IS if name != "run_name")   # a recipe's name for its run: honoured
     where = [name for name in not_taken if name in named and named[name] not in (None, False)]
     if where:   # a run's own saved file has them: said, not taken (give them as flags)
         print(f"note: --config {file}: {', '.join(where)} not taken from the file (give them as flags)",
@@ -70,12 +68,6 @@ def read_config_file(path: str | Path, fields: dict[str, dataclasses.Field], ext
         if name in fields:
             check_choice(fields[name], value, f"--config {file}: {name}")
     return values
-
-
-def own_run_name(file: Path) -> str:
-    """The name of the run whose saved file this would be: ``RUN/metrics.json``, ``RUN/checkpoint/run_config.json``.
-    Its saved ``run_name`` is that run's, not a name for the run a recipe starts."""
-    return file.parent.parent.name if file.parent.name == "checkpoint" else file.parent.name
 
 
 def typed(field: dataclasses.Field, value, where: str):
@@ -129,6 +121,6 @@ def check_choice(field: dataclasses.Field, value, where: str) -> None:
 
 def config_as_file(config: RunSettings) -> dict:
     """``--print_config``'s file: every section of ``config`` (validated by the caller), declared tasks
-    included, less where a run goes (``NOT_FROM_FILE``): ``read_config_file`` reads it back to the same."""
-    return {name: {key: value for key, value in values.items() if key not in NOT_FROM_FILE}
+    included, less where a run goes (``WHERE_A_RUN_IS``): ``read_config_file`` reads it back to the same."""
+    return {name: {key: value for key, value in values.items() if key not in WHERE_A_RUN_IS}
             for name, values in config.to_dict().items()}

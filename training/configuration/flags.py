@@ -90,8 +90,8 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
     for f in dataclasses.fields(section):
         if (only is not None and f.name not in only) or "help" not in f.metadata:
             continue   # not asked for, or a field the run saves that is no flag (DataConfig.own_tasks)
-        meta = dict(f.metadata)
-        meta.pop("path", None)   # what the run saves (``absolute_paths``), not argparse's business
+        # path: what the run saves (``absolute_paths``); type: ``converter``'s; neither is argparse's business
+        meta = {key: value for key, value in f.metadata.items() if key not in ("path", "type")}
         default = overrides.get(f.name, f.default)
         if is_switch(f):
             group.add_argument(f"--{f.name}", action="store_true", default=default,
@@ -101,7 +101,6 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
             continue
         if default is not None or "default" not in meta["help"]:  # else the help says what None means
             meta["help"] += f" (default: {'none' if default is None else default})"
-        meta.pop("type", None)
         group.add_argument(f"--{f.name}", type=converter(f), default=default, **meta)
 
 

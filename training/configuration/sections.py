@@ -41,8 +41,7 @@ class ModelConfig:
     sts_loss: str = flag(DEFAULT_STS_LOSS, "STS loss: mse on the 0..5 score; cosent (the batch's pairs ordered, "
                                 "tau: --head_temp); ce (score/5 as a probability against similarity/5; the cosine "
                                 "head becomes 5*sigmoid((cos - b)/tau))", choices=STS_LOSSES)
-    head_temp: float = flag(0.05, "temperature tau of the cosine heads' (cos(u, v) - b)/tau and of --sts_loss "
-                                  "cosent")
+    head_temp: float = flag(0.05, "temperature tau of the cosine heads' (cos(u, v) - b)/tau and of --sts_loss cosent")
     hidden_dropout_prob: float = flag(0.1, "dropout in the encoder and before the heads")
     attention_probs_dropout_prob: float | None = flag(None, "dropout on the attention weights (default: the "
                                                             "model's config.json value)", type=float)
@@ -224,6 +223,8 @@ REMOVED_IN = "was removed after commit 4be10e6 (docs/defaults.md); `git checkout
 # other settings of its section). A saved run with the switch on is refused in one line (``removed_extension``,
 # ``RunConfig.from_dict``); with it off, its section is read and ignored.
 REMOVED_EXTENSIONS = {"distill": ("df5eb5b", "issue 73; docs/ablation.md keeps its numbers", ("teachers",))}
+# every setting of the removed extensions' sections (what a saved configuration may hold of them)
+REMOVED_EXTENSION_SETTINGS = {name for on, (_, _, others) in REMOVED_EXTENSIONS.items() for name in (on, *others)}
 
 
 def removed_extension(values: dict) -> str | None:
@@ -233,11 +234,6 @@ def removed_extension(values: dict) -> str | None:
             return (f"this run used --{name}, which was removed after commit {commit} ({kept}): "
                     f"`git checkout {commit}` runs it, or train again without it")
     return None
-
-
-def removed_extension_settings() -> set[str]:
-    """Every setting of the removed extensions' sections (what a saved configuration may hold of them)."""
-    return {name for switch, (_, _, others) in REMOVED_EXTENSIONS.items() for name in (switch, *others)}
 
 # The core sections of a RunConfig: field name -> dataclass (the first flag groups of run_multitask.py).
 CORE_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "speed": SpeedConfig,
@@ -260,11 +256,6 @@ class CoreSettings:
         own = [d["name"] for d in self.data.declared_tasks()]
         return parse_tasks(self.train.tasks, dict.fromkeys([*BUILTIN_NAMES, *own]))
 
-    def builds_towers(self) -> bool:
-        """Whether the model gets private towers (``--private_layers``): K > 0 and two or more tasks, since
-        one task's layers are all its own already."""
-        return self.model.private_layers > 0 and len(self.task_names()) > 1
-
     def batch_sizes(self) -> dict[str, int]:
         """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
         or ``--batch_size`` each."""
@@ -274,9 +265,8 @@ class CoreSettings:
 
 @dataclass(frozen=True)
 class RunSettings(CoreSettings):
-    """A run's settings: the core sections and each extension's (name -> its dataclass). What the run's parts
-    read, typed here below the registry; ``RunConfig`` (training/harness/run_config.py) is the one that is made,
-    with every extension's section filled and the whole checked."""
+    """A run's settings: the core sections and each extension's (name -> its dataclass), as the run's parts read
+    them (the module's docstring: ``RunConfig`` is the one that is made)."""
     extensions: dict = field(default_factory=dict)   # extension name -> its settings (absent: the defaults)
 
     def __getattr__(self, name: str):

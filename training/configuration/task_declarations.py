@@ -74,10 +74,6 @@ def _label_names_wrong(value, d: dict) -> str:
     return f"a list of {n} distinct non-empty names, one per class in class order (0..{n - 1}), got {value!r}"
 
 
-def _name_ok(value) -> bool:
-    return isinstance(value, str) and bool(NAME.match(value)) and len(value) <= MAX_NAME
-
-
 # the schema, in the order the fields are checked and saved (a rule may read the fields above it)
 SCHEMA = (
     Rule("name", lambda v, d: isinstance(v, str) and bool(NAME.match(v)),
@@ -112,7 +108,7 @@ SCHEMA = (
          lambda v, d: f"a column name other than the text and label columns, got {v!r}", default=lambda d: "id"),
     Rule("description", lambda v, d: isinstance(v, str), lambda v, d: f"a string, got {v!r}",
          default=lambda d: f"{d['name']}: your {d['kind'].replace('_', ' ')} task"),
-    Rule("output_prefix", lambda v, d: _name_ok(v),
+    Rule("output_prefix", lambda v, d: isinstance(v, str) and bool(NAME.match(v)) and len(v) <= MAX_NAME,
          lambda v, d: f"{v!r}: prediction files are <output_prefix>-dev-output.csv; lower-case letters, digits "
                       f"and _, starting with a letter, at most {MAX_NAME}", default=lambda d: d["name"]),
     Rule("prediction_column", lambda v, d: isinstance(v, str) and bool(v.strip()),
@@ -188,8 +184,6 @@ def label_names(task: str, declarations: list[dict] = ()) -> list[str] | None:
                  None)
     names = found.get("label_names") if found is not None else None
     return list(names) if isinstance(names, list) else None
-
-
 
 
 BUILTIN_NAMES = tuple(d["name"] for d in BUILTIN_DECLARATIONS)

@@ -15,9 +15,8 @@ from .task_declarations import TaskFileError, check_declaration
 
 
 def read_task_file(path: str | Path) -> list[dict]:
-    """The checked, complete declarations of a task file (every optional field filled in, but ``label_names``
-    only where given): a JSON
-    (or, with PyYAML, YAML) object with a ``tasks`` list, a list of declarations, or one declaration."""
+    """The checked, complete declarations of a task file (every optional field filled in, but ``label_names`` only where
+    given): a JSON (or, with PyYAML, YAML) object with a ``tasks`` list, a list of declarations, or one declaration."""
     path = Path(path)
     try:
         data = read_settings_file(path, "--task_file")

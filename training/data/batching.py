@@ -1,14 +1,13 @@
 """Turn lists of ``Example`` into padded tensor batches.
 
-Every text column is encoded on its own (``inputs[k]`` holds the k-th sentence of each pair), not
-as one ``[CLS] a [SEP] b [SEP]`` sequence: the siamese pair heads need the embeddings u and v of
-the two sentences separately. Padding is dynamic (to the longest sentence in the batch, which
-``BucketBatchSampler`` keeps close to the shortest), and the collate function is a small top-level
-class so DataLoader worker processes can pickle it.
+Every text column is encoded on its own (``inputs[k]`` holds the k-th sentence of each pair), not as one ``[CLS] a [SEP]
+b [SEP]`` sequence: the siamese pair heads need the embeddings u and v of the two sentences separately. Padding is
+dynamic (to the longest sentence in the batch, which ``BucketBatchSampler`` keeps close to the shortest), and the
+collate function is a small top-level class so DataLoader worker processes can pickle it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
@@ -32,18 +31,12 @@ class ExampleDataset(Dataset):
         return self.examples[i]
 
 
-def make_collate(tokenizer: BertTokenizer, max_length: int) -> Callable[[list[Example]], dict]:
-    """A collate function: ``{"ids": [str], "inputs": [encoding per text column], "labels": ...}``."""
-    return ExampleCollator(tokenizer, max_length)
-
-
 def make_loader(examples: Sequence[Example], tokenizer: BertTokenizer, max_length: int, batch_size: int,
                 shuffle: bool, seed: int = 0, bucket: bool = False, shard: tuple[int, int] | None = None) -> DataLoader:
     """A DataLoader in the main process; shuffling draws from a generator seeded with ``seed``, so two loaders
     with one seed yield the same batches, epoch after epoch. ``bucket=True``: length-bucketed batches
     (unshuffled: shortest first, not in file order). ``shard=(rank, world_size)`` (data-parallel training):
-    each process keeps its slice of the same global batches, so together they see a single process's batches.
-    """
+    each process keeps its slice of the same global batches, so together they see a single process's batches."""
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     dataset = ExampleDataset(examples)
     if bucket:
@@ -57,7 +50,7 @@ def make_loader(examples: Sequence[Example], tokenizer: BertTokenizer, max_lengt
         sampler = ShardedBatchSampler(sampler, *shard)
     # the generator is passed on too so iterating never draws from torch's global RNG
     return DataLoader(dataset, batch_sampler=sampler, generator=generator,
-                      collate_fn=make_collate(tokenizer, max_length), num_workers=0)
+                      collate_fn=ExampleCollator(tokenizer, max_length), num_workers=0)
 
 
 class ShardedBatchSampler(Sampler[list[int]]):
@@ -81,8 +74,7 @@ def example_lengths(examples: Sequence[Example], tokenizer: BertTokenizer | None
     capped at ``max_length`` (the padded width it needs) given a tokenizer, else in characters. Tokens after
     padding / real tokens on SST / QQP / STS train, shuffled buckets of 32: word pieces 1.04 / 1.20 / 1.13,
     characters 1.29 / 1.53 / 1.41, no buckets 2.06 / 2.43 / 2.42; the longer text of a pair beats the sum of
-    both (QQP: 1.20 vs 1.41). The extra tokenizing costs ~60 µs a sentence (1 s for all of QQP train).
-    """
+    both (QQP: 1.20 vs 1.41). The extra tokenizing costs ~60 µs a sentence (1 s for all of QQP train)."""
     if tokenizer is None:
         return [max(len(text) for text in ex.texts) for ex in examples]
     cap = max_length if max_length is not None else float("inf")
@@ -131,7 +123,8 @@ def _cut(indices: list[int], size: int) -> list[list[int]]:
 
 
 class ExampleCollator:
-    """Picklable collate: one ``tokenizer.encode_batch`` per text column, plus stacked labels."""
+    """Picklable collate: one ``tokenizer.encode_batch`` per text column, plus stacked labels, as
+    ``{"ids": [str], "inputs": [encoding per text column], "labels": ...}``."""
 
     def __init__(self, tokenizer: BertTokenizer, max_length: int):
         self.tokenizer, self.max_length = tokenizer, max_length
@@ -153,6 +146,9 @@ class ExampleCollator:
             dtype = torch.long if all(isinstance(label, int) for label in labels) else torch.float
             tensor = torch.tensor(labels, dtype=dtype)
         return {"ids": [ex.id for ex in batch], "inputs": inputs, "labels": tensor}
+
+
+make_collate = ExampleCollator   # make_collate(tokenizer, max_length): the collate function
 
 
 def to_device(encoding: dict, device: torch.device) -> dict:

@@ -1,11 +1,10 @@
 """Read the CS224N minBERT task files into validated ``Example`` rows.
 
-The release's files are pandas-written, tab-separated tables with a few quirks: a leading unnamed
-index column, a second unnamed one in the SST/CFIMDB test-student files, ``"`` doubled inside
-quoted fields, and a handful of bad rows (e.g. a QQP pair with an empty label). The ``csv`` module
-follows pandas' quoting rules and tells the physical line of every row, so each bad row is skipped
-and reported by line and field (``strict=True``: refused), columns are found by name, and every
-failure is a one-line ``DataError`` instead of a parser stack trace.
+The release's files are pandas-written, tab-separated tables with a few quirks: a leading unnamed index column, a second
+unnamed one in the SST/CFIMDB test-student files, ``"`` doubled inside quoted fields, and a handful of bad rows (e.g. a
+QQP pair with an empty label). The ``csv`` module follows pandas' quoting rules and tells the physical line of every
+row, so each bad row is skipped and reported by line and field (``strict=True``: refused), columns are found by name,
+and every failure is a one-line ``DataError`` instead of a parser stack trace.
 """
 from __future__ import annotations
 

@@ -24,8 +24,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .readers import (BadRow, DataError, FileLayout, ReadReport, column_indices, read_examples, read_header,
-                      read_utf8)
+from .readers import BadRow, DataError, FileLayout, ReadReport, column_indices, read_examples, read_header, read_utf8
 
 STS_INPUT = re.compile(r"^STS\.input\.(.+)\.txt$")
 STS_GOLD = re.compile(r"^STS\.gs\.(.+)\.txt$")
@@ -125,12 +124,8 @@ def read_stsb(path: Path) -> PairSubset:
     path = Path(path)
     split = STSB_FILE.match(path.name)
     pairs = _ScoredPairs(path)
-    for line, fields in pairs.rows(read_utf8(path).splitlines(), start=1):
-        if len(fields) < STSB_COLUMNS:
-            pairs.report.bad_rows.append(BadRow(line, "row",
-                                                f"{len(fields)} tab-separated fields, want {STSB_COLUMNS}"))
-        else:
-            pairs.add(line, fields[5], fields[6], fields[4], ("sentence1", "sentence2", "score"))
+    pairs.read(read_utf8(path).splitlines(), 1, (5, 6, 4), ("sentence1", "sentence2", "score"),
+               lambda n: f"{n} tab-separated fields, want {STSB_COLUMNS}")
     return pairs.subset(split.group(1) if split else path.stem)
 
 
@@ -183,11 +178,8 @@ def read_sick(path: Path) -> PairSubset:
     header = lines[0].split("\t")
     index = column_indices(path, header, SICK_COLUMNS)
     pairs = _ScoredPairs(path)
-    for line, fields in pairs.rows(lines[1:], start=2):
-        if len(fields) <= max(index.values()):
-            pairs.report.bad_rows.append(BadRow(line, "row", f"{len(fields)} fields, header has {len(header)}"))
-        else:
-            pairs.add(line, *(fields[index[c]] for c in SICK_COLUMNS), SICK_COLUMNS)
+    pairs.read(lines[1:], 2, tuple(index[c] for c in SICK_COLUMNS), SICK_COLUMNS,
+               lambda n: f"{n} fields, header has {len(header)}")
     return pairs.subset(path.stem)
 
 
@@ -199,12 +191,17 @@ class _ScoredPairs:
         self.first, self.second, self.gold = [], [], []
         self.report = ReadReport(path=path, n_rows=0)
 
-    def rows(self, lines: list[str], start: int) -> Iterator[tuple[int, list[str]]]:
-        """``(line, tab-separated fields)`` of each non-blank line, counted as a row of the report."""
+    def read(self, lines: list[str], start: int, at: tuple[int, int, int], columns: Sequence[str], too_few) -> None:
+        """Each non-blank line (numbered from ``start``) a row: its tab-separated fields at ``at`` (the two
+        sentences, the score), or a bad row saying ``too_few(fields)`` when it has not that many."""
         for line, row in enumerate(lines, start=start):
             if row.strip():
                 self.report.n_rows += 1
-                yield line, row.split("\t")
+                fields = row.split("\t")
+                if len(fields) <= max(at):
+                    self.report.bad_rows.append(BadRow(line, "row", too_few(len(fields))))
+                else:
+                    self.add(line, *(fields[i] for i in at), columns)
 
     def add(self, line: int, a: str, b: str, score: str, columns: Sequence[str]) -> None:
         """``columns``: the file's names of the two sentences and the score."""

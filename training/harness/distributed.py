@@ -1,9 +1,8 @@
-"""Data-parallel training across processes with PyTorch's own engine (``torch.distributed``), under
-``torchrun --nproc_per_node=2 run_multitask.py ...``; without torchrun (no ``WORLD_SIZE``) nothing happens.
-``gloo`` on CPU, ``nccl`` on CUDA; ``DistributedDataParallel`` with ``find_unused_parameters`` (a round-robin
-step uses one task head); ``--batch_size`` stays the global batch, each process training on its slice. Every
-process evaluates the whole dev set, so they agree on the best epoch; only process 0 logs and writes.
-More: docs/long-runs.md.
+"""Data-parallel training across processes with PyTorch's own engine (``torch.distributed``), under ``torchrun
+--nproc_per_node=2 run_multitask.py ...``; without torchrun (no ``WORLD_SIZE``) nothing happens. ``gloo`` on CPU,
+``nccl`` on CUDA; ``DistributedDataParallel`` with ``find_unused_parameters`` (a round-robin step uses one task head);
+``--batch_size`` stays the global batch, each process training on its slice. Every process evaluates the whole dev set,
+so they agree on the best epoch; only process 0 logs and writes. More: docs/long-runs.md.
 """
 from __future__ import annotations
 
@@ -71,9 +70,7 @@ def wrap_model(model: nn.Module, place: Distributed, device: torch.device) -> nn
 
 
 def average_gradients(parameters, place: Distributed) -> None:
-    """All-reduce the mean gradient of parameters outside the DDP model (learned loss weights)."""
-    if not place.enabled:
-        return
+    """All-reduce the mean gradient of parameters outside the DDP model (learned loss weights), under torchrun."""
     for p in parameters:
         if p.grad is not None:
             dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)

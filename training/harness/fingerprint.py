@@ -20,11 +20,8 @@ def input_files(data_dir: Path | None, data_files, model_dir: Path) -> dict[str,
 
 
 def file_digest(path: Path) -> dict:
-    sha = hashlib.sha256()
     with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            sha.update(chunk)
-    return {"size": path.stat().st_size, "sha256": sha.hexdigest()}
+        return {"size": path.stat().st_size, "sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
 
 
 def fingerprint(files: dict[str, Path]) -> dict[str, dict]:

@@ -1,9 +1,8 @@
-"""Resumable training: checkpoints of the whole training state in ``<run>/checkpoints/step-<N>/`` (written
-into a hidden temporary folder, flushed, renamed: always complete), and exact resumption after a crash
-(docs/long-runs.md, 'Checkpoints' and 'Resuming'). Resuming replays: the run starts over with the saved
-configuration, its stages iterating their data as before, but skips the first N optimizer steps without
-computing; just before the first real step the model, optimizers and RNG states are restored, so the run
-continues bit for bit. ``TrainingClock`` alone knows this.
+"""Resumable training: checkpoints of the whole training state in ``<run>/checkpoints/step-<N>/`` (written into a hidden
+temporary folder, flushed, renamed: always complete), and exact resumption after a crash (docs/long-runs.md,
+'Checkpoints' and 'Resuming'). Resuming replays: the run starts over with the saved configuration, its stages iterating
+their data as before, but skips the first N optimizer steps without computing; just before the first real step the
+model, optimizers and RNG states are restored, so the run continues bit for bit. ``TrainingClock`` alone knows this.
 """
 from __future__ import annotations
 

@@ -106,7 +106,8 @@ class RunConfig(RunSettings):
             (not (self.speed.sparse_embeddings is True and self.speed.compile),
              "--sparse_embeddings and --compile do not go together (torch.compile cannot build the sparse "
              "embedding backward); choose one"),
-            (not (self.speed.compile and self.builds_towers() and t.epochs),
+            # private towers: K > 0 and two or more tasks (one task's layers are all its own already)
+            (not (self.speed.compile and m.private_layers > 0 and len(self.task_names()) > 1 and t.epochs),
              "--compile compiles the shared encoder only, not the private towers: add --private_layers 0"),
             (t.epochs > 0 or any(e.stages_alone for e, _ in self.switched_on()),
              f"--epochs 0 runs the stages alone: give {', '.join(alone[:-1])} or {alone[-1]} (or train at least "
@@ -114,9 +115,8 @@ class RunConfig(RunSettings):
         ]
 
     def declare_own_tasks(self) -> "RunConfig":
-        """The configuration with the tasks of ``--task_file`` read in (once: the declarations a run saved win
-        over the file, which may have changed or gone since), refusing a file none of whose tasks ``--tasks``
-        names."""
+        """The configuration with the tasks of ``--task_file`` read in (once: the declarations a run saved win over the
+        file, which may have changed or gone since), refusing a file none of whose tasks ``--tasks`` names."""
         d, config = self.data, self
         if d.task_file and not d.own_tasks:
             config = self.with_sections(data=dataclasses.replace(d, own_tasks=read_task_file(d.task_file)))

@@ -59,25 +59,27 @@ class RunFolder:
         data_dir, data_report, model_dir = inputs.data_dir, inputs.data_report, inputs.model_dir
         files = input_files(data_dir, data_report, model_dir)
         now = datetime.now().isoformat(timespec="seconds")
+        earlier = read_metrics(self.dir) if self.resume is not None or self.restart else {}
+        check_unchanged(earlier.get("inputs", {}), files)   # runs saved before inputs were recorded: none
         if self.resume is None:   # a new run, or a restarted one (its history kept)
-            earlier = read_metrics(self.dir) if self.restart else {}
-            check_unchanged(earlier.get("inputs", {}), files)
             metrics = {"run_name": self.dir.name, "status": RunStatus.RUNNING, "config": self.config.to_dict(),
                        "started": earlier.get("started") or now, "inputs": earlier.get("inputs") or fingerprint(files)}
             if self.restart:
                 metrics["restarted"] = [*earlier.get("restarted", []), now]
-                if history := recovered(earlier):
-                    metrics["recovered"] = history
         else:
-            metrics = read_metrics(self.dir)
-            check_unchanged(metrics.get("inputs", {}), files)   # runs saved before inputs were recorded: none
-            if history := recovered(metrics):
-                metrics["recovered"] = history
+            metrics = earlier
+        # the stops recovered from: a resumed run that finishes has no error of its own, and says what it came back from
+        history = earlier.get("recovered") if isinstance(earlier.get("recovered"), list) else []
+        if earlier.get("error"):
+            history = [*history, {**{key: earlier[key] for key in ("status", "error") if earlier.get(key)}, "at": now}]
+        if history:
+            metrics["recovered"] = history
+        if self.resume is not None:
             metrics.pop("error", None)   # the stop this sitting recovers from: in "recovered", not the run's error
             metrics["status"] = RunStatus.RUNNING
             # wall_seconds adds up the sittings (one killed outright recorded none, and counts nothing)
-            earlier = metrics.get("wall_seconds")
-            self.started -= earlier if isinstance(earlier, (int, float)) and earlier > 0 else 0
+            wall = metrics.get("wall_seconds")
+            self.started -= wall if isinstance(wall, (int, float)) and wall > 0 else 0
             metrics.setdefault("resumed", []).append({"step": self.resume.step, "checkpoint": self.resume.path.name,
                                                       "at": now})
         self.metrics = metrics
@@ -133,8 +135,7 @@ class RunFolder:
             shutdown()
         elif self.metrics is None:
             if self.resume is None and not self.restart and self.place.is_main:
-                if self.lock is not None:
-                    self.lock.release()   # the folder must be empty to be given back
+                self.lock.release()   # the folder must be empty to be given back
                 release_run_dir(self.dir)
         else:
             stopped = isinstance(err, KeyboardInterrupt)
@@ -145,14 +146,6 @@ class RunFolder:
             except OSError:
                 pass  # the disk that failed the run may fail this too; the run's own error says why
             shutdown()
-
-
-def recovered(earlier: dict) -> list[dict]:
-    """The stops a run recovered from, with the one its metrics.json ``earlier`` records (status and error)
-    added: a resumed run that finishes has no error of its own, and says what it came back from."""
-    history = earlier.get("recovered") if isinstance(earlier.get("recovered"), list) else []
-    stop = {key: earlier[key] for key in ("status", "error") if earlier.get(key)}
-    return [*history, {**stop, "at": datetime.now().isoformat(timespec="seconds")}] if stop.get("error") else history
 
 
 def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[Path], RunLock | None]:

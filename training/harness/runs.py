@@ -33,9 +33,8 @@ VOCAB_PADDING = 128
 
 
 def build_model(model: ModelConfig, tasks: dict[str, Task], model_dir: Path) -> MultitaskBert:
-    """Pretrained encoder + a fresh head for each of ``tasks`` (name -> its row); with ``--option pretrain`` the
-    encoder is frozen. ``model_dir`` is an HF-format BERT directory or a saved run's ``checkpoint/``
-    (``model_directory``)."""
+    """Pretrained encoder + a fresh head for each of ``tasks`` (name -> its row); with ``--option pretrain`` the encoder
+    is frozen. ``model_dir`` is an HF-format BERT directory or a saved run's ``checkpoint/`` (``model_directory``)."""
     overrides = {"hidden_dropout_prob": model.hidden_dropout_prob}
     if model.attention_probs_dropout_prob is not None:
         overrides["attention_probs_dropout_prob"] = model.attention_probs_dropout_prob
@@ -94,29 +93,22 @@ def check_lengths(lengths: list[tuple[str, int | None]], bert: BertConfig, confi
 
 
 def check_depth(model: ModelConfig, bert: BertConfig, config_file: Path) -> None:
-    """The layers a run reads (``--pooling``) or copies (``--private_layers``), against the model's."""
-    check_pooling_depth(model.pooling, bert, config_file)
-    if model.private_layers > bert.num_hidden_layers:
-        raise ValueError(f"--private_layers {model.private_layers} is more than the "
-                         f"{bert.num_hidden_layers} layers of {config_file}")
-
-
-def check_pooling_depth(pooling: str, bert_config: BertConfig, config_file: Path) -> None:
-    """A ``--pooling`` mode that reads more layers than the model has would quietly pool fewer
-    (``heads.pooling.layers_read``): refuse it, naming the model's ``config.json``."""
-    needed, depth = layers_read(pooling), bert_config.num_hidden_layers
+    """The layers a run reads (``--pooling``) or copies (``--private_layers``), against the model's: a pooling
+    that reads more layers than the model has would quietly pool fewer (``heads.pooling.layers_read``)."""
+    needed, depth = layers_read(model.pooling), bert.num_hidden_layers
     if depth < needed:
-        raise ValueError(f"--pooling {pooling} reads the last {needed} layers, but {config_file} has "
-                         f"{bert_config.json_key('num_hidden_layers')} {depth}; choose a shallower --pooling")
+        raise ValueError(f"--pooling {model.pooling} reads the last {needed} layers, but {config_file} has "
+                         f"{bert.json_key('num_hidden_layers')} {depth}; choose a shallower --pooling")
+    if model.private_layers > depth:
+        raise ValueError(f"--private_layers {model.private_layers} is more than the {depth} layers of {config_file}")
 
 
 def load_run(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
-    """The model a run saved in ``path/checkpoint/`` (or ``path``, a checkpoint folder): the encoder
-    built from the saved BertConfig (the original weights are not read), every weight loaded strictly.
-    Anything unusable is a one-line ``WeightsError`` naming the file. An unfinished run (metrics.json)
-    is loaded with a warning, or refused if it has saved no weights yet. ``device``: where the model
-    lives, and so where ``encode`` and ``predict`` compute (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a
-    ``torch.device``, or ``"auto"``: CUDA when available)."""
+    """The model a run saved in ``path/checkpoint/`` (or ``path``, a checkpoint folder): the encoder built from the
+    saved BertConfig (the original weights are not read), every weight loaded strictly. Anything unusable is a one-line
+    ``WeightsError`` naming the file. An unfinished run (metrics.json) is loaded with a warning, or refused if it has
+    saved no weights yet. ``device``: where the model lives, and so where ``encode`` and ``predict`` compute (``"cpu"``,
+    ``"cuda"``, ``"cuda:1"``, a ``torch.device``, or ``"auto"``: CUDA when available)."""
     device = pick_device(str(device))
     directory = checkpoint_dir(Path(path))
     warn_if_unfinished(directory)
@@ -184,7 +176,7 @@ def checkpoint_dir(path: Path) -> Path:
                            f"{path} is a file: expected a run folder or its checkpoint/ folder")
     if not (path / "config.json").is_file() and (path / "checkpoint").is_dir():
         path = path / "checkpoint"
-    status = run_status(path)
+    status = run_status(path)[0]
     if status not in (None, RunStatus.FINISHED) and not (path / "checkpoint").exists() and path.name != "checkpoint":
         raise WeightsError(f"{path}: the run is unfinished (status {status}) and has saved no weights yet "
                            f"(checkpoint/ is written at its first evaluation on dev)")
@@ -195,29 +187,26 @@ def checkpoint_dir(path: Path) -> Path:
     return path
 
 
-def run_status(path: Path) -> str | None:
-    """The status in the metrics.json of the run that ``path`` (a run folder or its checkpoint/) belongs to."""
+def run_status(path: Path) -> tuple[str | None, dict]:
+    """The status and metrics.json of the run that ``path`` (a run folder or its checkpoint/) belongs to."""
     folder = path.parent if path.name == "checkpoint" else path
     try:
-        status = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("status")
+        metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+        status = metrics.get("status")
     except (OSError, ValueError, AttributeError):
-        return None
-    return status if isinstance(status, str) else None
+        return None, {}
+    return (status if isinstance(status, str) else None), metrics
 
 
 def warn_if_unfinished(directory: Path) -> None:
     """A checkpoint/ of a run still training (or stopped) holds its best weights so far: say so, and from when."""
-    status = run_status(directory)
+    status, metrics = run_status(directory)
     if status is None or status in FINAL or directory.name != "checkpoint":   # its weights are final
         return
-    when = ""
-    try:  # the first evaluation with the best overall dev score, as the trainer keeps it (training/learning/stages.py)
-        metrics = json.loads((directory.parent / "metrics.json").read_text(encoding="utf-8"))
-        best = max(scored_evaluations(metrics), key=lambda e: e["dev_overall"], default=None)
-        if best is not None:
-            when = f", from epoch {best.get('epoch')}" + (f" step {best['step']}" if "step" in best else "")
-    except (OSError, ValueError, AttributeError):
-        pass
+    # the first evaluation with the best overall dev score, as the trainer keeps it (training/learning/stages.py)
+    best = max(scored_evaluations(metrics), key=lambda e: e["dev_overall"], default=None)
+    step = f" step {best['step']}" if best is not None and "step" in best else ""
+    when = "" if best is None else f", from epoch {best.get('epoch')}{step}"
     warnings.warn(f"{directory.parent}: the run is unfinished (status {status}); {directory} holds its best weights "
                   f"so far{when}", stacklevel=3)
 

@@ -107,20 +107,14 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     model = build_model(config.model, tasks, model_dir)
     check_lengths(config.max_lengths(), model.bert.config, model_dir / "config.json")   # build_model checked the depth
     tokenizer = tokenizer_for(model_dir, model.bert)
-    splits, data_report = read_all_splits(data_dir, splits_to_read(config), tasks, config.data.strict, log)
+    # a test file not predicted (--no_test_predictions) is neither read nor checked (nor fingerprinted for --resume)
+    dropped = () if config.output.test_predictions else ("test",)
+    needed = {name: tuple(s for s in splits if s not in dropped) for name, splits in config.splits_needed().items()}
+    splits, data_report = read_all_splits(data_dir, needed, tasks, config.data.strict, log)
     hold_out_validation(splits, tasks, config.data.val_fraction, data_report, log)
     cap_dev(splits, config.data.max_eval_examples, log)
     check_evaluations(config, splits)
     return RunInputs(model, tokenizer, splits, tasks, data_dir, model_dir, data_report)
-
-
-def splits_to_read(config: RunConfig) -> dict[str, tuple[str, ...]]:
-    """``RunConfig.splits_needed``, less the test files under ``--no_test_predictions``: a file that is not
-    predicted is neither read nor checked (nor fingerprinted for ``--resume``)."""
-    needed = config.splits_needed()
-    if config.output.test_predictions:
-        return needed
-    return {name: tuple(split for split in splits if split != "test") for name, splits in needed.items()}
 
 
 def hold_out_validation(splits: dict[str, dict[str, list[Example]]], tasks: dict[str, Task], fraction: float,
