@@ -43,8 +43,9 @@ def run_command(body: Callable[[], int | None]) -> int:
         code = body() or 0
         sys.stdout.flush()   # a reader that went away is seen here, not at exit
         return code
-    except BrokenPipeError:
-        return _stdout_closed()
+    except BrokenPipeError:   # the reader of stdout went away (| head): no error, nor a second one at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE   # a tool's exit code when ended by SIGPIPE
     except USER_ERRORS as err:
         return _say(f"error: {describe(err)}", 1)
     except Terminated:
@@ -54,14 +55,6 @@ def run_command(body: Callable[[], int | None]) -> int:
     finally:
         _on_sigterm(previous)
         warnings.formatwarning = formatter
-
-
-def _stdout_closed() -> int:
-    """The reader of stdout went away (``| head``): no error, and no second one when Python flushes at exit;
-    exit code 141, a tool's ended by SIGPIPE."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return 128 + signal.SIGPIPE
 
 
 @contextmanager

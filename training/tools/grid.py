@@ -182,8 +182,7 @@ def ablate_plan(argv: list[str]) -> list[GridRun]:
         parser.add_argument(name, default=None)
     args = parser.parse_args(argv[:split])
     args.grid, args.first_seed, args.extra = None, None, argv[split + 1:]
-    unknown = [name for name in args.only or () if name not in dict(rows_of(args))]
-    if unknown:
+    if unknown := [name for name in args.only or () if name not in dict(rows_of(args))]:
         print(f"ablate.sh: no row named '{unknown[0]}' (see --list)", file=sys.stderr)
         sys.exit(2)
     return plan(args)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import itertools
 import json
 import os
 import secrets
@@ -113,14 +114,18 @@ def run_folder_of(path: Path) -> Path | None:
                  or (folder / "checkpoint" / "run_config.json").is_file()), None)
 
 
-def split_at_dashes(argv: list[str] | None) -> tuple[list[str], list[str]]:
-    """(the command's own flags, the flags after ``--`` that go to every run)."""
+def parse_own(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The command's own flags, parsed, with ``extra``: the flags after ``--`` that go to every run."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    own, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = parser.parse_args(own)
+    args.extra = extra
+    if not args.out_dir.strip():
+        parser.error("--out_dir needs a folder")
+    return args
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    own, extra = split_at_dashes(argv)
     parser = argparse.ArgumentParser(
         prog="minbert-grid", description=__doc__.split("\n\n")[0],
         epilog="Flags after -- go to every run, e.g. -- --data_dir ../shared/data/multitask --save_every 50. "
@@ -153,16 +158,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_wait_for_resources(parser)
     parser.add_argument("--list", action="store_true", help="print the runs (folder name and flags) and exit")
     parser.add_argument("--no_report", action="store_true", help="skip the results table at the end")
-    args = parser.parse_args(own)
-    args.extra = extra
-    if not args.out_dir.strip():
-        parser.error("--out_dir needs a folder")
-    for flag in extra:
+    args = parse_own(parser, argv)
+    for flag in args.extra:
         if flag.split("=")[0] in ("--out_dir", "--run_name", "--resume", "--seed"):
             parser.error(f"{flag} after --: the grid names, places and seeds its runs itself (use --out_dir, "
                          "--seeds and --first_seed before --)")
     budget_given = any(getattr(args, name) is not None for name in ("epochs", "max_steps_per_epoch", "stage_steps"))
-    capped = [flag for flag in extra if flag.split("=")[0] in ("--max_eval_examples", "--no_test_predictions")]
+    capped = [flag for flag in args.extra if flag.split("=")[0] in ("--max_eval_examples", "--no_test_predictions")]
     if args.grid and capped and not budget_given:
         parser.error(f"--grid {args.grid} reproduces a documented table, whose runs scored every dev example and "
                      f"predicted the test files: {capped[0]} is refused there (a smoke run of it: give a budget "
@@ -196,9 +198,7 @@ def next_step(run_dir: Path) -> str:
     """What a trial does with its run folder: "keep" a finished run (or one stopped early), "resume" a stopped one
     (Ctrl-C, a kill, a lost machine), "start" otherwise (an earlier attempt is moved aside first)."""
     status = read_metrics(run_dir).get("status")
-    if status in FINAL:
-        return "keep"
-    return "resume" if status in UNFINISHED else "start"
+    return "keep" if status in FINAL else "resume" if status in UNFINISHED else "start"
 
 
 def run_words(run_dir: Path, flags) -> tuple[str, list[str]]:
@@ -224,33 +224,23 @@ def start_run(words: list[str], out, threads: int, cwd: str, **streams) -> subpr
 
 
 def train_one(config: dict) -> None:
-    """The Tune trainable: one run in a ``run_multitask.py`` process, its output in ``<out_dir>/logs/<run>.log``."""
+    """The Tune trainable: one run in a ``run_multitask.py`` process, its output in ``<out_dir>/logs/<run>.log``.
+    When the grid is stopped (its stop file appears), the run gets SIGTERM: it ends "interrupted", as on Ctrl-C."""
     import ray
     from ray import tune
 
     run, out_dir = GridRun(**{**config["run"], "flags": tuple(config["run"]["flags"])}), Path(config["out_dir"])
-    run_dir, log = out_dir / run.name, out_dir / "logs" / f"{run.name}.log"
+    run_dir, log, stop = out_dir / run.name, out_dir / "logs" / f"{run.name}.log", stop_file(out_dir)
     started, node = time.time(), ray.get_runtime_context().get_node_id()
-    if stop_file(out_dir).exists():   # the grid is stopping: a trial Tune starts now runs nothing
+    if stop.exists():   # the grid is stopping: a trial Tune starts now runs nothing
         tune.report({**result(run, run_dir, "none", 0, started, node), "status": NOT_STARTED})
         return
     step, words = run_words(run_dir, run.flags)
     if step == "keep":
         tune.report(result(run, run_dir, "kept", 0, started, node))
         return
-    rc = run_process(words, log, config)
-    if rc < 0:   # killed outright: its flock went with it, the file stays (the same command resumes the run)
-        clear_stale_lock(run_dir)
-    tune.report(result(run, run_dir, {"resume": "resumed", "start": "started"}[step], rc, started, node, log,
-                       stopping=stop_file(out_dir).exists()))
-
-
-def run_process(flags: list[str], log: Path, config: dict) -> int:
-    """``run_multitask.py FLAGS``' exit code once it ends. When the grid is stopped (its stop file appears), the
-    run gets SIGTERM: it ends "interrupted", as on Ctrl-C."""
     with open(log, "a", encoding="utf-8") as out:
-        child = start_run(flags, out, config["threads"], config["cwd"], stdout=out, stdin=subprocess.DEVNULL)
-        stop = stop_file(Path(config["out_dir"]))
+        child = start_run(words, out, config["threads"], config["cwd"], stdout=out, stdin=subprocess.DEVNULL)
         try:
             while child.poll() is None and not stop.exists():
                 time.sleep(POLL_SECONDS)
@@ -258,12 +248,15 @@ def run_process(flags: list[str], log: Path, config: dict) -> int:
             if child.poll() is None:
                 child.terminate()
                 child.wait()
-        return child.returncode
+    if child.returncode < 0:   # killed outright: its flock went with it, the file stays (the same command resumes it)
+        clear_stale_lock(run_dir)
+    tune.report(result(run, run_dir, {"resume": "resumed", "start": "started"}[step], child.returncode, started,
+                       node, log, stopping=stop.exists()))
 
 
 def die_with_parent() -> None:
     """In the child, before exec: no run outlives the Ray worker that started it, whatever killed the worker."""
-    with contextlib.suppress(OSError):   # not Linux: the finally of run_process is the only guard
+    with contextlib.suppress(OSError):   # not Linux: the finally of train_one is the only guard
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
 
 
@@ -280,9 +273,7 @@ def set_aside(run_dir: Path, out_dir: Path) -> None:
         return
     attempts = out_dir / "attempts"
     attempts.mkdir(exist_ok=True)
-    n = 1
-    while (attempts / f"{run_dir.name}.{n}").exists():
-        n += 1
+    n = next(n for n in itertools.count(1) if not (attempts / f"{run_dir.name}.{n}").exists())
     run_dir.rename(attempts / f"{run_dir.name}.{n}")
 
 

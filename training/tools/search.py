@@ -42,9 +42,10 @@ from ..harness.run_lock import is_live
 from ..configuration.settings_file import read_settings_file
 from ..harness.status import FINAL, RunStatus
 from ..harness.trial_control import MARK
-from .grid import ROOT, first_refused
+from .grid import DEFAULT_SEED, ROOT, GridRun, first_refused
 from .ray_grid import (EXIT_INTERRUPTED, GridError, GridLock, Stop, add_wait_for_resources, guarded, killed_by,
-                       last_error_line, on_ray, positive, run_config, run_words, split_at_dashes, start_run, stop_file)
+                       last_error_line, on_ray, parse_own, positive, run_config, run_grid, run_report, run_words,
+                       start_run, stop_file)
 
 SEARCH_KEY = "search"     # the trial config's entry that is not a flag: where and how the trial runs
 PREFIX = "trial-"
@@ -115,8 +116,7 @@ class Space:
                 for d in self.dimensions.values()]
 
     def size(self) -> int | None:
-        axes = self.axes()
-        return None if axes is None else math.prod(len(axis) for axis in axes)
+        return None if (axes := self.axes()) is None else math.prod(len(axis) for axis in axes)
 
     def points(self):
         """Every point of a space of whole or listed values, in order."""
@@ -209,7 +209,6 @@ def trial_name(params: dict) -> str:
 # ---- the command line ---------------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    own, extra = split_at_dashes(argv)
     parser = argparse.ArgumentParser(
         prog="minbert-search", description=__doc__.split("\n\n")[0],
         epilog="Flags after -- go to every trial, e.g. -- --data_dir ../shared/data/multitask --epochs 1 "
@@ -244,17 +243,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="once every trial has ended: train the best trial's flags and the default (the flags "
                              "after -- alone), each at SEEDS seeds on the whole training files, score them on dev "
                              "and compare them (paired bootstrap) in <out_dir>/confirm (default: 0, not)")
-    args = parser.parse_args(own)
-    args.extra = extra
-    if not args.out_dir.strip():
-        parser.error("--out_dir needs a folder")
+    args = parse_own(parser, argv)
     if not 0 < args.val_fraction < 1:
         parser.error("--val_fraction must be in (0, 1): the trials are never scored on dev")
     if (args.reduction_factor <= 1 or args.cpus_per_run <= 0 or args.gpus_per_run < 0 or args.confirm < 0
             or args.wait_for_resources < 0):
         parser.error("--reduction_factor must be > 1, --cpus_per_run > 0, --gpus_per_run >= 0, --confirm >= 0 and "
                      "--wait_for_resources >= 0")
-    given = {word: word[2:].split("=")[0].removeprefix("no_") for word in extra if word.startswith("--")}
+    given = {word: word[2:].split("=")[0].removeprefix("no_") for word in args.extra if word.startswith("--")}
     if owned := [word for word, name in given.items() if name in OWNED]:
         parser.error(f"{owned[0]} after --: the search sets it itself (or it says where a run goes)")
     try:
@@ -558,8 +554,6 @@ def run_search(args, out_dir: Path, lock: GridLock) -> int:
 def confirm(args, out_dir: Path) -> int:
     """``--confirm N``: ``best.json`` and the default (the flags after -- alone), each trained at N seeds on the whole
     training files and scored on dev, as a grid in ``<out_dir>/confirm``; then the report, best against default."""
-    from .grid import DEFAULT_SEED, GridRun
-    from .ray_grid import run_grid, run_report
     folder = out_dir / "confirm"
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     recipes = {"default": tuple(args.extra), "best": ("--config", str(out_dir / "best.json"))}
@@ -569,9 +563,7 @@ def confirm(args, out_dir: Path) -> int:
           f"scored on dev -> {folder}", flush=True)
     lock = GridLock(folder).acquire()
     try:
-        rc = run_grid(argparse.Namespace(address=args.address, cpus_per_run=args.cpus_per_run,
-                                         gpus_per_run=args.gpus_per_run, wait_for_resources=args.wait_for_resources,
-                                         no_report=True), runs, folder, lock)
+        rc = run_grid(argparse.Namespace(**vars(args), no_report=True), runs, folder, lock)
     finally:
         lock.release()
     return run_report(folder, "confirm", "--baseline", "default") if rc == 0 else rc
@@ -793,10 +785,6 @@ POINTS = {RunStatus.FINISHED: ("finished", "black"), RunStatus.STOPPED_EARLY: ("
 CUT_OFF_DOT = "tab:red"   # a scored point of any other status: interrupted or failed after an evaluation
 
 
-def dot(status: str) -> str:
-    return POINTS[status][1] if status in POINTS else CUT_OFF_DOT
-
-
 def legend_entries(records: list[TrialRecord]) -> list[tuple[str, str]]:
     """(label, colour) for each kind of scored point on the plot: red, a score that is only the best so far."""
     shown = {r.status for r in records if r.score is not None}
@@ -844,7 +832,7 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
     ax, *panels = axes.flat
     scored = [r for r in records if r.score is not None]
     xs = [i for i, r in enumerate(records, 1) if r.score is not None]
-    ys, colours = [r.score for r in scored], [dot(r.status) for r in scored]
+    ys, colours = [r.score for r in scored], [POINTS.get(r.status, ("", CUT_OFF_DOT))[1] for r in scored]
     ax.scatter(xs, ys, c=colours, s=18, zorder=3)
     ax.step(xs, [max(ys[:i + 1]) for i in range(len(ys))], where="post", color="tab:blue", label="best so far")
     ax.set(xlabel="trial", ylabel="validation score", title="score by trial")
