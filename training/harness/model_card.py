@@ -91,7 +91,11 @@ def front_matter(metrics: dict, config: dict, tasks: list[str], known: dict[str,
 def command(config: dict) -> str:
     """``python run_multitask.py`` and the flags whose values differ from the defaults (booleans as
     ``--name`` / ``--no_name``); of the output section only ``--run_name``."""
-    saved, defaults = _normalised(config), RunConfig.defaults().to_dict()
+    try:   # the saved configuration as this version reads it (older names, absent fields resolved), else as saved
+        saved = RunConfig.from_dict(config).to_dict()
+    except (TypeError, KeyError, ValueError):
+        saved = {name: values for name, values in config.items() if isinstance(values, dict)}
+    defaults = RunConfig.defaults().to_dict()
     words = ["python", "run_multitask.py"]
     for section, values in saved.items():
         for name, value in values.items():
@@ -111,14 +115,6 @@ def head_tensors(checkpoint_dir: Path) -> dict[str, list[int]]:
             return {}
     with safe_open(str(path), "pt") as f:
         return {key: list(f.get_slice(key).get_shape()) for key in sorted(f.keys()) if key.startswith("heads.")}
-
-
-def _normalised(config: dict) -> dict:
-    """The saved configuration as this version reads it (older names, absent fields resolved), else as saved."""
-    try:
-        return RunConfig.from_dict(config).to_dict()
-    except (TypeError, KeyError, ValueError):
-        return {name: values for name, values in config.items() if isinstance(values, dict)}
 
 
 def _flag(name: str, value) -> list[str]:
