@@ -170,9 +170,8 @@ def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path, 
         lines.append(f"- Private layers: each task has its own {top}. "
                      f"`{ENCODER}` is the {home} tower (what `encode`, transformers and sentence-transformers "
                      f"use); the others' top layers are `towers.<task>.*` in `{HEADS}`, read by `load_run` alone")
-    data = metrics.get("data") or {}
     rows = ", ".join(f"{name} {r.get('rows')}" + (f" ({r['skipped']} skipped)" if r.get("skipped") else "")
-                     for name, r in data.items() if isinstance(r, dict))
+                     for name, r in (metrics.get("data") or {}).items() if isinstance(r, dict))
     lines.append(f"- Data: `{metrics.get('data_dir') or 'no task file'}`" + (f"; rows: {rows}" if rows else ""))
     if isinstance(metrics.get("wall_seconds"), (int, float)):
         lines.append(f"- Run: `{metrics.get('run_name')}`, {metrics.get('status', 'finished')}, "

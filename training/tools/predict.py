@@ -141,9 +141,8 @@ def input_layout(args: argparse.Namespace, name: str, task: Task, path: Path) ->
     # --no_score: the label column (blank, text, or another task's) is not read, every row is predicted
     label = None if args.no_score else args.label_column or (task.label_column if task.label_column in header
                                                               else None)
-    id_column = args.id_column or (task.id_column if task.id_column in header else None)
-    return dataclasses.replace(task.layout(), text_columns=columns, label_column=label, id_column=id_column,
-                               delimiter=delimiter)
+    return dataclasses.replace(task.layout(), text_columns=columns, label_column=label, delimiter=delimiter,
+                               id_column=args.id_column or (task.id_column if task.id_column in header else None))
 
 
 def text_format(task: Task) -> str:
