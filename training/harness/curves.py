@@ -45,8 +45,7 @@ def plot_curves(metrics: dict, path: Path) -> Path:
             by_kind.setdefault(LOSS_KINDS[tasks[name].divergence], {})[name] = points
     panels = {**({"stages before multi-task training": stage_losses} if stage_losses else {}),
               **{f"training loss: {kind}": curves for kind, curves in by_kind.items()}} or {"training loss": {}}
-    columns = max(len(panels), 3)
-    fig = plt.figure(figsize=(4.6 * columns, 7.5), constrained_layout=True)
+    fig = plt.figure(figsize=(4.6 * max(len(panels), 3), 7.5), constrained_layout=True)
     rows = fig.add_gridspec(2, 1)   # each row as many panels as it has, sharing the width: no empty panel
     top = [fig.add_subplot(cell) for cell in rows[0].subgridspec(1, len(panels))]
     bottom = [fig.add_subplot(cell) for cell in rows[1].subgridspec(1, 3)]

@@ -91,7 +91,11 @@ def front_matter(metrics: dict, config: dict, tasks: list[str], known: dict[str,
 def command(config: dict) -> str:
     """``python run_multitask.py`` and the flags whose values differ from the defaults (booleans as
     ``--name`` / ``--no_name``); of the output section only ``--run_name``."""
-    saved, defaults = _normalised(config), RunConfig.defaults().to_dict()
+    try:   # the saved configuration as this version reads it (older names, absent fields resolved), else as saved
+        saved = RunConfig.from_dict(config).to_dict()
+    except (TypeError, KeyError, ValueError):
+        saved = {name: values for name, values in config.items() if isinstance(values, dict)}
+    defaults = RunConfig.defaults().to_dict()
     words = ["python", "run_multitask.py"]
     for section, values in saved.items():
         for name, value in values.items():
@@ -111,14 +115,6 @@ def head_tensors(checkpoint_dir: Path) -> dict[str, list[int]]:
             return {}
     with safe_open(str(path), "pt") as f:
         return {key: list(f.get_slice(key).get_shape()) for key in sorted(f.keys()) if key.startswith("heads.")}
-
-
-def _normalised(config: dict) -> dict:
-    """The saved configuration as this version reads it (older names, absent fields resolved), else as saved."""
-    try:
-        return RunConfig.from_dict(config).to_dict()
-    except (TypeError, KeyError, ValueError):
-        return {name: values for name, values in config.items() if isinstance(values, dict)}
 
 
 def _flag(name: str, value) -> list[str]:
@@ -174,9 +170,8 @@ def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path, 
         lines.append(f"- Private layers: each task has its own {top}. "
                      f"`{ENCODER}` is the {home} tower (what `encode`, transformers and sentence-transformers "
                      f"use); the others' top layers are `towers.<task>.*` in `{HEADS}`, read by `load_run` alone")
-    data = metrics.get("data") or {}
     rows = ", ".join(f"{name} {r.get('rows')}" + (f" ({r['skipped']} skipped)" if r.get("skipped") else "")
-                     for name, r in data.items() if isinstance(r, dict))
+                     for name, r in (metrics.get("data") or {}).items() if isinstance(r, dict))
     lines.append(f"- Data: `{metrics.get('data_dir') or 'no task file'}`" + (f"; rows: {rows}" if rows else ""))
     if isinstance(metrics.get("wall_seconds"), (int, float)):
         lines.append(f"- Run: `{metrics.get('run_name')}`, {metrics.get('status', 'finished')}, "

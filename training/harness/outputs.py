@@ -8,6 +8,7 @@ import json
 import math
 import os
 import time
+from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -76,10 +77,8 @@ def abandoned_claim(run_dir: Path) -> bool:
 def release_run_dir(run_dir: Path) -> None:
     """Undo ``claim_run_dir`` for a run that failed before it started: it leaves nothing behind."""
     (run_dir / "metrics.json").unlink(missing_ok=True)
-    try:
+    with suppress(OSError):   # something else is in it by now: leave it
         run_dir.rmdir()
-    except OSError:
-        pass  # something else is in it by now: leave it
 
 
 def read_metrics(run_dir: Path) -> dict:
@@ -163,16 +162,10 @@ def prediction_path(run_dir: Path, task: Task, split: str) -> Path:
     return run_dir / f"{task.output_prefix}-{split}-output.csv"
 
 
-def write_predictions(path: Path, task: Task, result: TaskPredictions) -> None:
+def write_predictions(path: Path, task: Task, result: TaskPredictions, texts: dict[str, tuple[str, ...]] | None = None,
+                      text_columns: tuple[str, ...] = (), label_names: list[str] | None = None) -> None:
     """CS224N layout: an ``id`` column and the task's prediction column, one row per example (classes as
-    integers, STS scores with 4 decimals)."""
-    write_input_predictions(path, task, result)
-
-
-def write_input_predictions(path: Path, task: Task, result: TaskPredictions,
-                            texts: dict[str, tuple[str, ...]] | None = None, text_columns: tuple[str, ...] = (),
-                            label_names: list[str] | None = None) -> None:
-    """``write_predictions``' file with, for ``predict --input`` (people rather than the CS224N grader), the
+    integers, STS scores with 4 decimals). For ``predict --input`` (people rather than the CS224N grader), the
     input's text (``texts[id]``, under ``text_columns``) after ``id`` and, for a class task with names
     (``label_names``, in class order), ``label_name`` after the prediction."""
     buffer = io.StringIO()

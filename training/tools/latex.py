@@ -76,7 +76,8 @@ def latex_columns(rows: list[RunRow], headers: Headers) -> list[tuple[str, str, 
     ideas = [idea for idea in extensions.ideas()
              if idea.column and any(row.flags and row.flags.get(idea.name) for row in rows)]
     return [
-        ("run", "l", run_cell),
+        ("run", "l", lambda row: escape(f"{row.run} ({row.baseline})" if row.baseline else row.run)   # as Markdown's
+         + ("" if not row.capped else TRIAL_MARK if row.val_fraction else CAPPED_MARK)),   # † capped, ‡ a trial
         *([("pooling", "c", lambda row: escape(row.pooling or ""))] if any(row.pooling for row in rows) else []),
         *((escape(idea.column), "c", lambda row, name=idea.name: "" if row.flags is None else
            (r"\checkmark{}" if row.flags.get(name) else r"$\times$")) for idea in ideas),
@@ -88,12 +89,6 @@ def latex_columns(rows: list[RunRow], headers: Headers) -> list[tuple[str, str, 
           if any(row.vs_ft for row in rows) else []),
         *((escape(name), "r", lambda row, t=task, k=kind: difference(row.differences(k).get(t)))
           for task, name, kind in headers.by_task)]
-
-
-def run_cell(row: RunRow) -> str:
-    """The row's name, its baseline mark (PT, FT, ST) as in the Markdown table, † when capped, ‡ for a trial."""
-    mark = "" if not row.capped else TRIAL_MARK if row.val_fraction else CAPPED_MARK
-    return escape(f"{row.run} ({row.baseline})" if row.baseline else row.run) + mark
 
 
 def render_latex(rows: list[RunRow], headers: Headers, footer: str = "", baseline: str | None = None,
@@ -125,7 +120,7 @@ def caption(rows: list[RunRow], delta: str, baseline: str | None, resamples: int
     others = "; ".join(f"{n} for {', '.join(escape(row.run) for row in rows if (len(row.seed_runs) or 1) == n)}"
                        for n in sorted(seeds, reverse=True) if n != usual)
     parts = [f"Dev scores, mean $\\pm$ sample standard deviation over the seeds each row pools "
-             f"({_count(usual, 'seed')}{' each' if len(rows) > 1 else ''}{f', except {others}' if others else ''}); "
+             f"({count(usual, 'seed')}{' each' if len(rows) > 1 else ''}{f', except {others}' if others else ''}); "
              f"average: the mean of the tasks' dev scores, a Pearson $r$ counted as $(r + 1) / 2$."]
     delta = escape(delta)
     if any(row.vs_ft for row in rows):
@@ -137,7 +132,7 @@ def caption(rows: list[RunRow], delta: str, baseline: str | None, resamples: int
         parts.append(f"No {delta}: no row has a baseline scored on its dev examples (the comments above say why).")
     if any(row.vs_ft or row.vs_alone or row.vs_baseline for row in rows):
         parts.append(f"In brackets: the 95\\% interval of a two-level paired bootstrap "
-                     f"({_count(resamples, 'resample')} of each task's dev examples, the seeds drawn too; "
+                     f"({count(resamples, 'resample')} of each task's dev examples, the seeds drawn too; "
                      f"seed {seed}); {STAR}: it excludes 0.")
     if any(row.vs_alone for row in rows):
         parts.append("TASK vs alone: that task's metric minus that of its single-task (ST) row, with the same "
@@ -158,7 +153,7 @@ def caption(rows: list[RunRow], delta: str, baseline: str | None, resamples: int
     return " ".join(parts)
 
 
-def _count(n: int, noun: str) -> str:
+def count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 

@@ -25,7 +25,7 @@ from minbert.atomic import check_folder, make_folder
 from .command import check_overwrite, run_command
 from ..configuration.sections import DataConfig, TrainConfig, add_flags
 from .embed import text_lines
-from ..harness.outputs import prediction_path, write_input_predictions, write_json, write_predictions
+from ..harness.outputs import prediction_path, write_json, write_predictions
 from ..harness.runs import load_run
 from ..configuration.task_declarations import label_names, parse_tasks
 from ..learning.task_schema import known_tasks
@@ -107,8 +107,8 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
         raise DataError(f"{path}: no usable rows ({report.summary()}){hint}")
     result = run.predict_examples(name, examples, args.batch_size, progress=len(examples) >= 2000)
     make_folder(out)
-    write_input_predictions(target, task, result, {e.id: e.texts for e in examples}, tuple(layout.text_columns),
-                            label_names(name, run.config.data.own_tasks))
+    write_predictions(target, task, result, {e.id: e.texts for e in examples}, tuple(layout.text_columns),
+                      label_names(name, run.config.data.own_tasks))
     line = f"{path.name}: {len(examples)} predictions ({name}) -> {target}"
     if layout.id_column is None:
         line += "   (ids are line numbers)" if is_text else "   (no id column: ids are line numbers)"
@@ -141,9 +141,8 @@ def input_layout(args: argparse.Namespace, name: str, task: Task, path: Path) ->
     # --no_score: the label column (blank, text, or another task's) is not read, every row is predicted
     label = None if args.no_score else args.label_column or (task.label_column if task.label_column in header
                                                               else None)
-    id_column = args.id_column or (task.id_column if task.id_column in header else None)
-    return dataclasses.replace(task.layout(), text_columns=columns, label_column=label, id_column=id_column,
-                               delimiter=delimiter)
+    return dataclasses.replace(task.layout(), text_columns=columns, label_column=label, delimiter=delimiter,
+                               id_column=args.id_column or (task.id_column if task.id_column in header else None))
 
 
 def text_format(task: Task) -> str:

@@ -43,7 +43,7 @@ from ..extensions.base import saved_flag
 from ..configuration.task_declarations import DEFAULT_TASKS
 from ..learning.task_schema import BUILTIN_TASKS, saved_tasks
 from ..learning.tasks import Task, overall_score
-from .latex import Headers, label_of, render_latex
+from .latex import Headers, count, label_of, render_latex
 from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
 
 ON, OFF = "✓", "×"
@@ -81,14 +81,14 @@ def delta_column(baseline: str | None = None) -> str:
     return DELTA if baseline is None else f"Δ vs {baseline}"
 
 
-def columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None, known=BUILTIN_TASKS) -> list[str]:
+def columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[str]:
     """The Markdown table's header for runs of ``tasks``, with a "vs alone" column for each of ``alone``."""
-    return [column.header for column in table_columns(tasks, alone, baseline, known)]
+    return [column.header for column in table_columns(tasks, alone, baseline)]
 
 
-def csv_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None, known=BUILTIN_TASKS) -> list[str]:
+def csv_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[str]:
     """The CSV's header: as ``columns``, with each metric's std and each interval's ends in columns of their own."""
-    return [name for column in table_columns(tasks, alone, baseline, known) for name in column.csv_headers()]
+    return [name for column in table_columns(tasks, alone, baseline) for name in column.csv_headers()]
 
 
 @dataclass
@@ -351,8 +351,11 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     scored = [row for row in rows if row.complete and not row.val_fraction]
     notes = [f"note: {row.run}: not compared ({row.capped}, --val_fraction: a search trial)"
              for row in rows if row.complete and row.val_fraction]
-    if baseline is not None:
-        check_baseline(rows, scored, baseline)   # one line if no row anywhere has that name
+    if baseline is not None and not any(row.run == baseline for row in scored):   # one line: no row of that name
+        trial = any(row.run == baseline for row in rows if row.val_fraction)
+        raise ValueError(f"--baseline {baseline}: no finished row of that name"
+                         f"{' (a search trial is no baseline)' if trial else ''}; the rows are "
+                         f"{', '.join(row.run for row in scored) or 'none'}")
     groups = alike_groups(scored, baseline)
     if not any(group.fts or group.alone for group in groups):
         return f"{delta} and {INTERVAL}: {_no_ft(rows)}.", notes
@@ -389,15 +392,6 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
         else:
             row.differences(kind)[task] = difference
     return _footer(rows, groups, baseline, resamples, seed), notes
-
-
-def check_baseline(rows: list[RunRow], done: list[RunRow], baseline: str) -> None:
-    """``--baseline ROW``: a one-line error when no finished row has that name."""
-    if not any(row.run == baseline for row in done):
-        trial = any(row.run == baseline for row in rows if row.val_fraction)
-        trial = " (a search trial is no baseline)" if trial else ""
-        raise ValueError(f"--baseline {baseline}: no finished row of that name{trial}; the rows are "
-                         f"{', '.join(row.run for row in done) or 'none'}")
 
 
 def _no_ft(rows: list[RunRow]) -> str:
@@ -556,8 +550,7 @@ def forest_panels(rows: list[RunRow], baseline: str | None = None) -> list[tuple
     """The forest plot's panels, each (x-axis label, [(row, difference)]): the average's Δ vs FT (or the
     ``baseline`` row), then each task's Δ vs its single-task row, then vs the ``baseline`` row; none empty."""
     def label(row: RunRow) -> str:   # the row and how many seeds its interval pools
-        seeds = len(row.seed_runs) or 1
-        return f"{row.run} ({seeds} seed{'s' if seeds != 1 else ''})"
+        return f"{row.run} ({count(len(row.seed_runs) or 1, 'seed')})"
     panels = [(f"Δ overall dev score vs {baseline or 'FT'}", [(label(row), row.vs_ft) for row in rows if row.vs_ft])]
     known = report_tasks(rows)
     for kind, against in (("alone", "alone"), ("baseline", baseline)):
@@ -634,7 +627,7 @@ def _status(data: dict) -> str:
         return "incomplete (running)"
     if status == RunStatus.FAILED:
         error = " ".join(str(data.get("error") or "no error message").split())
-        return "failed: " + (error if len(error) <= 100 else error[:99] + "…")
+        return "failed: " + _shortened(error, 100)
     return str(status)
 
 
@@ -731,10 +724,9 @@ def execute(args: argparse.Namespace) -> int:
     for note in notes:
         print(note, file=sys.stderr)
     markdown = render_markdown(rows, footer, args.baseline)
-    latex = None
-    if args.format == "latex":   # from the same rows, after the same comparison
-        latex = render_latex(rows, latex_headers(rows, args.baseline), footer, args.baseline, args.bootstrap,
-                             args.bootstrap_seed, "tab:ablation" if args.out is None else label_of(args.out.name))
+    latex = (render_latex(rows, latex_headers(rows, args.baseline), footer, args.baseline, args.bootstrap,
+                          args.bootstrap_seed, "tab:ablation" if args.out is None else label_of(args.out.name))
+             if args.format == "latex" else None)   # from the same rows, after the same comparison
     print(latex or (markdown if args.full else render_compact(rows, footer, args.baseline)), end="")
     prefix = args.out
     if prefix is None:  # the table on stdout only: nothing is written into the given folders
