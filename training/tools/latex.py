@@ -76,8 +76,7 @@ def latex_columns(rows: list[RunRow], headers: Headers) -> list[tuple[str, str, 
     ideas = [idea for idea in extensions.ideas()
              if idea.column and any(row.flags and row.flags.get(idea.name) for row in rows)]
     return [
-        ("run", "l", lambda row: escape(f"{row.run} ({row.baseline})" if row.baseline else row.run)   # as Markdown's
-         + ("" if not row.capped else TRIAL_MARK if row.val_fraction else CAPPED_MARK)),   # † capped, ‡ a trial
+        ("run", "l", run_cell),
         *([("pooling", "c", lambda row: escape(row.pooling or ""))] if any(row.pooling for row in rows) else []),
         *((escape(idea.column), "c", lambda row, name=idea.name: "" if row.flags is None else
            (r"\checkmark{}" if row.flags.get(name) else r"$\times$")) for idea in ideas),
@@ -89,6 +88,12 @@ def latex_columns(rows: list[RunRow], headers: Headers) -> list[tuple[str, str, 
           if any(row.vs_ft for row in rows) else []),
         *((escape(name), "r", lambda row, t=task, k=kind: difference(row.differences(k).get(t)))
           for task, name, kind in headers.by_task)]
+
+
+def run_cell(row: RunRow) -> str:
+    """The row's name, its baseline mark (PT, FT, ST) as in the Markdown table, † when capped, ‡ for a trial."""
+    mark = "" if not row.capped else TRIAL_MARK if row.val_fraction else CAPPED_MARK
+    return escape(f"{row.run} ({row.baseline})" if row.baseline else row.run) + mark
 
 
 def render_latex(rows: list[RunRow], headers: Headers, footer: str = "", baseline: str | None = None,

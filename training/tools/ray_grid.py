@@ -198,7 +198,9 @@ def next_step(run_dir: Path) -> str:
     """What a trial does with its run folder: "keep" a finished run (or one stopped early), "resume" a stopped one
     (Ctrl-C, a kill, a lost machine), "start" otherwise (an earlier attempt is moved aside first)."""
     status = read_metrics(run_dir).get("status")
-    return "keep" if status in FINAL else "resume" if status in UNFINISHED else "start"
+    if status in FINAL:
+        return "keep"
+    return "resume" if status in UNFINISHED else "start"
 
 
 def run_words(run_dir: Path, flags) -> tuple[str, list[str]]:

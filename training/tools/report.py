@@ -724,9 +724,10 @@ def execute(args: argparse.Namespace) -> int:
     for note in notes:
         print(note, file=sys.stderr)
     markdown = render_markdown(rows, footer, args.baseline)
-    latex = (render_latex(rows, latex_headers(rows, args.baseline), footer, args.baseline, args.bootstrap,
-                          args.bootstrap_seed, "tab:ablation" if args.out is None else label_of(args.out.name))
-             if args.format == "latex" else None)   # from the same rows, after the same comparison
+    latex = None
+    if args.format == "latex":   # from the same rows, after the same comparison
+        latex = render_latex(rows, latex_headers(rows, args.baseline), footer, args.baseline, args.bootstrap,
+                             args.bootstrap_seed, "tab:ablation" if args.out is None else label_of(args.out.name))
     print(latex or (markdown if args.full else render_compact(rows, footer, args.baseline)), end="")
     prefix = args.out
     if prefix is None:  # the table on stdout only: nothing is written into the given folders

@@ -785,6 +785,10 @@ POINTS = {RunStatus.FINISHED: ("finished", "black"), RunStatus.STOPPED_EARLY: ("
 CUT_OFF_DOT = "tab:red"   # a scored point of any other status: interrupted or failed after an evaluation
 
 
+def dot(status: str) -> str:
+    return POINTS[status][1] if status in POINTS else CUT_OFF_DOT
+
+
 def legend_entries(records: list[TrialRecord]) -> list[tuple[str, str]]:
     """(label, colour) for each kind of scored point on the plot: red, a score that is only the best so far."""
     shown = {r.status for r in records if r.score is not None}
@@ -832,7 +836,7 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
     ax, *panels = axes.flat
     scored = [r for r in records if r.score is not None]
     xs = [i for i, r in enumerate(records, 1) if r.score is not None]
-    ys, colours = [r.score for r in scored], [POINTS.get(r.status, ("", CUT_OFF_DOT))[1] for r in scored]
+    ys, colours = [r.score for r in scored], [dot(r.status) for r in scored]
     ax.scatter(xs, ys, c=colours, s=18, zorder=3)
     ax.step(xs, [max(ys[:i + 1]) for i in range(len(ys))], where="post", color="tab:blue", label="best so far")
     ax.set(xlabel="trial", ylabel="validation score", title="score by trial")
