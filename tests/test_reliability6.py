@@ -49,6 +49,13 @@ def run_folder(path: Path, state: str, **more) -> Path:
 GRID_RUN = GridRun("ablate-ft", "ft", ())
 
 
+def search_command(tmp_path: Path, space: str, trials: int, run_flags: list[str]) -> list[str]:
+    """minbert-search over the ``space`` (JSON text, written to tmp_path/space.json) into tmp_path/search."""
+    (tmp_path / "space.json").write_text(space)
+    return [sys.executable, "-m", "training.tools.search", "--space", str(tmp_path / "space.json"), "--trials",
+            str(trials), "--out_dir", str(tmp_path / "search"), "--val_fraction", "0.5", "--no_plot", "--", *run_flags]
+
+
 # ---- 74.1 and 74.2: what a trial reports (fast) ---------------------------------------------------------------
 
 @pytest.mark.parametrize("rc", [130, 143])
@@ -461,14 +468,10 @@ def test_a_run_killed_by_sigkill_fails_the_grid_and_the_same_command_resumes_it(
 def test_a_trial_killed_by_sigkill_fails_the_search_and_the_same_command_resumes_it(tiny_model_dir, tmp_path):
     """`kill -9` of a search trial's run: FAILED in its progress line, exit code 1 (it was 0, like a search whose
     trials all ended), and the same command resumes the trial and ends the search with 0."""
-    space = tmp_path / "space.json"
-    space.write_text('{"private_layers": [0]}')
     out_dir = tmp_path / "search"
     mark = {"MINBERT_TEST_MARK": secrets.token_hex(8)}
-    command = [sys.executable, "-m", "training.tools.search", "--space", str(space), "--trials", "1", "--out_dir",
-               str(out_dir), "--val_fraction", "0.5", "--no_plot", "--",
-               *tiny_flags(tiny_model_dir, FIXTURE_DATA, "--epochs", "40", "--max_steps_per_epoch", "none",
-                           "--save_every", "5")]
+    command = search_command(tmp_path, '{"private_layers": [0]}', 1, tiny_flags(
+        tiny_model_dir, FIXTURE_DATA, "--epochs", "40", "--max_steps_per_epoch", "none", "--save_every", "5"))
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
                               env=env(**mark))
     try:
@@ -506,13 +509,10 @@ def test_a_small_space_ends_at_its_size_and_a_trial_failing_at_start_is_failed_n
     data.mkdir()
     for file in FIXTURE_DATA.glob("ids-sst-*"):
         (data / file.name).write_bytes(file.read_bytes())
-    space = tmp_path / "space.json"
-    space.write_text('{"tasks": ["sst", "sts"]}')
     out_dir = tmp_path / "search"
     mark = {"MINBERT_TEST_MARK": secrets.token_hex(8)}
-    command = [sys.executable, "-m", "training.tools.search", "--space", str(space), "--trials", "3", "--out_dir",
-               str(out_dir), "--val_fraction", "0.5", "--no_plot", "--",
-               *tiny_flags(tiny_model_dir, data, "--epochs", "1", "--max_steps_per_epoch", "3")]
+    command = search_command(tmp_path, '{"tasks": ["sst", "sts"]}', 3,
+                             tiny_flags(tiny_model_dir, data, "--epochs", "1", "--max_steps_per_epoch", "3"))
     first = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env(**mark), timeout=600)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "the space has 2 points: the search ends at 2 trials (--trials 3), each point run once" in first.stdout
