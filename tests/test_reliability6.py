@@ -432,6 +432,27 @@ def test_gpus_no_node_has_are_one_line_and_exit_2_before_any_trial(tiny_model_di
 
 # ---- 74.2: SIGKILL of a trial's run, then the same command (slow) -------------------------------------------------
 
+def checkpointed(run: Path) -> bool:
+    """The run trains now (its lock is held) and has written a checkpoint that --resume continues from."""
+    return any((run / "checkpoints").glob("step-*")) and is_live(run)
+
+
+def kill_its_run(command: list[str], cwd: Path, mark: dict, killable) -> tuple[int, str, Path]:
+    """Start ``command`` (a grid or a search), ``kill -9`` the run folder ``killable()`` names once it names one, as
+    the OOM killer would: the command's exit code, its output and the run killed."""
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                              env=env(**mark))
+    found = []
+    try:
+        wait_for(lambda: found.append(killable()) or found[-1] is not None, what="a run that checkpointed")
+        os.kill(int((found[-1] / ".lock").read_text()), signal.SIGKILL)
+        output = driver.communicate(timeout=300)[0]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    return driver.returncode, output, found[-1]
+
+
 @pytest.mark.slow
 def test_a_run_killed_by_sigkill_fails_the_grid_and_the_same_command_resumes_it(tiny_model_dir, tmp_path):
     """`kill -9` of a trial's run_multitask.py (what the OOM killer does): the grid said "stopped (running)",
@@ -440,17 +461,9 @@ def test_a_run_killed_by_sigkill_fails_the_grid_and_the_same_command_resumes_it(
     out_dir, run = tmp_path / "grid", tmp_path / "grid" / "ablate-ft"
     command = grid_command(out_dir, "--only", "ft", "--epochs", "40", "--max_steps_per_epoch", "none",
                            extra=tiny_flags(tiny_model_dir, FIXTURE_DATA, "--save_every", "5"))
-    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                              env=env(**mark))
-    try:
-        wait_for(lambda: (run / "metrics.json").exists() and status(run) == "running"
-                 and any((run / "checkpoints").glob("step-*")) and is_live(run), what="the run checkpointed")
-        os.kill(int((run / ".lock").read_text()), signal.SIGKILL)
-        output = driver.communicate(timeout=300)[0]
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    assert driver.returncode == 1, output
+    returncode, output, _ = kill_its_run(command, tmp_path, mark, lambda: run if (run / "metrics.json").exists()
+                                         and status(run) == "running" and checkpointed(run) else None)
+    assert returncode == 1, output
     assert "ablate-ft: failed (killed by SIGKILL) after" in output
     assert "FAILED ablate-ft: killed by SIGKILL, a signal it does not handle" in output
     trial = json.loads((out_dir / "logs" / "grid.json").read_text())["trials"]["ablate-ft"]
@@ -472,21 +485,9 @@ def test_a_trial_killed_by_sigkill_fails_the_search_and_the_same_command_resumes
     mark = {"MINBERT_TEST_MARK": secrets.token_hex(8)}
     command = search_command(tmp_path, '{"private_layers": [0]}', 1, tiny_flags(
         tiny_model_dir, FIXTURE_DATA, "--epochs", "40", "--max_steps_per_epoch", "none", "--save_every", "5"))
-    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                              env=env(**mark))
-    try:
-        def killable() -> Path | None:
-            runs = [run for run in out_dir.glob("trial-*") if (run / ".lock").exists()
-                    and any((run / "checkpoints").glob("step-*")) and is_live(run)]
-            return runs[0] if runs else None
-        wait_for(killable, what="the trial checkpointed")
-        run = killable()
-        os.kill(int((run / ".lock").read_text()), signal.SIGKILL)
-        output = driver.communicate(timeout=300)[0]
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    assert driver.returncode == 1, output
+    returncode, output, run = kill_its_run(command, tmp_path, mark, lambda: next(
+        (run for run in out_dir.glob("trial-*") if (run / ".lock").exists() and checkpointed(run)), None))
+    assert returncode == 1, output
     assert f"{run.name}: FAILED: killed by SIGKILL, a signal it does not handle" in output
     assert "1 of 1 trials did not end (killed, or lost with their node): the same command continues the search" \
         in output
