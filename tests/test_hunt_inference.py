@@ -1,11 +1,14 @@
 """Defects found using a trained run after training: predict --data_dir leaves no half-written output when a
 later file cannot be read; embed reads a CSV as the run's readers do (blank lines skipped, line numbers as an
-editor counts them, an unclosed quote an error rather than rows merged into one sentence)."""
+editor counts them, an unclosed quote an error rather than rows merged into one sentence); load_run(...).predict
+of no inputs gives float32 as it does for some."""
 import shutil
 
+import numpy as np
 import pytest
 
 from test_predict_embed import FIXTURE_DATA, train
+from training import load_run
 from training.data.readers import DataError
 from training.tools import predict
 from training.tools.embed import read_sentences
@@ -46,3 +49,13 @@ def test_embed_refuses_an_unclosed_quote_instead_of_merging_the_rows_after_it(tm
     path.write_text('id,sentence\na1,"Good\na2,Bad.\na3,Fine.\n', encoding="utf-8")
     with pytest.raises(DataError, match=r"s\.csv, line 2: quoted field is never closed"):
         read_sentences(path)
+
+
+def test_load_run_predicts_no_inputs_as_float32_like_some(run_dir):
+    run = load_run(run_dir)
+    pairs = [("A man plays.", "A man is playing.")]
+    for task, output in (("sts", "label"), ("sts", "logits"), ("qqp", "probabilities"), ("qqp", "logits")):
+        some, none = run.predict(task, pairs, output=output), run.predict(task, [], output=output)
+        assert some.dtype == none.dtype == np.float32 and none.shape == (0,)
+    assert run.predict("sst", [], output="logits").dtype == np.float32
+    assert run.predict("qqp", []).dtype == np.int64
