@@ -59,3 +59,10 @@ def test_load_run_predicts_no_inputs_as_float32_like_some(run_dir):
         assert some.dtype == none.dtype == np.float32 and none.shape == (0,)
     assert run.predict("sst", [], output="logits").dtype == np.float32
     assert run.predict("qqp", []).dtype == np.int64
+
+
+def test_embed_refuses_a_csv_row_split_by_an_unquoted_comma_instead_of_embedding_its_first_part(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text("sentence\nDull, long and boring.\nFine.\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"s\.csv, line 2: 2 fields, header has 1; a comma inside an unquoted"):
+        read_sentences(path)

@@ -82,6 +82,9 @@ def read_sentences(path: Path, column: str | None = None) -> list[str]:
                 raise DataError(f"{path}, line {line}: {row.reason}")
             if not row:  # a blank line
                 continue
+            if len(row) > len(header):
+                raise DataError(f"{path}, line {line}: {len(row)} fields, header has {len(header)}; a comma inside an "
+                                'unquoted sentence splits it: quote the field ("..."), or give a .txt file')
             if len(row) <= index or not row[index].strip():
                 raise DataError(f"{path}, line {line}, field {column}: empty or missing sentence")
             sentences.append(row[index].strip())
