@@ -62,8 +62,9 @@ class LoadedRun:
         examples = [Example(str(i), item if row.is_pair else (item,), None, 0) for i, item in enumerate(items)]
         head = row if output == "label" else dataclasses.replace(row, predict=OUTPUTS[output][row.divergence])
         values = self.predict_examples(task, examples, batch_size, task_row=head).predictions
-        if not examples and output != "label" and row.divergence == "multiclass":
-            values = np.zeros((0, row.num_classes), dtype=np.float32)   # one row per input, none
+        if not examples:   # one row per input, none, float32 as the values of inputs are
+            multiclass = output != "label" and row.divergence == "multiclass"
+            values = np.zeros((0, row.num_classes) if multiclass else (0,), dtype=np.float32)
         if output == "label" and row.label_type == "class":
             values = values.astype(np.int64)
         if not single:

@@ -9,8 +9,6 @@ float32 ``.npy`` of shape (sentences, width), in input order. An existing ``--ou
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import re
 import sys
 from pathlib import Path
@@ -18,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from training.data.readers import DataError, guess_delimiter, read_utf8
+from training.data.readers import BadRow, DataError, csv_records, guess_delimiter, read_utf8
 from minbert.atomic import atomic_path
 
 from .command import check_overwrite, run_command
@@ -69,14 +67,24 @@ def read_sentences(path: Path, column: str | None = None) -> list[str]:
             raise ValueError(f"--column applies to .csv/.tsv files, not {path.name}")
         sentences = [line for _, line in text_lines(text)]
     else:
-        rows = list(csv.reader(io.StringIO(text), delimiter=guess_delimiter(path)))
-        header = [name.strip() for name in rows[0]] if rows else []
+        records = csv_records(path, text, guess_delimiter(path))   # as the run's readers read a file
+        line, header = next(records, (1, []))
+        if isinstance(header, BadRow):
+            raise DataError(f"{path}, line {line}: header row: {header.reason}")
+        header = [name.strip() for name in header]
         column = column or "sentence"
         if column not in header:
             raise DataError(f"{path}: no column {column!r} (columns: {header}); choose one with --column")
         index = header.index(column)
         sentences = []
-        for line, row in enumerate(rows[1:], start=2):
+        for line, row in records:
+            if isinstance(row, BadRow):
+                raise DataError(f"{path}, line {line}: {row.reason}")
+            if not row:  # a blank line
+                continue
+            if len(row) > len(header):
+                raise DataError(f"{path}, line {line}: {len(row)} fields, header has {len(header)}; a comma inside an "
+                                'unquoted sentence splits it: quote the field ("..."), or give a .txt file')
             if len(row) <= index or not row[index].strip():
                 raise DataError(f"{path}, line {line}, field {column}: empty or missing sentence")
             sentences.append(row[index].strip())

@@ -258,13 +258,16 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
     check_overwrite([*(prediction_path(out, known[n], split) for n, split, _ in planned), out / METRICS], overwrite)
     for missing in (file[2] for file in files if file not in planned):
         print(f"note: no {missing.name} in {data_dir}; skipping it", file=sys.stderr)
-    scores = {}
-    for name, split, path in planned:
-        task = known[name]
-        labelled = task.label_column in read_header(path)
-        examples, report = task.read(path, labelled)
+    read = []
+    for name, split, path in planned:  # every file read before any is written: an unreadable one leaves no output
+        labelled = known[name].label_column in read_header(path)
+        examples, report = known[name].read(path, labelled)
         if report.bad_rows:
             print(f"warning: {report.summary()}", file=sys.stderr)
+        read.append((name, split, path, labelled, examples))
+    scores = {}
+    for name, split, path, labelled, examples in read:
+        task = known[name]
         result = run.predict_examples(name, examples, batch_size, progress=len(examples) >= 2000)
         target = prediction_path(out, task, split)
         make_folder(out)

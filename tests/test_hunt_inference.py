@@ -1,0 +1,68 @@
+"""Defects found using a trained run after training: predict --data_dir leaves no half-written output when a
+later file cannot be read; embed reads a CSV as the run's readers do (blank lines skipped, line numbers as an
+editor counts them, an unclosed quote an error rather than rows merged into one sentence); load_run(...).predict
+of no inputs gives float32 as it does for some."""
+import shutil
+
+import numpy as np
+import pytest
+
+from test_predict_embed import FIXTURE_DATA, train
+from training import load_run
+from training.data.readers import DataError
+from training.tools import predict
+from training.tools.embed import read_sentences
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_model_dir):
+    return train(tmp_path_factory.mktemp("hunt"), tiny_model_dir, "hunt", "--no_test_predictions")
+
+
+def test_predict_writes_nothing_when_a_later_file_of_the_data_folder_cannot_be_read(run_dir, tmp_path, capsys):
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURE_DATA, data)
+    with open(data / "sts-dev.csv", "ab") as f:
+        f.write(b"\xe9")   # not UTF-8: read after the SST and QQP files
+    out = tmp_path / "out"
+    assert predict.main([str(run_dir), "--data_dir", str(data), "--out", str(out)]) == 1
+    assert "sts-dev.csv, line 12: not valid UTF-8" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+    assert predict.main([str(run_dir), "--data_dir", str(FIXTURE_DATA), "--out", str(out)]) == 0   # no --overwrite
+
+
+def test_embed_skips_the_blank_lines_of_a_csv(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text("id,sentence\na1,Good.\n\na2,Bad.\n\n", encoding="utf-8")
+    assert read_sentences(path) == ["Good.", "Bad."]
+
+
+def test_embed_names_the_line_of_a_bad_csv_row_after_a_quoted_line_break(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text('id,sentence\na1,"Good,\nvery good."\na2,\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"s\.csv, line 4, field sentence: empty or missing sentence"):
+        read_sentences(path)
+
+
+def test_embed_refuses_an_unclosed_quote_instead_of_merging_the_rows_after_it(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text('id,sentence\na1,"Good\na2,Bad.\na3,Fine.\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"s\.csv, line 2: quoted field is never closed"):
+        read_sentences(path)
+
+
+def test_load_run_predicts_no_inputs_as_float32_like_some(run_dir):
+    run = load_run(run_dir)
+    pairs = [("A man plays.", "A man is playing.")]
+    for task, output in (("sts", "label"), ("sts", "logits"), ("qqp", "probabilities"), ("qqp", "logits")):
+        some, none = run.predict(task, pairs, output=output), run.predict(task, [], output=output)
+        assert some.dtype == none.dtype == np.float32 and none.shape == (0,)
+    assert run.predict("sst", [], output="logits").dtype == np.float32
+    assert run.predict("qqp", []).dtype == np.int64
+
+
+def test_embed_refuses_a_csv_row_split_by_an_unquoted_comma_instead_of_embedding_its_first_part(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text("sentence\nDull, long and boring.\nFine.\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"s\.csv, line 2: 2 fields, header has 1; a comma inside an unquoted"):
+        read_sentences(path)
