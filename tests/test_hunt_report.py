@@ -1,0 +1,40 @@
+"""Defects found by following docs/grid.md and the report's --help literally (hand-written run folders, no training)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from test_report import SEEDS, predictions, write_dev_files, write_run
+from training.tools.report import collect_runs, compare_to_baselines
+
+
+def reorder_tasks(folder: Path, order: tuple[str, ...]) -> None:
+    """The run as ``--tasks`` in ``order`` leaves it: its dev metrics in that order, and the flag saved."""
+    path = folder / "metrics.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["dev"] = {task: data["dev"][task] for task in order}
+    data["config"]["train"]["tasks"] = ",".join(order)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+@pytest.mark.parametrize("order", [("sts", "qqp", "sst"), ("qqp", "sst", "sts")])
+def test_a_row_of_the_same_tasks_in_another_order_is_compared_with_ft(tmp_path, order):
+    """`--tasks sts,qqp,sst` trains the same three tasks on the same dev examples as the default: its row gets the
+    same Δ vs FT and interval as the same predictions saved in the default order (it got none: "not the same tasks
+    and dev examples as the baseline")."""
+    gold = write_dev_files(tmp_path / "data")
+    out = tmp_path / "runs"
+    out.mkdir()
+    for seed in SEEDS:
+        write_run(out, f"ft-s{seed}", seed, predictions(gold, 0.5, seed), gold, tmp_path / "data")
+        write_run(out, f"ucl-s{seed}", seed, predictions(gold, 0.8, seed + 100), gold, tmp_path / "data", ucl=True)
+        write_run(out, f"preqqp-s{seed}", seed, predictions(gold, 0.8, seed + 100), gold, tmp_path / "data",
+                  pre_qqp=True)
+        reorder_tasks(out / f"ucl-s{seed}", order)
+    rows = {row.run: row for row in collect_runs(out)}
+    footer, notes = compare_to_baselines(list(rows.values()), resamples=200)
+    assert notes == []
+    reordered, default = rows["ucl"].vs_ft, rows["preqqp"].vs_ft
+    assert reordered is not None
+    assert (reordered.observed, reordered.low, reordered.high) == pytest.approx(
+        (default.observed, default.low, default.high), abs=1e-12)
