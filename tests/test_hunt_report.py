@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from test_report import SEEDS, predictions, write_dev_files, write_run
-from training.tools.report import collect_runs, compare_to_baselines
+from training.tools.report import collect_runs, compare_to_baselines, main
 
 
 def reorder_tasks(folder: Path, order: tuple[str, ...]) -> None:
@@ -38,3 +38,20 @@ def test_a_row_of_the_same_tasks_in_another_order_is_compared_with_ft(tmp_path, 
     assert reordered is not None
     assert (reordered.observed, reordered.low, reordered.high) == pytest.approx(
         (default.observed, default.low, default.high), abs=1e-12)
+
+
+def test_the_latex_comments_say_why_no_row_has_a_delta(tmp_path, capsys):
+    """With no Δ anywhere the caption says "(the comments above say why)": the comments hold each row's reason
+    (here: no gold labels in --data_dir), not only the footer, which does not say it."""
+    gold = write_dev_files(tmp_path / "data")
+    out = tmp_path / "runs"
+    out.mkdir()
+    for seed in SEEDS[:2]:
+        write_run(out, f"ft-s{seed}", seed, predictions(gold, 0.5, seed), gold, tmp_path / "data")
+        write_run(out, f"ucl-s{seed}", seed, predictions(gold, 0.8, seed), gold, tmp_path / "data", ucl=True)
+    (tmp_path / "empty").mkdir()
+    assert main([str(out), "--data_dir", str(tmp_path / "empty"), "--format", "latex", "--bootstrap", "50"]) == 0
+    latex = capsys.readouterr().out
+    assert "the comments above say why" in latex
+    comments = " ".join(line[2:] for line in latex.splitlines() if line.startswith("% "))
+    assert "ucl: no $\\Delta$ vs FT: gold labels: data file not found" in comments

@@ -726,7 +726,8 @@ def execute(args: argparse.Namespace) -> int:
     markdown = render_markdown(rows, footer, args.baseline)
     latex = None
     if args.format == "latex":   # from the same rows, after the same comparison
-        latex = render_latex(rows, latex_headers(rows, args.baseline), footer, args.baseline, args.bootstrap,
+        commented = " ".join([footer, *notes])   # the caption says "the comments above say why": the notes too
+        latex = render_latex(rows, latex_headers(rows, args.baseline), commented, args.baseline, args.bootstrap,
                              args.bootstrap_seed, "tab:ablation" if args.out is None else label_of(args.out.name))
     print(latex or (markdown if args.full else render_compact(rows, footer, args.baseline)), end="")
     prefix = args.out
