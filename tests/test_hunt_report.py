@@ -1,5 +1,7 @@
 """Defects found by following docs/grid.md and the report's --help literally (hand-written run folders, no training)."""
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,17 @@ def test_the_latex_comments_say_why_no_row_has_a_delta(tmp_path, capsys):
     assert "the comments above say why" in latex
     comments = " ".join(line[2:] for line in latex.splitlines() if line.startswith("% "))
     assert "ucl: no $\\Delta$ vs FT: gold labels: data file not found" in comments
+
+
+@pytest.mark.slow
+def test_grid_listing_whose_reader_went_away_ends_without_a_traceback():
+    """`python -m training.tools.grid | head -1` (its docstring's command) where the reader has gone before the
+    listing is written: the command ends as every command of the project does then (``run_command``: no error,
+    exit code 141), not with a BrokenPipeError's traceback."""
+    root = Path(__file__).resolve().parent.parent
+    listing = subprocess.Popen([sys.executable, "-m", "training.tools.grid"], cwd=root, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    listing.stdout.close()   # the reader goes away (head, after its lines) before the child has written
+    stderr = listing.stderr.read()
+    assert listing.wait(timeout=120) == 141
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr

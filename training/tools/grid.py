@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .command import run_command
 from .. import extensions
 from ..configuration.sections import DEFAULT_SEED
 from ..extensions.base import Extension
@@ -261,4 +262,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))   # as every command ends: a reader gone (| head) is no traceback
