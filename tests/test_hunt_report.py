@@ -71,3 +71,20 @@ def test_grid_listing_whose_reader_went_away_ends_without_a_traceback():
     stderr = listing.stderr.read()
     assert listing.wait(timeout=120) == 141
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+
+
+def test_a_folder_given_twice_counts_its_runs_once(tmp_path, capsys):
+    """`report DIR DIR/` (or DIR and its absolute path) reads each run folder once: 3 seeds, not 6 with a
+    smaller std; the table is the one of `report DIR`."""
+    gold = write_dev_files(tmp_path / "data")
+    out = tmp_path / "runs"
+    out.mkdir()
+    for seed in SEEDS:
+        write_run(out, f"ft-s{seed}", seed, predictions(gold, 0.5, seed), gold, tmp_path / "data")
+        write_run(out, f"ucl-s{seed}", seed, predictions(gold, 0.7, seed + 100), gold, tmp_path / "data", ucl=True)
+    assert main([str(out), "--full", "--bootstrap", "50"]) == 0
+    once = capsys.readouterr()
+    assert main([str(out), str(out) + "/", str(out.resolve()), "--full", "--bootstrap", "50"]) == 0
+    thrice = capsys.readouterr()
+    assert thrice.out == once.out
+    assert "| 3 |" in once.out and "(2 rows from 6 runs;" in thrice.err
