@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from test_report import SEEDS, predictions, write_dev_files, write_run
+from training.tools.grid import first_refused
 from training.tools.report import collect_runs, compare_to_baselines, main
 
 
@@ -88,3 +89,13 @@ def test_a_folder_given_twice_counts_its_runs_once(tmp_path, capsys):
     thrice = capsys.readouterr()
     assert thrice.out == once.out
     assert "| 3 |" in once.out and "(2 rows from 6 runs;" in thrice.err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_after_the_double_dash_is_one_line_naming_the_run(flag):
+    """`minbert-grid -- --help`: the run's parser prints its help and exits 0, with nothing on stderr; the flag check
+    said "IndexError: list index out of range" (no run, no flag named) instead of one line naming both."""
+    refused = first_refused([("run ablate-ft", [flag])])
+    assert refused.startswith("run ablate-ft: ") and flag in refused
+    assert "IndexError" not in refused

@@ -46,8 +46,9 @@ for name, flags in json.loads(sys.argv[2]):
     try:
         with contextlib.redirect_stderr(stderr):
             config = run_multitask.parse_config(flags).validate()
-    except SystemExit:
-        sys.exit(name + ": " + stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
+    except SystemExit:   # a parser error; or -h/--help, its help on stdout and nothing on stderr
+        said = stderr.getvalue().strip().splitlines() or ["-h/--help after -- (the flags: run_multitask.py --help)"]
+        sys.exit(name + ": " + said[-1].split("error: ", 1)[-1])
     except (ValueError, OSError) as err:
         sys.exit(f"{name}: {describe(err)}")
     try:
