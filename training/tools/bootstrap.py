@@ -108,7 +108,7 @@ def paired_difference(row: list[Scores], baseline: list[Scores], level: float = 
     score, or ``task``'s metric alone: a task's draws depend only on the seed, the task and its dev examples,
     so they pair across runs of other tasks (a multi-task row against that task's single-task row)."""
     if task is None:
-        if any(s.examples != baseline[0].examples for s in (*row, *baseline)):
+        if any(sorted(s.examples) != sorted(baseline[0].examples) for s in (*row, *baseline)):   # any task order
             raise Unavailable("not the same tasks and dev examples as the baseline")
         pairs = [[(s.observed, s.resampled) for s in seeds] for seeds in (row, baseline)]
     else:

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .command import run_command
 from .. import extensions
 from ..configuration.sections import DEFAULT_SEED
 from ..extensions.base import Extension
@@ -45,8 +46,9 @@ for name, flags in json.loads(sys.argv[2]):
     try:
         with contextlib.redirect_stderr(stderr):
             config = run_multitask.parse_config(flags).validate()
-    except SystemExit:
-        sys.exit(name + ": " + stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1])
+    except SystemExit:   # a parser error; or -h/--help, its help on stdout and nothing on stderr
+        said = stderr.getvalue().strip().splitlines() or ["-h/--help after -- (the flags: run_multitask.py --help)"]
+        sys.exit(name + ": " + said[-1].split("error: ", 1)[-1])
     except (ValueError, OSError) as err:
         sys.exit(f"{name}: {describe(err)}")
     try:
@@ -261,4 +263,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))   # as every command ends: a reader gone (| head) is no traceback

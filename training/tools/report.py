@@ -716,7 +716,8 @@ def execute(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {args.out} is a folder; give a file prefix, e.g. {args.out / 'ablation'} (it writes "
                          f"PREFIX.md, PREFIX.csv{', PREFIX.tex' if args.format == 'latex' else ''} and "
                          f"PREFIX-forest.png)")
-    runs = [run for folder in args.folders for run in read_runs(folder)]
+    # each run folder once, however often its parent is given (DIR DIR/): a run twice would count as two seeds
+    runs = list({run.folder.resolve(): run for folder in args.folders for run in read_runs(folder)}.values())
     rows = sort_rows(pool_seeds(runs), args.sort)
     if not rows:
         print(f"note: no run folders in {', '.join(map(str, args.folders))}", file=sys.stderr)
@@ -726,7 +727,8 @@ def execute(args: argparse.Namespace) -> int:
     markdown = render_markdown(rows, footer, args.baseline)
     latex = None
     if args.format == "latex":   # from the same rows, after the same comparison
-        latex = render_latex(rows, latex_headers(rows, args.baseline), footer, args.baseline, args.bootstrap,
+        commented = " ".join([footer, *notes])   # the caption says "the comments above say why": the notes too
+        latex = render_latex(rows, latex_headers(rows, args.baseline), commented, args.baseline, args.bootstrap,
                              args.bootstrap_seed, "tab:ablation" if args.out is None else label_of(args.out.name))
     print(latex or (markdown if args.full else render_compact(rows, footer, args.baseline)), end="")
     prefix = args.out
