@@ -103,7 +103,8 @@ def test_named_grid_is_pinned_and_seeds_can_be_split():
     (["--", "--run_name", "x"], "the grid names, places and seeds its runs itself"),
     (["--seeds", "0"], "--seeds"),
     (["--gpus_per_run", "1.5"], "whole number"),
-    (["--grid", "full", "--", "--max_eval_examples", "10"], "reproduces a documented table"),
+    (["--grid", "full", "--", "--max_eval_examples", "10"], "budget pinned (every dev example scored, the test"),
+    (["--grid", "quick", "--", "--no_test_predictions"], "pinned (--epochs 1 --max_steps_per_epoch 20 --pre_qqp"),
     (["--out_dir", ""], "--out_dir needs a folder"),
 ])
 def test_bad_grid_flags_are_one_usage_line(args, message):

@@ -166,9 +166,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     budget_given = any(getattr(args, name) is not None for name in ("epochs", "max_steps_per_epoch", "stage_steps"))
     capped = [flag for flag in args.extra if flag.split("=")[0] in ("--max_eval_examples", "--no_test_predictions")]
     if args.grid and capped and not budget_given:
-        parser.error(f"--grid {args.grid} reproduces a documented table, whose runs scored every dev example and "
-                     f"predicted the test files: {capped[0]} is refused there (a smoke run of it: give a budget "
-                     "flag too, e.g. --max_steps_per_epoch 5)")
+        pinned = " ".join(NAMED_GRIDS[args.grid].budget) or "every dev example scored, the test files predicted"
+        parser.error(f"--grid {args.grid} reproduces a documented table, its runs' budget pinned ({pinned}): "
+                     f"{capped[0]} is refused there (a smoke run of it: give a budget flag too, e.g. "
+                     "--max_steps_per_epoch 5)")
     if args.gpus_per_run < 0 or args.cpus_per_run <= 0 or args.wait_for_resources < 0:
         parser.error("--cpus_per_run must be > 0, --gpus_per_run >= 0 and --wait_for_resources >= 0")
     if args.gpus_per_run > 1 and args.gpus_per_run != int(args.gpus_per_run):

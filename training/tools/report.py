@@ -251,11 +251,17 @@ def read_runs(folder: str | Path) -> list[RunRow]:
 
 
 def pool_seeds(runs: list[RunRow]) -> list[RunRow]:
-    """One row per finished configuration (its runs in the given order); every other run as it is."""
+    """One row per finished configuration (its runs in the given order, each seed once: a rerun of a seed is no
+    second sample of the seeds); every other run as it is."""
     groups: dict[object, list[RunRow]] = {}
     for run in runs:
         key = run.group_key if run.complete and run.group_key is not None else id(run)
-        groups.setdefault(key, []).append(run)
+        seeds = groups.setdefault(key, [])
+        if twin := next((s for s in seeds if s.seed == run.seed), None):
+            print(f"note: {run.run} is {twin.run} again (the same configuration and seed {run.seed}): pooled once, "
+                  f"as {twin.run}", file=sys.stderr)
+            continue
+        seeds.append(run)
     return [pooled(seeds) if seeds[0].complete else seeds[0] for seeds in groups.values()]
 
 

@@ -16,7 +16,7 @@ from training.tools.embed import read_sentences
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, tiny_model_dir):
-    return train(tmp_path_factory.mktemp("hunt"), tiny_model_dir, "hunt", "--no_test_predictions")
+    return train(tmp_path_factory.mktemp("inputs"), tiny_model_dir, "inputs", "--no_test_predictions")
 
 
 def test_predict_writes_nothing_when_a_later_file_of_the_data_folder_cannot_be_read(run_dir, tmp_path, capsys):

@@ -91,6 +91,25 @@ def test_a_folder_given_twice_counts_its_runs_once(tmp_path, capsys):
     assert "| 3 |" in once.out and "(2 rows from 6 runs;" in thrice.err
 
 
+def test_a_rerun_of_a_seed_is_pooled_once(tmp_path, capsys):
+    """`minbert-grid --grid quick --seeds 1` (folder quick-ft, seed 11711) then `--seeds 3` (quick-ft-s11711, ...)
+    in one --out_dir: the report pools 3 seeds, not 4 runs of 3 seeds (a repeated seed is no second sample: its std
+    and interval would shrink); a note names the rerun and the run it repeats."""
+    gold = write_dev_files(tmp_path / "data")
+    out = tmp_path / "runs"
+    out.mkdir()
+    for seed in SEEDS:
+        write_run(out, f"ft-s{seed}", seed, predictions(gold, 0.5, seed), gold, tmp_path / "data")
+        write_run(out, f"ucl-s{seed}", seed, predictions(gold, 0.7, seed + 100), gold, tmp_path / "data", ucl=True)
+    assert main([str(out), "--full", "--bootstrap", "50"]) == 0
+    three = capsys.readouterr().out
+    write_run(out, "ft", SEEDS[0], predictions(gold, 0.5, SEEDS[0]), gold, tmp_path / "data")   # the same run again
+    assert main([str(out), "--full", "--bootstrap", "50"]) == 0
+    again = capsys.readouterr()
+    assert again.out == three
+    assert f"note: ft-s{SEEDS[0]} is ft again (the same configuration and seed {SEEDS[0]}): pooled once" in again.err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_after_the_double_dash_is_one_line_naming_the_run(flag):
