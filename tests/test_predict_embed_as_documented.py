@@ -1,7 +1,8 @@
 """Defects found using a trained run after training: predict --data_dir leaves no half-written output when a
 later file cannot be read; embed reads a CSV as the run's readers do (blank lines skipped, line numbers as an
 editor counts them, an unclosed quote an error rather than rows merged into one sentence); load_run(...).predict
-of no inputs gives float32 as it does for some."""
+of no inputs gives float32 as it does for some, refuses a batch size of 0 and names a regression's own range."""
+import dataclasses
 import shutil
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from test_predict_embed import FIXTURE_DATA, train
 from training import load_run
 from training.data.readers import DataError
+from training.harness import loaded_run
 from training.tools import predict
 from training.tools.embed import read_sentences
 
@@ -66,3 +68,24 @@ def test_embed_refuses_a_csv_row_split_by_an_unquoted_comma_instead_of_embedding
     path.write_text("sentence\nDull, long and boring.\nFine.\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"s\.csv, line 2: 2 fields, header has 1; a comma inside an unquoted"):
         read_sentences(path)
+
+
+def test_load_run_refuses_a_batch_size_of_0_as_encode_does(run_dir):
+    """``predict(..., batch_size=0)`` used the run's batch size without a word, where ``encode`` refuses 0."""
+    run = load_run(run_dir)
+    for call in (lambda: run.predict("sst", ["Fine."], batch_size=0), lambda: run.encode(["Fine."], batch_size=0)):
+        with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
+            call()
+
+
+def test_a_regression_s_refusal_of_probabilities_names_its_own_score_range(run_dir, monkeypatch):
+    """A declared pair_regression on 1..5 (``--task_file``) asked for probabilities: the error named "the 0..5
+    score", STS's range, not the task's."""
+    run = load_run(run_dir)
+    assert "its label is the 0..5 score" in str(pytest.raises(ValueError, run.predict, "sts", [("a", "b")],
+                                                              output="probabilities").value)
+    rows = loaded_run.known_tasks(run.config.data)
+    rows["sts"] = dataclasses.replace(rows["sts"], score_range=(1.0, 5.0))
+    monkeypatch.setattr(loaded_run, "known_tasks", lambda data: rows)
+    with pytest.raises(ValueError, match=r"sts is a regression: its label is the 1\.\.5 score"):
+        run.predict("sts", [("a", "b")], output="probabilities")

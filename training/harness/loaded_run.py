@@ -57,7 +57,8 @@ class LoadedRun:
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         if output == "probabilities" and row.divergence == "regression":
-            raise ValueError(f"{task} is a regression: its label is the 0..5 score; it has no probabilities")
+            low, high = row.score_range
+            raise ValueError(f"{task} is a regression: its label is the {low:g}..{high:g} score; it has no probabilities")
         items, single = pair_list(inputs) if row.is_pair else sentence_list(inputs)
         examples = [Example(str(i), item if row.is_pair else (item,), None, 0) for i, item in enumerate(items)]
         head = row if output == "label" else dataclasses.replace(row, predict=OUTPUTS[output][row.divergence])
@@ -76,8 +77,9 @@ class LoadedRun:
         """``TaskPredictions`` of the task's head in the order of ``examples``, batched as the run evaluated
         dev (so a run's own dev files come out as it wrote them). ``task_row``: the row with another ``predict``."""
         self.check_head(task)
+        batch_size = self.config.data.batch_size if batch_size is None else batch_size
         loader = make_loader(examples, self.tokenizer, model_max_length(self.config.data.max_length, self.model.bert),
-                             batch_size or self.config.data.batch_size, shuffle=False, bucket=self.config.speed.bucket)
+                             batch_size, shuffle=False, bucket=self.config.speed.bucket)
         row = task_row or known_tasks(self.config.data)[task]
         return predict(self.model, row, loader, next(self.model.parameters()).device, f"predict {task}", progress)
 
