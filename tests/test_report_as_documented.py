@@ -110,6 +110,18 @@ def test_a_rerun_of_a_seed_is_pooled_once(tmp_path, capsys):
     assert f"note: ft-s{SEEDS[0]} is ft again (the same configuration and seed {SEEDS[0]}): pooled once" in again.err
 
 
+def test_an_unknown_baseline_is_refused_with_the_bootstrap_off_too(tmp_path, capsys):
+    """`--baseline` with a typo and `--bootstrap 0`: one error line naming the rows, as with the bootstrap on (the
+    table came out with a column "Δ vs <typo>")."""
+    gold = write_dev_files(tmp_path / "data")
+    out = tmp_path / "runs"
+    out.mkdir()
+    write_run(out, f"ft-s{SEEDS[0]}", SEEDS[0], predictions(gold, 0.5, SEEDS[0]), gold, tmp_path / "data")
+    for bootstrap in ("0", "50"):
+        assert main([str(out), "--baseline", "fft", "--bootstrap", bootstrap]) == 1
+        assert "--baseline fft: no finished row of that name; the rows are ft" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_after_the_double_dash_is_one_line_naming_the_run(flag):

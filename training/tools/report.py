@@ -352,8 +352,6 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
     and the notes on rows whose interval could not be computed. ``data_dir`` replaces the runs' own data folders.
     Only rows scored on the same dev examples are compared (``alike_groups``); a search's trial never is."""
     delta = delta_column(baseline)
-    if resamples == 0:
-        return f"{delta} and {INTERVAL}: not computed (--bootstrap 0).", []
     scored = [row for row in rows if row.complete and not row.val_fraction]
     notes = [f"note: {row.run}: not compared ({row.capped}, --val_fraction: a search trial)"
              for row in rows if row.complete and row.val_fraction]
@@ -362,6 +360,8 @@ def compare_to_baselines(rows: list[RunRow], resamples: int = 1000, seed: int = 
         raise ValueError(f"--baseline {baseline}: no finished row of that name"
                          f"{' (a search trial is no baseline)' if trial else ''}; the rows are "
                          f"{', '.join(row.run for row in scored) or 'none'}")
+    if resamples == 0:
+        return f"{delta} and {INTERVAL}: not computed (--bootstrap 0).", []
     groups = alike_groups(scored, baseline)
     if not any(group.fts or group.alone for group in groups):
         return f"{delta} and {INTERVAL}: {_no_ft(rows)}.", notes
