@@ -20,7 +20,7 @@ def test_help_never_says_off_for_a_switch_whose_default_is_decided_at_run_time()
                  for option in action.option_strings if action.help != argparse.SUPPRESS}
     sparse = help_text["--sparse_embeddings"]
     assert "default: on for one process" in sparse and "default: off" not in sparse
-    assert sparse.endswith("(off: --no_sparse_embeddings)")
+    assert sparse.endswith("--no_sparse_embeddings: dense)")
     assert help_text["--bucket"].endswith("(default: on; off: --no_bucket)")   # a bool default: stated as before
     assert help_text["--smart"].endswith("(default: off; off: --no_smart)")
 
