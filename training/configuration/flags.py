@@ -94,8 +94,9 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
         meta = {key: value for key, value in f.metadata.items() if key not in ("path", "type")}
         default = overrides.get(f.name, f.default)
         if is_switch(f):
-            group.add_argument(f"--{f.name}", action="store_true", default=default,
-                               help=f"{meta['help']} (default: {'on' if default else 'off'}; off: --no_{f.name})")
+            said = "" if default is None else f" (default: {'on' if default else 'off'}; off: --no_{f.name})"
+            group.add_argument(f"--{f.name}", action="store_true", default=default,   # None: the help says
+                               help=f"{meta['help']}{said}")
             group.add_argument(f"--no_{f.name}", action="store_false", dest=f.name, default=default,
                                help=argparse.SUPPRESS)  # every switch has its off form
             continue

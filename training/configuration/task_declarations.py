@@ -43,8 +43,8 @@ def _columns(value) -> list:
 
 def _text_columns_ok(value, d) -> bool:
     columns = _columns(value)
-    return isinstance(columns, list) and len(columns) == _wanted(d) and len(set(columns)) == len(columns) \
-        and all(isinstance(c, str) and c for c in columns)
+    return isinstance(columns, list) and len(columns) == _wanted(d) and all(isinstance(c, str) and c for c in columns) \
+        and len(set(columns)) == len(columns)
 
 
 def _wanted(d: dict) -> int:
@@ -52,8 +52,9 @@ def _wanted(d: dict) -> int:
 
 
 def _range_ok(value) -> bool:
-    return isinstance(value, list) and len(value) == 2 and value[0] < value[1] and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+    return isinstance(value, list) and len(value) == 2 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value) \
+        and value[0] < value[1]
 
 
 def _regression(d: dict) -> bool:
