@@ -69,8 +69,10 @@ def parse_config(argv=None) -> RunConfig:
     return parse_command(argv)[0]
 
 
-def parse_command(argv=None) -> tuple[RunConfig, bool]:
-    """The run's configuration, and whether ``--print_config`` asks to print it instead of running it."""
+def parse_command(argv=None) -> tuple[RunConfig, bool, set[str]]:
+    """The run's configuration, whether ``--print_config`` asks to print it instead of running it, and the settings
+    the command gives (its flags', its --config file's, --reference's): --resume refuses those the run saved otherwise,
+    at their defaults too."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.print_config and args.resume:
@@ -94,7 +96,7 @@ def parse_command(argv=None) -> tuple[RunConfig, bool]:
             parser.error(str(err))
     config = RunConfig(**{name: section_from_args(cls, args) for name, cls in CORE_SECTIONS.items()},
                        extensions={name: section_from_args(cls, args) for name, cls in extension_sections().items()})
-    return config, args.print_config
+    return config, args.print_config, given.union(*layers)
 
 
 def explicit_flags(argv=None) -> set[str]:
@@ -108,11 +110,11 @@ def explicit_flags(argv=None) -> set[str]:
 def main(argv=None) -> int:
     """Exit codes: 0 finished, 1 an error (one line on stderr), 130 Ctrl-C, 143 SIGTERM."""
     with usage_errors_once():   # a bad flag is argparse's usage message and exit code 2
-        config, printing = parse_command(argv)
+        config, printing, given = parse_command(argv)
     if printing:   # as --config reads it back, checked as a run would check it: the file alone runs the same
         return run_command(lambda: print(json.dumps(config_as_file(config.validate()), indent=2)))
     keep_freed_memory()   # process-wide malloc thresholds: fewer page faults per step, no number changed
-    return run_command(lambda: run(config) and None)
+    return run_command(lambda: run(config, given=given) and None)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import pytest
 import run_multitask
 from test_resume import FIXTURE_DATA, argv, assert_same_run, final_state
 from training.harness.resume import list_checkpoints
+from training.harness.run_folder import resumed_config
 
 
 def stop_midway(run_dir: Path) -> None:
@@ -86,6 +87,27 @@ def test_flags_that_differ_from_the_saved_run_are_refused(copies, capsys):
     _, _, _, stopped = copies
     err = refused(["--resume", str(stopped), "--epochs", "10", "--lr", "0.5", "--quiet"], capsys, stopped)
     assert "--epochs 10 (saved: 2)" in err and "--lr 0.5 (saved: 0.0001)" in err and "start a new run" in err
+
+
+@pytest.mark.slow
+def test_flags_given_at_their_defaults_that_differ_from_the_saved_run_are_refused_too(copies, capsys):
+    """`--epochs 3 --batch_size 32` are the defaults, the run saved 2 and 2: they were ignored without a word (the
+    run resumed with its own), as every flag equal to its default was, however the run was saved."""
+    _, _, _, stopped = copies
+    err = refused(["--resume", str(stopped), "--epochs", "3", "--batch_size", "32", "--no_smart", "--quiet"], capsys,
+                  stopped)
+    assert "--epochs 3 (saved: 2)" in err and "--batch_size 32 (saved: 2)" in err and "smart" not in err
+
+
+def test_resume_compares_the_flags_given_not_only_those_off_their_defaults():
+    """``resumed_config`` with ``given`` (what ``run_multitask.main`` passes): a flag given at its default that the
+    saved run has otherwise is refused; without ``given`` (the Python API) only flags off their defaults are seen."""
+    saved = run_multitask.parse_config(["--batch_size", "4", "--smart"]).to_dict()
+    config, _, given = run_multitask.parse_command(["--resume", "x", "--batch_size", "32", "--no_smart"])
+    assert given >= {"batch_size", "smart"}
+    with pytest.raises(ValueError, match=r"--batch_size 32 \(saved: 4\), --smart False \(saved: True\)"):
+        resumed_config(config, saved, Path("state.json"), given)
+    assert resumed_config(config, saved, Path("state.json")).data.batch_size == 4
 
 
 @pytest.mark.slow

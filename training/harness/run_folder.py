@@ -148,7 +148,8 @@ class RunFolder:
             shutdown()
 
 
-def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[Path], RunLock | None]:
+def resume_from(config: RunConfig, given: set[str] | None = None
+                ) -> tuple[RunConfig, Checkpoint | None, list[Path], RunLock | None]:
     """With ``--resume``: the saved configuration, the newest checkpoint, the temporary files an interrupted
     run left (removed) and the run's lock, taken before anything in the folder is touched."""
     if not config.output.resume:
@@ -165,9 +166,9 @@ def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[P
                               "to resume with): run the command that started it again, which takes its folder over")
         if metrics.get("status") not in (None, *FINAL) and isinstance(metrics.get("config"), dict):
             # stopped, not ended, before its first checkpoint: it starts again in its own folder, as saved
-            return resumed_config(config, metrics["config"], run_dir / "metrics.json"), None, stale, lock
+            return resumed_config(config, metrics["config"], run_dir / "metrics.json", given), None, stale, lock
         resume = latest_checkpoint(run_dir, fallback=config.output.resume_fallback)
-        return resumed_config(config, resume.state["config"], resume.path / "state.json"), resume, stale, lock
+        return resumed_config(config, resume.state["config"], resume.path / "state.json", given), resume, stale, lock
     except BaseException:
         lock.release()
         raise
@@ -178,9 +179,10 @@ def resume_from(config: RunConfig) -> tuple[RunConfig, Checkpoint | None, list[P
 RESUME_FLAGS = (*(name for name in WHERE_A_RUN_IS if name != "run_name"), "quiet", "data_dir")
 
 
-def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunConfig:
+def resumed_config(flags: RunConfig, saved_config: dict, source: Path, given: set[str] | None = None) -> RunConfig:
     """The configuration saved in ``source`` (state.json, or a restarted run's metrics.json) with ``RESUME_FLAGS``
-    from the command line; other flags that differ from the saved ones are refused: they would be ignored."""
+    from the command line; other flags ``given`` (None: those off their defaults) that differ from the saved ones
+    are refused: they would be ignored."""
     if refused := removed_extension(saved_values(saved_config)):
         raise ValueError(f"{source}: {refused}")
     try:
@@ -191,10 +193,11 @@ def resumed_config(flags: RunConfig, saved_config: dict, source: Path) -> RunCon
         raise ValueError(f"{source}: the run trained with {', '.join(removed)}, which {REMOVED_IN}")
     if flags.data.task_file:   # the run keeps its declarations: a --task_file beside them must agree
         check_agreement(flags.data.task_file, config.data.own_tasks, f"the run's saved declarations ({source})")
-    defaults, given, saved = RunConfig.defaults().to_dict(), flags.to_dict(), config.to_dict()
-    ignored = [f"--{name} {value} (saved: {saved[section][name]})" for section, values in given.items()
+    defaults, flag_values, saved = RunConfig.defaults().to_dict(), flags.to_dict(), config.to_dict()
+    ignored = [f"--{name} {value} (saved: {saved[section][name]})" for section, values in flag_values.items()
                for name, value in values.items() if name not in RESUME_FLAGS + ("task_file",)
-               and value != defaults[section][name] and value != saved[section][name]]
+               and (name in given if given is not None else value != defaults[section][name])
+               and value != saved[section][name]]
     if ignored:
         raise ValueError(f"--resume continues the run with its saved configuration, and these flags differ from it: "
                          f"{', '.join(ignored)}; drop them (to train otherwise, start a new run, e.g. with "

@@ -39,12 +39,13 @@ from .status import RunStatus
 from .trial_control import ask_scheduler
 
 
-def run(config: RunConfig, log: RunLog | None = None) -> dict:
-    """Train and evaluate one configuration; return the metrics of ``metrics.json`` (``RunFolder``)."""
+def run(config: RunConfig, log: RunLog | None = None, given: set[str] | None = None) -> dict:
+    """Train and evaluate one configuration; return the metrics of ``metrics.json`` (``RunFolder``). ``given``: the
+    settings the command line gave (None: those off their defaults), which --resume checks against the saved run."""
     if not config.output.resume:   # a resumed run's saved configuration is validated by resume_from
         config = config.validate()
     started = time.time()
-    config, resume, stale, lock = resume_from(config)
+    config, resume, stale, lock = resume_from(config, given)
     try:
         place, device = init_distributed(pick_device(config.train.device))
         check_processes(config, place)
