@@ -9,6 +9,7 @@ corpus too small for one batch is an error naming its flag, its file and the cou
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,31 @@ def test_scl_corpus_of_one_triple(box, capsys):
     assert_one_line_error(box, capsys, ["--scl", "--scl_data", str(corpus), "--scl_batch_size", "4"], [
         f"--scl_data {corpus}: only 1 triple; a scl batch (--scl_batch_size 4) needs at least 2"],
         run_folder=True)
+
+
+def test_strict_stops_at_a_bad_row_of_the_scl_and_ucl_eval_files_too(box, capsys):
+    """--strict reached the task files only: a bad --scl_data row was skipped with a warning, a bad
+    --ucl_eval_data row without a word (10 pairs scored of 11 rows); now both are refused, and reported without it."""
+    triples = box.root / "triples.csv"
+    triples.write_text("sent0,sent1,hard_neg\na,,c\nd,e,f\ng,h,i\n")
+    sts = box.root / "sts-bad.csv"
+    lines = (box.data / "sts-dev.csv").read_text(encoding="utf-8").split("\n")
+    fields = lines[2].split("\t")
+    fields[2] = ""   # sentence1
+    lines[2] = "\t".join(fields)
+    sts.write_text("\n".join(lines), encoding="utf-8")
+    stages = {"scl": ["--scl", "--scl_data", str(triples), "--scl_batch_size", "2", "--scl_steps", "1"],
+              "ucl": ["--ucl", "--ucl_eval_every", "1", "--ucl_eval_data", str(sts), "--ucl_batch_size", "2",
+                      "--ucl_steps", "1"]}
+    for stage, flags in stages.items():
+        assert box.main("--tasks", "sst", *flags, "--run_name", f"{stage}-warned") == 0
+        said = capsys.readouterr()
+        assert f"warning: {(triples if stage == 'scl' else sts).name}: " in said.out + said.err
+    assert_one_line_error(box, capsys, ["--tasks", "sst", "--strict", *stages["scl"]],
+                          [f"{triples}, line 2, field sent1: "], run_folder=True)
+    shutil.rmtree(box.run_dir)
+    assert_one_line_error(box, capsys, ["--tasks", "sst", "--strict", *stages["ucl"]],
+                          [f"{sts}, line 3, field sentence1: empty sentence"], run_folder=True)
 
 
 def test_lcl_on_a_one_sentence_training_set(box, capsys):

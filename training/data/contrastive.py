@@ -33,10 +33,12 @@ def read_sentences(path: str | Path, min_chars: int = 1) -> list[Example]:
     return examples
 
 
-def read_triples(path: str | Path) -> tuple[list[Example], ReadReport]:
+def read_triples(path: str | Path, strict: bool = False) -> tuple[list[Example], ReadReport]:
     """A SimCSE NLI-style CSV: comma-separated, standard ``"`` quoting, a header naming ``sent0``, ``sent1``,
-    ``hard_neg`` (other columns ignored); its triples and, as ``read_examples``, a report of the skipped rows."""
-    return read_table(Path(path), ",", TRIPLE_COLUMNS, f"a header row {','.join(TRIPLE_COLUMNS)}", _parse_triple)
+    ``hard_neg`` (other columns ignored); its triples and, as ``read_examples``, a report of the skipped rows
+    (``strict``: the first refused)."""
+    return read_table(Path(path), ",", TRIPLE_COLUMNS, f"a header row {','.join(TRIPLE_COLUMNS)}", _parse_triple,
+                      strict)
 
 
 def sentences_from_examples(*example_lists: Iterable[Example]) -> list[Example]:

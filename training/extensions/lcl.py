@@ -15,7 +15,8 @@ from .base import Extension
 
 @dataclass(frozen=True)
 class LclConfig:
-    lcl: bool = flag(False, "label-contrastive stage on the SST training sentences (same class = positive)")
+    lcl: bool = flag(False, "label-contrastive stage on the training sentences of the first single-sentence "
+                           "classification task of --tasks, SST by default (same class = positive)")
     lcl_epochs: int = flag(1, "label-contrastive epochs")
     lcl_steps: int | None = flag(None, "cap on label-contrastive batches per epoch", type=optional_int)
     lcl_batch_size: int = flag(32, "label-contrastive batch size")

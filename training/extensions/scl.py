@@ -53,7 +53,7 @@ class SupervisedSimCSE(Extension):
     def stage(self, run) -> dict:
         c = run.config.scl
         if c.scl_data:
-            triples, report = read_triples(c.scl_data)
+            triples, report = read_triples(c.scl_data, run.config.data.strict)
             source = f"--scl_data {c.scl_data}"
             if report.bad_rows:
                 run.log.result(f"warning: {report.summary()}")

@@ -89,6 +89,12 @@ class UnsupervisedSimCSE(Extension):
         if c.ucl_eval_every:
             path = Path(c.ucl_eval_data) if c.ucl_eval_data else run.data_dir / STS_DEV_FILE
             sts_dev = StsDevCurve(run, load_dataset(path), c.ucl_eval_every)
+            for subset in sts_dev.dataset.subsets:   # its skipped rows, as a task file's (--strict: refused)
+                if subset.report.bad_rows and run.config.data.strict:
+                    bad = subset.report.bad_rows[0]
+                    raise DataError(f"{subset.report.path}, line {bad.line}, field {bad.field}: {bad.reason}")
+                if subset.report.bad_rows:
+                    run.log.result(f"warning: {subset.describe()}")
             run.log(f"ucl: STS dev Spearman every {c.ucl_eval_every} steps on {sts_dev.pairs} pairs of {path}")
         return train_contrastive(run, ContrastiveStage(
             "ucl", corpus, source, "sentence", loss_fn, c.ucl_epochs, c.ucl_steps, c.ucl_batch_size, c.ucl_lr,
