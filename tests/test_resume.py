@@ -318,10 +318,12 @@ def test_resume_errors_are_one_line_and_name_the_place(tmp_path, finished_run, c
 
     checkpoint = list_checkpoints(finished_run)[-1]
     before = (finished_run / "sst-dev-output.csv").read_text()
-    (checkpoint / "state.json").write_text("{ not json")
-    assert run_multitask.main(["--resume", str(finished_run)]) == 1
-    err = capsys.readouterr().err.strip()
-    assert "state.json" in err and "unreadable" in err and "\n" not in err
+    saved = json.loads((checkpoint / "state.json").read_text())
+    for damaged in ("{ not json", json.dumps({"step": saved["step"]}), json.dumps({**saved, "config": [1]})):
+        (checkpoint / "state.json").write_text(damaged)   # JSON without its configuration: was a KeyError's traceback
+        assert run_multitask.main(["--resume", str(finished_run)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert "state.json" in err and "unreadable" in err and "\n" not in err and "Traceback" not in err
 
     (checkpoint / "state.json").unlink()
     with pytest.raises(ResumeError, match="state.json"):

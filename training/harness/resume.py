@@ -165,6 +165,8 @@ class Checkpoint:
         try:
             self.state = json.loads((path / "state.json").read_text(encoding="utf-8"))
             self.step = int(self.state["step"])
+            if not isinstance(self.state["config"], dict):   # what --resume trains with
+                raise TypeError("'config' is not a mapping")
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ResumeError(f"{path / 'state.json'}: unreadable checkpoint state ({first_line(err)})") from None
         for name in ("model.safetensors", "state.pt"):
