@@ -58,7 +58,8 @@ class LoadedRun:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         if output == "probabilities" and row.divergence == "regression":
             low, high = row.score_range
-            raise ValueError(f"{task} is a regression: its label is the {low:g}..{high:g} score; it has no probabilities")
+            raise ValueError(f"{task} is a regression: its label is the {low:g}..{high:g} score; it has no "
+                             "probabilities")
         items, single = pair_list(inputs) if row.is_pair else sentence_list(inputs)
         examples = [Example(str(i), item if row.is_pair else (item,), None, 0) for i, item in enumerate(items)]
         head = row if output == "label" else dataclasses.replace(row, predict=OUTPUTS[output][row.divergence])
