@@ -74,15 +74,21 @@ def test_grid_listing_whose_reader_went_away_ends_without_a_traceback():
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
 
 
-def test_a_folder_given_twice_counts_its_runs_once(tmp_path, capsys):
-    """`report DIR DIR/` (or DIR and its absolute path) reads each run folder once: 3 seeds, not 6 with a
-    smaller std; the table is the one of `report DIR`."""
+def ft_and_ucl_at_three_seeds(tmp_path: Path) -> tuple[dict, Path]:
+    """The gold dev files and a folder of two configurations (FT, --ucl) at the three seeds."""
     gold = write_dev_files(tmp_path / "data")
     out = tmp_path / "runs"
     out.mkdir()
     for seed in SEEDS:
         write_run(out, f"ft-s{seed}", seed, predictions(gold, 0.5, seed), gold, tmp_path / "data")
         write_run(out, f"ucl-s{seed}", seed, predictions(gold, 0.7, seed + 100), gold, tmp_path / "data", ucl=True)
+    return gold, out
+
+
+def test_a_folder_given_twice_counts_its_runs_once(tmp_path, capsys):
+    """`report DIR DIR/` (or DIR and its absolute path) reads each run folder once: 3 seeds, not 6 with a
+    smaller std; the table is the one of `report DIR`."""
+    gold, out = ft_and_ucl_at_three_seeds(tmp_path)
     assert main([str(out), "--full", "--bootstrap", "50"]) == 0
     once = capsys.readouterr()
     assert main([str(out), str(out) + "/", str(out.resolve()), "--full", "--bootstrap", "50"]) == 0
@@ -95,12 +101,7 @@ def test_a_rerun_of_a_seed_is_pooled_once(tmp_path, capsys):
     """`minbert-grid --grid quick --seeds 1` (folder quick-ft, seed 11711) then `--seeds 3` (quick-ft-s11711, ...)
     in one --out_dir: the report pools 3 seeds, not 4 runs of 3 seeds (a repeated seed is no second sample: its std
     and interval would shrink); a note names the rerun and the run it repeats."""
-    gold = write_dev_files(tmp_path / "data")
-    out = tmp_path / "runs"
-    out.mkdir()
-    for seed in SEEDS:
-        write_run(out, f"ft-s{seed}", seed, predictions(gold, 0.5, seed), gold, tmp_path / "data")
-        write_run(out, f"ucl-s{seed}", seed, predictions(gold, 0.7, seed + 100), gold, tmp_path / "data", ucl=True)
+    gold, out = ft_and_ucl_at_three_seeds(tmp_path)
     assert main([str(out), "--full", "--bootstrap", "50"]) == 0
     three = capsys.readouterr().out
     write_run(out, "ft", SEEDS[0], predictions(gold, 0.5, SEEDS[0]), gold, tmp_path / "data")   # the same run again
