@@ -8,7 +8,8 @@ import pytest
 
 from test_report import SEEDS, predictions, write_dev_files, write_run
 from training.tools.grid import first_refused
-from training.tools.report import collect_runs, compare_to_baselines, main
+from training.tools.bootstrap import Difference
+from training.tools.report import RunRow, collect_runs, compare_to_baselines, main, render_compact
 
 
 def reorder_tasks(folder: Path, order: tuple[str, ...]) -> None:
@@ -121,6 +122,23 @@ def test_an_unknown_baseline_is_refused_with_the_bootstrap_off_too(tmp_path, cap
     for bootstrap in ("0", "50"):
         assert main([str(out), "--baseline", "fft", "--bootstrap", bootstrap]) == 1
         assert "--baseline fft: no finished row of that name; the rows are ft" in capsys.readouterr().err
+
+
+def test_the_terminal_view_wraps_columns_that_do_not_fit_and_cuts_no_number():
+    """`report docs/runs/avx2 --baseline default` (its README's command): the main block needed 126 columns and
+    the aside one 125, so the line ends were cut, an interval's upper end and its * with them. The columns that do
+    not fit go to a block of their own, the run column repeated; an interval stays beside its Δ."""
+    d, far = Difference(-0.0031, -0.0089, 0.0036), Difference(-0.0593, -0.0716, -0.0476)
+    dev, std = {"sst": 0.4971, "qqp": 0.7774, "sts": 0.8093}, {"sst": 0.006, "qqp": 0.005, "sts": 0.002}
+    rows = [RunRow(run=name, status="finished", dev=dev, dev_std=std, average=0.7261, average_std=0.001,
+                   seed_runs=[None] * 3, vs_ft=far, vs_alone={"sts": far}, vs_baseline={t: d for t in dev})
+            for name in ("para-cosine-separate", "mean-anneal-private2")]
+    view = render_compact(rows, baseline="default")
+    assert max(map(len, view.splitlines())) <= 120 and "…" not in view
+    assert view.count("-0.059 [-0.072, -0.048] *") == 2 and view.count("[-0.072, -0.048] *") == 4
+    blocks = view.strip().split("\n\n")
+    assert [block.split("  ")[0] for block in blocks] == ["run"] * 4
+    assert any("Δ vs default" in block and "95% CI" in block for block in blocks)
 
 
 @pytest.mark.slow

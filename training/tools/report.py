@@ -497,19 +497,45 @@ def render_markdown(rows: list[RunRow], footer: str = "", baseline: str | None =
 def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = None,
                    width: int = TERMINAL_WIDTH) -> str:
     """The terminal view, ``width`` columns at most: the columns with a terminal header, then a block of the aside
-    ones for the rows that have them, then the footer, wrapped; run names and statuses cut to fit."""
+    ones for the rows that have them, then the footer, wrapped; run names and statuses cut to fit, and the columns
+    that do not fit beside them in a block of their own (``_column_groups``): a number is never cut."""
     table = columns_of(rows, baseline)
     run, *shown = [column for column in table if column.terminal]
     blocks = []
     for aside in (False, True):   # the main block, every row; then the aside block, the rows with a cell in it
-        block = [run, *(column for column in shown if column.aside == aside)]
-        lines = [[(column.terminal_cell or column.cell)(row) for column in block] for row in rows]
-        lines = [line for line in lines if not aside or any(line[1:])]
-        if lines or not aside:
-            blocks.append(_aligned([[column.terminal for column in block], *lines], width))
+        for group in _column_groups(run, [column for column in shown if column.aside == aside], rows, width):
+            block = [run, *group]
+            lines = [[(column.terminal_cell or column.cell)(row) for column in block] for row in rows]
+            lines = [line for line in lines if not aside or any(line[1:])]
+            if lines or not aside:
+                blocks.append(_aligned([[column.terminal for column in block], *lines], width))
     footer = _with_cap_note(rows, footer)
     notes = [textwrap.fill(footer, width)] if footer else []
     return "\n\n".join("\n".join(block) for block in blocks + [notes] if block) + "\n"
+
+
+def _column_groups(run: Column, columns: list[Column], rows: list[RunRow], width: int) -> list[list[Column]]:
+    """``columns`` in groups, each as many as fit ``width`` beside the run column cut to ``MIN_RUN_WIDTH``, as a
+    wide table wraps; an interval stays with its Δ, and the status (cut to fit instead) with the column before it."""
+    def cells_width(column: Column) -> int:
+        return max(len(text) for text in [column.terminal, *map(column.terminal_cell or column.cell, rows)])
+
+    def needed(group: list[Column]) -> int:
+        widths = [min(MIN_RUN_WIDTH, cells_width(run)), *(cells_width(c) for c in group if c.terminal != "status")]
+        return sum(widths) + 2 * (len(widths) - 1)
+
+    units: list[list[Column]] = []
+    for column in columns:
+        if units and column.terminal in (INTERVAL, "status"):
+            units[-1].append(column)
+        else:
+            units.append([column])
+    groups: list[list[Column]] = [[]]
+    for unit in units:
+        if groups[-1] and needed([*groups[-1], *unit]) > width:
+            groups.append([])
+        groups[-1] += unit
+    return groups
 
 
 def _with_cap_note(rows: list[RunRow], footer: str) -> str:
