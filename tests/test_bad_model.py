@@ -51,6 +51,15 @@ def test_bad_config_field_is_one_line_naming_file_and_field(box, capsys, name):
     assert err == f"error: {box.model / 'config.json'}: {message}"
 
 
+@pytest.mark.parametrize("text, fragment", [
+    ("{ broken", "unreadable ("), ('{"do_lower_case": "no"}', "do_lower_case must be true or false, got 'no'"),
+    ("[true]", "do_lower_case must be true or false, got [True]")])
+def test_a_damaged_tokenizer_config_is_one_line_naming_it(box, capsys, text, fragment):
+    """It was read as absent (lower-cased: a cased model's vocabulary would lose its capitals without a word)."""
+    (box.model / "tokenizer_config.json").write_text(text)
+    assert_one_line_error(box, capsys, [], [f"{box.model / 'tokenizer_config.json'}: {fragment}"])
+
+
 def test_distilbert_config_errors_name_distilbert_keys(tmp_path):
     config = json.loads((DISTILBERT / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, "n_layers": 0}))

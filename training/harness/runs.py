@@ -229,11 +229,15 @@ def tokenizer_for(directory: Path, bert: BertModel | None = None) -> BertTokeniz
     vocab = vocab_file(directory)
     if not vocab.is_file():
         raise WeightsError(f"vocabulary file not found: {vocab}")
-    try:
-        settings = json.loads((vocab.parent / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        settings = {}
-    tokenizer = BertTokenizer(vocab, lowercase=bool(settings.get("do_lower_case", True)))
+    path = vocab.parent / "tokenizer_config.json"
+    try:   # a damaged one is named: read as absent, a cased vocabulary would be lower-cased without a word
+        settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError) as err:
+        raise WeightsError(f"{path}: unreadable ({first_line(err)})") from None
+    lowercase = settings.get("do_lower_case", True) if isinstance(settings, dict) else settings
+    if not isinstance(lowercase, bool):
+        raise WeightsError(f"{path}: do_lower_case must be true or false, got {lowercase!r}")
+    tokenizer = BertTokenizer(vocab, lowercase=lowercase)
     if bert is not None and tokenizer.vocab_size > bert.config.vocab_size:
         raise WeightsError(f"{vocab} has {tokenizer.vocab_size} tokens but the model's embedding has "
                            f"{bert.config.vocab_size} rows")
