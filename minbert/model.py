@@ -80,6 +80,8 @@ class BertModel(nn.Module):
         replace as many of the encoder's top layers (a task's private tower, ``heads.MultitaskBert``)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        if self.config.model_type == "distilbert":  # no token types: a pair's are ignored, as by HF's DistilBertModel
+            token_type_ids = None
         hidden = self.embeddings(input_ids, token_type_ids)
         if embeddings_hook is not None:
             hidden = embeddings_hook(hidden)
