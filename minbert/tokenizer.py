@@ -80,6 +80,7 @@ def _read_vocab(vocab_file: Path) -> dict[str, int]:
     vocab: dict[str, int] = {}
     # the line breaks of text-mode reading (universal newlines): \n, \r\n and \r
     for index, token in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n")):
+        token = token.rstrip()   # trailing blanks are no part of a token (HF's tokenizers drop them too)
         if token:
             vocab[token] = index
     if not vocab:

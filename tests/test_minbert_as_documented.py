@@ -37,3 +37,11 @@ def test_distilbert_takes_a_sentence_pairs_encoding_and_ignores_its_token_types(
         paired = model(ids, mask, types)["last_hidden_state"]
         plain = model(ids, mask)["last_hidden_state"]
     assert torch.equal(paired, plain)
+
+
+def test_a_vocab_lines_trailing_blanks_are_not_part_of_its_token(tmp_path):
+    # as HF's tokenizers and transformers' BertTokenizer read vocab.txt (and the BERT release, which strips)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld \t\nfoo\n")
+    ids = BertTokenizer(vocab).encode_batch(["hello world foo"])["input_ids"]
+    assert ids.tolist() == [[2, 4, 5, 6, 3]]
