@@ -64,7 +64,8 @@ class BertModel(nn.Module):
     @classmethod
     def from_pretrained(cls, path_or_name: str | Path, **config_overrides) -> "BertModel":
         """A local HF-format BERT directory (or the embedded model); ``config_overrides`` replace
-        config fields, e.g. ``hidden_dropout_prob=0.3``."""
+        config fields, e.g. ``hidden_dropout_prob=0.3``. The model comes in training mode (dropout on), as any
+        ``nn.Module``, unlike HF's ``from_pretrained``: call ``.eval()`` before encoding."""
         from .weights import load_pretrained
         return load_pretrained(cls, path_or_name, **config_overrides)
 

@@ -45,3 +45,9 @@ def test_a_vocab_lines_trailing_blanks_are_not_part_of_its_token(tmp_path):
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld \t\nfoo\n")
     ids = BertTokenizer(vocab).encode_batch(["hello world foo"])["input_ids"]
     assert ids.tolist() == [[2, 4, 5, 6, 3]]
+
+
+def test_from_pretrained_comes_in_training_mode_as_its_docstring_says(tiny_model_dir):
+    bert = BertModel.from_pretrained(tiny_model_dir)
+    assert bert.training and "training mode" in BertModel.from_pretrained.__doc__
+    assert not bert.eval().training
