@@ -64,7 +64,8 @@ class BertModel(nn.Module):
     @classmethod
     def from_pretrained(cls, path_or_name: str | Path, **config_overrides) -> "BertModel":
         """A local HF-format BERT directory (or the embedded model); ``config_overrides`` replace
-        config fields, e.g. ``hidden_dropout_prob=0.3``."""
+        config fields, e.g. ``hidden_dropout_prob=0.3``. The model comes in training mode (dropout on), as any
+        ``nn.Module``, unlike HF's ``from_pretrained``: call ``.eval()`` before encoding."""
         from .weights import load_pretrained
         return load_pretrained(cls, path_or_name, **config_overrides)
 
@@ -80,6 +81,8 @@ class BertModel(nn.Module):
         replace as many of the encoder's top layers (a task's private tower, ``heads.MultitaskBert``)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        if self.config.model_type == "distilbert":  # no token types: a pair's are ignored, as by HF's DistilBertModel
+            token_type_ids = None
         hidden = self.embeddings(input_ids, token_type_ids)
         if embeddings_hook is not None:
             hidden = embeddings_hook(hidden)

@@ -46,6 +46,7 @@ class BertTokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         """Word pieces of one sentence, without special tokens."""
+        self._tok.no_truncation()   # not cut at the max_length of an earlier encode_batch
         return self._tok.encode(text, add_special_tokens=False).tokens
 
     def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
@@ -67,7 +68,8 @@ class BertTokenizer:
 
 
 def _read_vocab(vocab_file: Path) -> dict[str, int]:
-    """One token per line; the line number is the id (as in the BERT release). The file is decoded
+    """One token per line; the line number is the id (as in the BERT release: a token listed twice takes its
+    last line, as HF's tokenizers read it too). The file is decoded
     whole so that a non-UTF-8 byte is reported with its line."""
     raw = vocab_file.read_bytes()
     try:
@@ -78,7 +80,8 @@ def _read_vocab(vocab_file: Path) -> dict[str, int]:
     vocab: dict[str, int] = {}
     # the line breaks of text-mode reading (universal newlines): \n, \r\n and \r
     for index, token in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n")):
-        if token and token not in vocab:
+        token = token.rstrip()   # trailing blanks are no part of a token (HF's tokenizers drop them too)
+        if token:
             vocab[token] = index
     if not vocab:
         raise ValueError(f"{vocab_file}: empty vocabulary")
