@@ -10,7 +10,8 @@
 #   --stage_steps S      batches of every extension's stage (pre-QQP, U-CL, S-CL, LCL; default: 20)
 #   --seeds N            run every row with N seeds (default: 1, the default --seed). With N > 1 the
 #                        runs are ablate-<name>-s<seed> with --seed 11711, 11712, ...; the report pools
-#                        them into one row (mean ± std, bootstrap interval against FT)
+#                        them into one row (mean ± std, bootstrap interval against FT); --seed after --
+#                        is then refused
 #   --out_dir DIR        where the run folders go (default: predictions/ablate); each run writes
 #                        DIR/ablate-<name>/ (DIR/ablate-<name>-s<seed>/ with --seeds N > 1) and its log
 #                        DIR/logs/<the same name>.log
@@ -81,6 +82,8 @@ for flag in "${EXTRA[@]+"${EXTRA[@]}"}"; do   # the grid names and places its ru
   case "$flag" in
     --out_dir|--out_dir=*) die "--out_dir goes before --: bash scripts/ablate.sh --out_dir DIR -- ..." ;;
     --run_name|--run_name=*|--resume|--resume=*) die "$flag cannot be given to the grid's runs (each row names its run)" ;;
+    --seed|--seed=*)   # with --seeds N > 1 each run's --seed 11711, ... would replace it without a word
+      ((SEEDS == 1)) || die "$flag after -- with --seeds $SEEDS: the grid seeds its runs itself (11711, ...)" ;;
   esac
 done
 

@@ -13,7 +13,7 @@ by. The space file (JSON or YAML), one entry per ``run_multitask.py`` flag; more
     task_batch_sizes: [[32, 32, 32], [32, 86, 32]]  # a list: one of these
     private_layers: [0, 1, 2]
     warmup_ratio: 0.1                         # one value: every trial
-    start_with: [{lr: 1.0e-4}]                # optional: trials to run first (the other flags: their defaults)
+    start_with: [{lr: 1.0e-4}]                # optional: trials to run first (the other flags: their first value)
 
 ASHA's clock is the run's evaluations: after each, the run waits (``--wait_after_eval``) while the scheduler
 decides, so where a trial stops does not depend on timing. The same command again continues the search. Outputs in
@@ -30,6 +30,7 @@ import json
 import math
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -57,6 +58,7 @@ FAILED_AT_START = "failed"  # <out_dir>/logs/failed/<trial>.json: a trial whose 
 OWNED = ("out_dir", "run_name", "resume", "resume_fallback", "log_file", "wait_after_eval", "val_fraction",
          "test_predictions", "config", "max_eval_examples")
 KINDS = ("uniform", "log_uniform", "int", "log_int", "choice")
+YAML_TEXT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")   # 1e-4, 3E5, 1.5e3: YAML 1.1 reads text
 
 
 # ---- the space --------------------------------------------------------------------------------------------
@@ -179,6 +181,8 @@ def dimension(name: str, spec, where: str) -> Dimension:
             raise ValueError(f"{where}: {kind} needs low > 0, got {value!r}")
         if kind.endswith("int") and (low != int(low) or high != int(high)):
             raise ValueError(f"{where}: {kind} takes whole numbers, got {value!r}")
+        if kind.endswith("int"):   # its ends are probed as flags: --epochs 1, not 1.0
+            low, high = int(low), int(high)
         return Dimension(name, kind, low, high)
     if isinstance(spec, (str, int, float, bool)) or spec is None:
         return Dimension(name, "fixed", values=(encode(spec),))
@@ -186,7 +190,10 @@ def dimension(name: str, spec, where: str) -> Dimension:
 
 
 def encode(value):
-    """A value as Optuna keeps it (a primitive): a list such as [32, 86, 32] becomes "32,86,32"."""
+    """A value as Optuna keeps it (a primitive): a list such as [32, 86, 32] becomes "32,86,32", and a number YAML 1.1
+    reads as text (1e-4) a number."""
+    if isinstance(value, str) and YAML_TEXT_NUMBER.fullmatch(value):
+        return float(value)
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
 
 
@@ -269,7 +276,7 @@ def duration(text: str) -> float:
         seconds = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: give seconds, or a number with s, m or h (e.g. 90m)") from None
-    if seconds <= 0:
+    if not seconds > 0:   # nan too: a budget that never ends the part
         raise argparse.ArgumentTypeError(f"{text!r}: give a positive time")
     return seconds
 
