@@ -7,13 +7,19 @@
 - The docstring's ``start_with`` says what ``fill`` does: the other flags at their first value.
 - ``--time_budget nan`` is refused as any time that is not positive (it was a budget that never ended the part).
 - ``ablate.sh --seeds N`` (N > 1) refuses ``--seed`` after ``--`` (each run's own seed silently replaced it).
+- A first part with ``--confirm 1`` confirms in the same command: its second local Ray (the confirm grid's) failed
+  to start ("Failed to start GCS"), as Ray keeps the auth token it read first and each local Ray set a new one.
 """
+import json
+import secrets
 import subprocess
 from pathlib import Path
 
 import pytest
 
 import run_multitask
+from test_ray_grid import assert_none_left, env, tiny_flags
+from test_reliability6 import search_command
 from training.tools import search
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,3 +86,22 @@ def test_ablate_sh_refuses_a_seed_after_dashes_with_several_seeds():
     assert done.stderr == "ablate.sh: --seed=3 after -- with --seeds 2: the grid seeds its runs itself (11711, ...)\n"
     one = subprocess.run([*ablate, "--", "--seed", "3"], capture_output=True, text=True, cwd=ROOT)
     assert one.returncode == 0, one.stderr   # one seed a row: the run's own --seed, as before
+
+
+@pytest.mark.slow
+def test_a_first_part_with_confirm_confirms_in_the_same_command(tmp_path, tiny_model_dir):
+    """A fresh search with ``--confirm 1``: its trial, then best.json and the default trained and compared, in one
+    command (exit 2 before: "the local Ray: Ray did not start: Failed to start GCS", after the trials)."""
+    mark = {"MINBERT_TEST_MARK": secrets.token_hex(8)}
+    command = search_command(tmp_path, '{"private_layers": [0]}', 1, tiny_flags(
+        tiny_model_dir, ROOT / "tests" / "fixtures" / "data", "--epochs", "1", "--max_steps_per_epoch", "3"))
+    split = command.index("--")
+    done = subprocess.run([*command[:split], "--confirm", "1", *command[split:]], capture_output=True, text=True,
+                          cwd=tmp_path, env=env(**mark), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("Ray ready") == 2
+    for row in ("default", "best"):
+        metrics = json.loads((tmp_path / "search" / "confirm" / f"{row}-s11711" / "metrics.json").read_text())
+        assert metrics["status"] == "finished"
+    assert (tmp_path / "search" / "confirm" / "confirm.csv").is_file()
+    assert_none_left(f"MINBERT_TEST_MARK={mark['MINBERT_TEST_MARK']}")

@@ -562,7 +562,8 @@ def set_ray_environment(address: str | None, temp_dir: str) -> None:
     os.environ["RAY_kill_child_processes_on_worker_exit"] = "0"
     if not address:   # a local Ray's own token: no ~/.ray/auth_token written, nothing else joins it by accident
         os.environ["RAY_AUTH_MODE"] = "token"
-        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        # one token a process: Ray reads it once, and a second local Ray (the search's --confirm grid) needs the same
+        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
         os.environ[SESSION_VARIABLE] = temp_dir
 
 
