@@ -77,3 +77,15 @@ def test_process_1_killed_is_the_launchers_last_line_and_exit_code(tiny_model_di
     out, err = live.communicate(timeout=120)
     assert live.returncode == 128 + signal.SIGKILL, err[-3000:]
     assert err.strip().splitlines()[-1].startswith("error (process 1): Signal 9 (SIGKILL)"), err[-3000:]
+
+
+def test_the_compile_rows_of_the_docs_name_what_compile_needs():
+    """docs/gpu.md's and docs/performance.md's `--compile` rows: adding `--compile` to a default run is refused
+    (`add --private_layers 0`, the default is 2); the rows did not say so."""
+    from run_multitask import parse_config
+    with pytest.raises(ValueError, match="add --private_layers 0"):
+        parse_config(["--compile"]).validate()
+    parse_config(["--compile", "--private_layers", "0"]).validate()
+    for page in ("gpu.md", "performance.md"):
+        row = next(line for line in (ROOT / "docs" / page).read_text().splitlines() if line.startswith("| `--compile`"))
+        assert "`--private_layers 0`" in row, page
