@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from training.harness.resume import list_checkpoints
-from training.tools.launch import report_failure
+from training.tools.launch import main as launch, report_failure
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -47,6 +47,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_a_bad_launcher_flag_or_a_taken_port_is_one_line(capsys):
+    """README: "a multi-process run's error is one line". torchrun's own flag (`--nproc_per_node x`) and a taken
+    `--master_port` (29500 unless given: a second run on the machine) were ValueError's and DistNetworkError's
+    tracebacks."""
+    assert launch(["--nproc_per_node", "x", "run_multitask.py"]) == 1
+    assert capsys.readouterr().err == "error: Unsupported nproc_per_node value: x\n"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert launch(["--nproc_per_node", "2", f"--master_port={port}", "run_multitask.py", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: --master_port {port}: "), err
+    assert "address already in use (give another --master_port)" in err
 
 
 def children(pid: int) -> dict[int, int]:

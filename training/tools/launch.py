@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 
+from torch.distributed import DistNetworkError
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 from torch.distributed.run import get_args_parser, run
@@ -37,6 +38,12 @@ def main(argv=None) -> int:
         return 128 + int(err.sigval)
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
+    except ValueError as err:   # torchrun's check of its own flags (--nproc_per_node x)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except DistNetworkError as err:   # --master_port (29500 unless given) taken, e.g. by another run on this machine
+        print(f"error: --master_port {args.master_port}: {err} (give another --master_port)", file=sys.stderr)
+        return 1
     return 0
 
 
