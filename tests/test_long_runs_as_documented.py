@@ -38,6 +38,10 @@ def test_the_launcher_names_the_process_that_failed_not_the_one_torchrun_then_en
     said = {0: failure(tmp_path / "b", 0, 143 - 128, "terminated (SIGTERM)", 143), 1: failure(tmp_path / "b", 1, -9)}
     assert report_failure(said) == 128 + signal.SIGKILL
     assert capsys.readouterr().err.startswith("error (process 1): Signal 9 (SIGKILL)")
+    # process 0 ended by the broken connection before torchrun's SIGTERM came (a traceback, no line): process 1 still
+    broken = {0: failure(tmp_path / "d", 0, 1), 1: failure(tmp_path / "d", 1, -9)}
+    assert report_failure(broken) == 128 + signal.SIGKILL
+    assert capsys.readouterr().err.startswith("error (process 1): Signal 9 (SIGKILL)")
     # every process ended by SIGTERM: process 0's own line, as before
     everyone = {r: failure(tmp_path / "c", r, 143 - 128, "terminated (SIGTERM)", 143) for r in range(2)}
     assert report_failure(everyone) == 143 and capsys.readouterr().err == ""

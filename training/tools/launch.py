@@ -50,9 +50,11 @@ def main(argv=None) -> int:
 def report_failure(failures: dict[int, ProcessFailure]) -> int:
     """The exit code of the process whose line the console shows: process 0's when it recorded one (it printed
     it); else the first to fail, whose line (or signal) is printed here. A process ended by SIGTERM (torchrun's, once
-    another failed) comes last: process 1 killed with SIGKILL is named, not process 0's SIGTERM that followed."""
+    another failed) comes last, and one that said nothing before one killed by a signal: process 1 killed with SIGKILL
+    is named, not process 0's SIGTERM that followed, nor its exit code from the broken connection."""
     rank = 0 if recorded(failures.get(0)) and not terminated(failures[0]) else \
-        min(failures, key=lambda r: (terminated(failures[r]), not recorded(failures[r]), failures[r].timestamp, r))
+        min(failures, key=lambda r: (terminated(failures[r]), not recorded(failures[r]),
+                                     not recorded(failures[r]) and failures[r].exitcode >= 0, failures[r].timestamp, r))
     failure = failures[rank]
     if rank != 0 or not recorded(failure):   # process 0 printed its own line only if it recorded one
         print(f"error (process {rank}): {failure.message.removeprefix('error: ')}", file=sys.stderr)
