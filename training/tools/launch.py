@@ -6,8 +6,9 @@ It takes torchrun's flags (``torch.distributed.run``) and starts the same proces
 Under torchrun a bad configuration is one line from process 0 (the others record theirs in their error
 files: training/tools/command.py) and then torchrun's ``ChildFailedError`` report and traceback; SIGTERM to torchrun
 exits 1 with a traceback. Here a failed run is one line and the failed process's exit code (process 0's
-line, or, when another process failed and process 0 did not say why, that one's), and SIGTERM or Ctrl-C
-goes to every process (each ends "interrupted", resumable) and exits 143 / 130, as one process does.
+line, or, when another process failed and process 0 did not say why or was ended by torchrun's SIGTERM, that
+one's), and SIGTERM or Ctrl-C goes to every process (each ends "interrupted", resumable) and exits 143 / 130, as
+one process does.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import logging
 import signal
 import sys
 
+from torch.distributed import DistNetworkError
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 from torch.distributed.run import get_args_parser, run
@@ -36,20 +38,36 @@ def main(argv=None) -> int:
         return 128 + int(err.sigval)
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
+    except ValueError as err:   # torchrun's check of its own flags (--nproc_per_node x)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except DistNetworkError as err:   # --master_port (29500 unless given) taken, e.g. by another run on this machine
+        print(f"error: --master_port {args.master_port}: {err} (give another --master_port)", file=sys.stderr)
+        return 1
     return 0
 
 
 def report_failure(failures: dict[int, ProcessFailure]) -> int:
     """The exit code of the process whose line the console shows: process 0's when it recorded one (it printed
-    it); else the first to fail, whose line (or signal) is printed here."""
-    rank = 0 if recorded(failures.get(0)) else \
-        min(failures, key=lambda r: (not recorded(failures[r]), failures[r].timestamp, r))
+    it); else the first to fail, whose line (or signal) is printed here. A process ended by SIGTERM (torchrun's, once
+    another failed) comes last, and one that said nothing before one killed by a signal: process 1 killed with SIGKILL
+    is named, not process 0's SIGTERM that followed, nor its exit code from the broken connection."""
+    rank = 0 if recorded(failures.get(0)) and not terminated(failures[0]) else \
+        min(failures, key=lambda r: (terminated(failures[r]), not recorded(failures[r]),
+                                     not recorded(failures[r]) and failures[r].exitcode >= 0, failures[r].timestamp, r))
     failure = failures[rank]
     if rank != 0 or not recorded(failure):   # process 0 printed its own line only if it recorded one
         print(f"error (process {rank}): {failure.message.removeprefix('error: ')}", file=sys.stderr)
     if recorded(failure):   # its own exit code (torchrun may have ended it with SIGTERM just after it said why)
         return int(failure.error_file_data["exit_code"])
     return 128 - failure.exitcode if failure.exitcode < 0 else failure.exitcode   # a signal: the shell's 128 + n
+
+
+def terminated(failure: ProcessFailure) -> bool:
+    """Whether the process ended by SIGTERM (what torchrun sends the others once one failed): its line says so, or
+    it had none."""
+    code = failure.error_file_data["exit_code"] if recorded(failure) else 128 - failure.exitcode
+    return code == 128 + signal.SIGTERM
 
 
 def recorded(failure: ProcessFailure | None) -> bool:
