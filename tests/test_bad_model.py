@@ -180,6 +180,17 @@ def test_strict_stops_at_a_bad_row_of_the_scl_and_ucl_eval_files_too(box, capsys
                           [f"{sts}, line 3, field sentence1: empty sentence"], run_folder=True)
 
 
+def test_the_log_file_ends_with_how_the_run_ended(box, capsys):
+    """--log_file "appends every line": the console's last line (an error, SIGTERM) never reached it."""
+    corpus = box.root / "triples.csv"
+    corpus.write_text("sent0,sent1,hard_neg\nA man plays.,Someone plays.,Nobody plays.\n")
+    log = box.root / "run.log"
+    assert box.main("--scl", "--scl_data", str(corpus), "--scl_batch_size", "4", "--log_file", str(log)) == 1
+    said = capsys.readouterr().err.strip()
+    assert said.startswith(f"error: --scl_data {corpus}: only 1 triple") and "\n" not in said
+    assert log.read_text().splitlines()[-1].endswith(" failed: DataError: " + said.removeprefix("error: "))
+
+
 def test_lcl_on_a_one_sentence_training_set(box, capsys):
     path = box.data / "ids-sst-train.csv"
     path.write_text("\n".join(path.read_text(encoding="utf-8").split("\n")[:2]) + "\n", encoding="utf-8")

@@ -5,6 +5,7 @@ started gives its folder back and one that had is marked "failed" or "interrupte
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -145,6 +146,8 @@ class RunFolder:
                 self.write.json(self.metrics)
             except OSError:
                 pass  # the disk that failed the run may fail this too; the run's own error says why
+            with contextlib.suppress(OSError):
+                self.log.last(f"{self.metrics['status']}: {self.metrics['error']}")
             shutdown()
 
 

@@ -43,6 +43,10 @@ class RunLog(Log):
     def result(self, message: str) -> None:
         self._emit(message, to_terminal=True)
 
+    def last(self, message: str) -> None:
+        """How the run ended, in the log file only: the console has it from the command's own end."""
+        self._emit(message, to_terminal=False)
+
     def _emit(self, message: str, to_terminal: bool) -> None:
         if not self.enabled:
             return
