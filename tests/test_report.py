@@ -726,12 +726,12 @@ def test_ablate_seeds_runs_each_row_with_consecutive_seeds_from_the_default(tmp_
     first = TrainConfig().seed
     assert first == 11711
     result = ablate("--seeds", "2", "--dry_run", "--only", "mean-smart", "--out_dir", str(tmp_path),
-                    "--", "--data_dir", "somewhere", "--seed", "5", env={"PYTHON": sys.executable})
+                    "--", "--data_dir", "somewhere", env={"PYTHON": sys.executable})   # --seed there: refused
     assert result.returncode == 0, result.stderr
     commands = [shlex.split(line) for line in result.stdout.splitlines()]
     assert len(commands) == 2 and not any(tmp_path.iterdir())
     for command, seed in zip(commands, (first, first + 1)):
-        assert command[-2:] == ["--seed", str(seed)]   # last: wins over a --seed among the extra flags
+        assert command[-2:] == ["--seed", str(seed)]
         config = run_multitask.parse_config(command[2:])
         assert config.train.seed == seed and config.output.run_name == f"ablate-mean-smart-s{seed}"
         assert config.smart.smart and config.data.data_dir == "somewhere"
