@@ -41,6 +41,10 @@ class BadRow:
     field: str
     reason: str
 
+    def where(self, path: Path) -> str:
+        """The one line naming it: file, line and field, then why."""
+        return f"{path}, line {self.line}, field {self.field}: {self.reason}"
+
 
 @dataclass
 class ReadReport:
@@ -130,7 +134,7 @@ def read_table(path: Path, delimiter: str, wanted: Sequence[str], expected_heade
             first_line[parsed.id] = line
             examples.append(parsed)
         elif strict:
-            raise DataError(f"{path}, line {parsed.line}, field {parsed.field}: {parsed.reason}")
+            raise DataError(parsed.where(path))
         else:
             report.bad_rows.append(parsed)
     if report.n_rows == 0:

@@ -91,8 +91,7 @@ class UnsupervisedSimCSE(Extension):
             sts_dev = StsDevCurve(run, load_dataset(path), c.ucl_eval_every)
             for subset in sts_dev.dataset.subsets:   # its skipped rows, as a task file's (--strict: refused)
                 if subset.report.bad_rows and run.config.data.strict:
-                    bad = subset.report.bad_rows[0]
-                    raise DataError(f"{subset.report.path}, line {bad.line}, field {bad.field}: {bad.reason}")
+                    raise DataError(subset.report.bad_rows[0].where(subset.report.path))
                 if subset.report.bad_rows:
                     run.log.result(f"warning: {subset.describe()}")
             run.log(f"ucl: STS dev Spearman every {c.ucl_eval_every} steps on {sts_dev.pairs} pairs of {path}")

@@ -173,7 +173,7 @@ def read_text_examples(path: Path, task: Task) -> tuple[list[Example], ReadRepor
 def bad_row_error(path: Path, report: ReadReport, label: str | None, delimiter: str) -> str:
     """The one line refusing a file with bad rows: the first one, how many more, and what to do."""
     first, more = report.bad_rows[0], len(report.bad_rows) - 1
-    message = f"{path}, line {first.line}, field {first.field}: {first.reason}"
+    message = first.where(path)
     if more:
         message += f" (and {more} more bad row{'s' if more > 1 else ''})"
     if label is not None and first.field == label:
