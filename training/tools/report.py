@@ -748,7 +748,7 @@ def execute(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {args.out} is a folder; give a file prefix, e.g. {args.out / 'ablation'} (it writes "
                          f"PREFIX.md, PREFIX.csv{', PREFIX.tex' if args.format == 'latex' else ''} and "
                          f"PREFIX-forest.png)")
-    # each run folder once, however often its parent is given (DIR DIR/): a run twice would count as two seeds
+    # each run folder once, however often its parent is given (DIR DIR/): not a rerun of itself, nor listed twice
     runs = list({run.folder.resolve(): run for folder in args.folders for run in read_runs(folder)}.values())
     rows = sort_rows(pool_seeds(runs), args.sort)
     if not rows:
