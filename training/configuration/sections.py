@@ -17,6 +17,7 @@ from heads.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
 
 from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
 from .task_declarations import BUILTIN_NAMES, DEFAULT_TASKS, check_declaration, parse_tasks
+from .task_shares import AUTO, tempered_batch_sizes
 
 DEFAULT_SEED = 11711   # --seed's default; a grid's seeds count up from it (training/tools/grid.py)
 STRATEGIES = ("min", "exhaust", "proportional")   # --rr: how long a round-robin epoch is (training/learning/schedule.py)
@@ -58,8 +59,12 @@ class DataConfig:
     max_length: int = flag(128, "truncate each sentence to this many word pieces, [CLS]/[SEP] included")
     batch_size: int = flag(32, "examples (sentences or pairs) per batch, per task")
     task_batch_sizes: str | None = flag(None, "training batch size of each task of --tasks, in its order, e.g. "
-                                              "48,64,32 (default: --batch_size each; evaluation uses --batch_size)",
-                                        type=str)
+                                              "48,64,32; or auto: each task's batch follows its training-set size "
+                                              "N as N^(1/T) (--sampling_temperature), the smallest task's at "
+                                              "--batch_size (default: --batch_size each; evaluation uses "
+                                              "--batch_size)", type=str)
+    sampling_temperature: float = flag(1.0, "temperature T of --task_batch_sizes auto: 1 gives each task its whole "
+                                            "training set each epoch, a large T every task --batch_size")
     strict: bool = flag(False, "stop at the first bad data row instead of skipping and reporting it")
     task_file: str | None = flag(None, "your own tasks, declared in a JSON (or YAML) file: name, kind, files, columns, "
                                        "classes or score range (docs/own-tasks.md); name them in --tasks", type=str,
@@ -91,6 +96,9 @@ class TrainConfig:
     epochs: int = flag(3, "multi-task epochs; 0: the stages alone (e.g. --ucl), the run keeps the encoder they "
                           "leave (no heads, no predictions)")
     lr: float = flag(1e-4, "learning rate of the encoder")
+    layer_lr_decay: float = flag(1.0, "layer-wise learning-rate decay: each encoder layer below the top at this "
+                                      "times the rate of the one above, the embeddings below the bottom layer "
+                                      "(1: every layer at --lr)")
     head_lr: float = flag(1e-3, "learning rate of the task heads (higher than the encoder's: they start from scratch)")
     weight_decay: float = flag(0.01, "decoupled weight decay of AdamW")
     seed: int = flag(DEFAULT_SEED, "seed for Python, NumPy and torch (a CPU run is repeatable)")
@@ -256,9 +264,17 @@ class CoreSettings:
         own = [d["name"] for d in self.data.declared_tasks()]
         return parse_tasks(self.train.tasks, dict.fromkeys([*BUILTIN_NAMES, *own]))
 
-    def batch_sizes(self) -> dict[str, int]:
+    def batch_sizes(self, train_sizes: dict[str, int] | None = None) -> dict[str, int]:
         """The training batch size of each task: ``--task_batch_sizes 48,64,32`` as ``{"sst": 48, ...}``,
-        or ``--batch_size`` each."""
+        or ``--batch_size`` each. ``--task_batch_sizes auto`` follows the tasks' training-set sizes
+        ``train_sizes`` (task -> examples; ``task_shares.py``); without them, ``--batch_size`` each, the
+        smallest a task's batch can be (what data-parallel processes split)."""
+        if self.data.task_batch_sizes == AUTO:
+            names = self.task_names()
+            if train_sizes is None:
+                return dict.fromkeys(names, self.data.batch_size)
+            return tempered_batch_sizes({name: train_sizes[name] for name in names}, self.data.batch_size,
+                                        self.data.sampling_temperature)
         return per_task("task_batch_sizes", self.data.task_batch_sizes, self.task_names(), self.data.batch_size,
                         int, lambda v: v >= 1, "positive whole numbers")
 

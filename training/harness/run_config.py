@@ -17,6 +17,7 @@ from typing import Callable
 from .. import extensions as registry   # the registry's one list, read where it is (tests extend it)
 from ..configuration.sections import RunSettings
 from ..configuration.task_file import read_task_file
+from ..configuration.task_shares import AUTO
 from ..extensions.base import Extension
 from ..learning.recipe import Plugins
 from ..learning.stages import BatchOrder
@@ -90,6 +91,10 @@ class RunConfig(RunSettings):
             (t.warmup_ratio is None or 0 <= t.warmup_ratio < 1, "--warmup_ratio must be in [0, 1)"),
             (t.max_steps_per_epoch is None or t.max_steps_per_epoch >= 1, "--max_steps_per_epoch must be at least 1"),
             (d.batch_size >= 1, "--batch_size must be at least 1"),
+            (d.sampling_temperature > 0, "--sampling_temperature must be positive"),
+            (d.task_batch_sizes == AUTO or d.sampling_temperature == 1.0,
+             "--sampling_temperature has no effect without --task_batch_sizes auto: add it, or drop the temperature"),
+            (0 < t.layer_lr_decay <= 1, "--layer_lr_decay must be in (0, 1]"),
             (d.max_eval_examples is None or d.max_eval_examples >= 1, "--max_eval_examples must be at least 1"),
             (d.max_length >= 3, "--max_length must be at least 3"),
             (0 <= d.val_fraction < 1, "--val_fraction must be in [0, 1)"),

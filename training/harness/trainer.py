@@ -153,7 +153,7 @@ def check_evaluations(config: RunConfig, splits: dict) -> None:
     if t.epochs == 0 or not (t.eval_every or t.early_stopping) or not all(
             name in splits and "train" in splits[name] for name in config.task_names()):
         return
-    sizes = config.batch_sizes()
+    sizes = config.batch_sizes({name: len(splits[name]["train"]) for name in config.task_names()})
     batches = {name: range(math.ceil(len(splits[name]["train"]) / sizes[name])) for name in config.task_names()}
     if not all(batches.values()):
         return   # an empty training set: the scheduler's own error says which

@@ -103,13 +103,39 @@ def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precisi
 
 
 def run_adamw(config: RunSettings, model: MultitaskBert, weighting: torch.nn.Module | None = None):
-    """A multi-task run's AdamW: the encoder (and its towers) at ``--lr``, the heads and any learned loss
-    weights (no weight decay on those) at ``--head_lr``."""
+    """A multi-task run's AdamW: the encoder (and its towers) at ``--lr`` (``--layer_lr_decay``: layer by layer),
+    the heads and any learned loss weights (no weight decay on those) at ``--head_lr``."""
     t = config.train
-    return build_adamw(t, config.speed, [ParamSet(model.encoder_parameters()),
+    return build_adamw(t, config.speed, [*encoder_sets(model, t.lr, t.layer_lr_decay),
                                          ParamSet(model.heads.named_parameters(), lr=t.head_lr),
                                          ParamSet(weighting.named_parameters() if weighting else [], lr=t.head_lr,
                                                   decay=False)], lr=t.lr)
+
+
+def encoder_sets(model: MultitaskBert, lr: float, decay: float) -> list[ParamSet]:
+    """The encoder's parameters (and the towers') at ``lr``; with ``--layer_lr_decay`` γ < 1, layer by layer
+    (Sun et al. 2019, "How to fine-tune BERT for text classification?", §5.3: θ^(l−1) = ξ·θ^l): the top layer and
+    the pooler above it at ``lr``, each layer below at γ times the rate of the one above, the embeddings at γ^L
+    (L layers); a task's tower layer at the rate of the encoder layer it copies."""
+    if decay == 1.0:   # one set, as before the flag: the same optimizer, bit for bit
+        return [ParamSet(model.encoder_parameters())]
+    below_top: dict[int, list] = {}
+    for name, parameter in model.encoder_parameters():
+        below_top.setdefault(layers_below_top(model, name), []).append((name, parameter))
+    return [ParamSet(named, lr=lr * decay ** k) for k, named in sorted(below_top.items())]
+
+
+def layers_below_top(model: MultitaskBert, name: str) -> int:
+    """How many layers below the top the encoder parameter ``name`` (as ``encoder_parameters`` names it) sits: 0
+    for the top layer and the pooler, L for the embeddings; layer j of a task's tower of K copies layer L − K + j."""
+    parts, depth = name.split("."), len(model.bert.encoder.layer)
+    if parts[:3] == ["bert", "encoder", "layer"]:
+        return depth - 1 - int(parts[3])
+    if parts[:2] == ["bert", "embeddings"]:
+        return depth
+    if parts[0] == "towers":   # towers.<task>.<j>.<...>
+        return len(model.towers[parts[1]]) - 1 - int(parts[2])
+    return 0   # the pooler, above the top layer
 
 
 def set_speed(model: MultitaskBert, config: RunSettings, parallel: Parallel = Parallel()) -> torch.nn.Module:

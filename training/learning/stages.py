@@ -16,6 +16,7 @@ from minbert import BertTokenizer
 from training.data.batching import to_device
 from training.data.readers import Example
 
+from ..configuration.task_shares import AUTO
 from .callbacks import GradientHook, Log
 from .evaluate import TaskPredictions, predict
 from .loop import Objective, TrainingLoop
@@ -72,10 +73,15 @@ class Run:
 def multitask_stage(run: Run) -> dict:
     """Round-robin (or joint) training on every task of ``--tasks``, in the order ``--rr`` or an extension's
     ``batch_order`` gives, keeping the best epoch on dev. The i-th task's loader is seeded ``--seed + i``."""
-    t, sizes = run.config.train, run.config.batch_sizes()
+    t = run.config.train
+    sizes = run.config.batch_sizes({name: len(split["train"]) for name, split in run.splits.items()})
     loaders = {name: run.loader(split["train"], sizes[name], True, t.seed + i)
                for i, (name, split) in enumerate(run.splits.items())}
     objective = MultitaskObjective(run, loaders, t.rr, t.max_steps_per_epoch, t.epochs)
+    if run.config.data.task_batch_sizes == AUTO:
+        run.log(f"task batch sizes (auto, T = {run.config.data.sampling_temperature:g}): "
+                f"{', '.join(f'{name} {size}' for name, size in sizes.items())}; {len(objective.scheduler)} batches "
+                f"an epoch")
     if run.batch_order is not None:
         run.log(f"multi-task batches in the order of --{run.batch_order.name}: {len(objective.scheduler)} an epoch, "
                 f"as many as --rr {t.rr} gives")
