@@ -109,7 +109,7 @@ class SstOnly(Extension):
     name, settings, column, short = "sst_only", OrderConfig, "SST-only", "sstonly"
     calls: list = []
 
-    def batch_order(self, c, core, epoch, sizes, steps):
+    def batch_order(self, c, core, epoch, sizes, steps, history=()):
         self.calls.append((epoch, dict(sizes), steps))
         return ["sst"] * steps
 
@@ -216,7 +216,7 @@ class ToyHooks(Extension):
     name, settings, column, short, joint = "toy_hooks", ToyHooksConfig, "TOYHOOKS", "toyhooks", True
     variants = (("mean-toyhooks-exhaust", ["--toy_hooks", "--rr", "exhaust"]),)
 
-    def batch_order(self, c, core, epoch, sizes, steps):
+    def batch_order(self, c, core, epoch, sizes, steps, history=()):
         return [list(sizes)[i % len(sizes)] for i in range(steps)]
 
     def gradient_surgery(self, c, core, model):

@@ -12,13 +12,14 @@ from .readers import Example
 HOLDOUT_SEED = 20261127   # fixed forever: changing it changes every search's validation split
 
 
-def hold_out(examples: list[Example], fraction: float) -> tuple[list[Example], list[Example]]:
+def hold_out(examples: list[Example], fraction: float,
+             flag: str = "--val_fraction") -> tuple[list[Example], list[Example]]:
     """(training, validation): ``fraction`` of ``examples`` (rounded, at least one, at most all but one)
-    drawn at random with ``HOLDOUT_SEED``, each part in file order."""
+    drawn at random with ``HOLDOUT_SEED``, each part in file order. ``flag``: what an error names."""
     if not 0 < fraction < 1:
-        raise ValueError(f"--val_fraction must be in (0, 1), got {fraction}")
+        raise ValueError(f"{flag} must be in (0, 1), got {fraction}")
     if len(examples) < 2:
-        raise ValueError(f"--val_fraction needs at least 2 training examples a task, got {len(examples)}")
+        raise ValueError(f"{flag} needs at least 2 training examples a task, got {len(examples)}")
     size = min(max(1, round(len(examples) * fraction)), len(examples) - 1)
     held = np.zeros(len(examples), dtype=bool)
     held[np.random.default_rng(HOLDOUT_SEED).permutation(len(examples))[:size]] = True

@@ -40,7 +40,7 @@ class AnnealSampling(Extension):
         return [(not self.enabled(c) or len(core.task_names()) > 1,
                  "--anneal_sampling draws each batch's task among --tasks: give two or more")]
 
-    def batch_order(self, c, core, epoch: int, sizes: dict[str, int], steps: int) -> list[str]:
+    def batch_order(self, c, core, epoch: int, sizes: dict[str, int], steps: int, history=()) -> list[str]:
         p = probabilities(sizes, alpha(epoch, core.train.epochs))
         draw = random.Random(f"anneal_sampling {core.train.seed} {epoch}")
         return draw.choices(list(p), weights=list(p.values()), k=steps)

@@ -111,14 +111,27 @@ class Extension(Idea):
         return None
 
     def batch_order(self, settings, core: CoreSettings, epoch: int, sizes: dict[str, int],
-                    steps: int) -> list[str] | None:
+                    steps: int, history: list[dict] = ()) -> list[str] | None:
         """The task of each training batch of multi-task epoch ``epoch`` (1 to ``--epochs``), in order, or
         None to keep ``--rr``'s order. ``sizes``: each task's training examples (in ``--tasks`` order);
         ``steps``: the batches ``--rr`` gives the epoch, which the order must keep (the
-        learning-rate schedule is laid out over them). A task drawn more often than it has batches starts
-        its data over, reshuffled. The order must follow from these and the flags alone (``--seed``): a
-        resumed run replays it."""
+        learning-rate schedule is laid out over them); ``history``: the records of the epochs before ``epoch``
+        (metrics.json's "epochs", with what ``measure_epoch`` added). A task drawn more often than it has batches
+        starts its data over, reshuffled. The order must follow from these and the flags alone (``--seed``): a
+        resumed run replays it (the records come back with the saved progress)."""
         return None
+
+    def measure_epoch(self, settings, core: CoreSettings, run, history: list[dict]) -> None:
+        """A batch-order extension's measurement of the model after each multi-task epoch (``run``: the kernel's
+        ``stages.Run``), added to that epoch's record, ``history[-1]`` (the records so far), before dev is
+        scored: what ``batch_order`` reads of later epochs. Saved with the progress, so a resumed run reads it
+        back instead of measuring again."""
+
+    def held_out(self, settings, core: CoreSettings) -> float:
+        """The fraction of each task's training examples it holds out of training (0: none), as the split named
+        after it (``run.splits[task][name]``) for its hooks to score: chosen as ``--val_fraction`` chooses
+        (``training/data/holdout.py``, the same examples for every seed), from what ``--val_fraction`` leaves."""
+        return 0.0
 
     def gradient_surgery(self, settings, core: CoreSettings, model) -> GradientHook | None:
         """A gradient hook (usually a ``GradientSurgery``) that takes each task's loss of a multi-task step and

@@ -162,9 +162,15 @@ class RunConfig(RunSettings):
                        regularizers=lambda model: tuple(r for r in (e.regularizer(s, core, model) for e, s in on)
                                                         if r is not None),
                        joint=any(e.joint for e, _ in on),
-                       batch_order=None if order is None else BatchOrder(order[0].name,
-                                                                         partial(order[0].batch_order, order[1], core)),
+                       batch_order=None if order is None else BatchOrder(
+                           order[0].name, partial(order[0].batch_order, order[1], core),
+                           partial(order[0].measure_epoch, order[1], core)),
                        surgery=None if surgeon is None else partial(surgeon[0].gradient_surgery, surgeon[1], core))
+
+    def held_out(self) -> list[tuple[str, float]]:
+        """(name, fraction) of each enabled extension that holds a split out of every training file
+        (``Extension.held_out``), in registry order."""
+        return [(e.name, fraction) for e, s in self.switched_on() if (fraction := e.held_out(s, self.core()))]
 
     def stages(self) -> list[tuple[str, Callable]]:
         """(name, stage) of the stages before multi-task training that the flags switch on, in order."""

@@ -113,6 +113,7 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
     needed = {name: tuple(s for s in splits if s not in dropped) for name, splits in config.splits_needed().items()}
     splits, data_report = read_all_splits(data_dir, needed, tasks, config.data.strict, log)
     hold_out_validation(splits, tasks, config.data.val_fraction, data_report, log)
+    hold_out_for_extensions(splits, tasks, config.held_out(), data_report, log)
     cap_dev(splits, config.data.max_eval_examples, log)
     check_evaluations(config, splits)
     return RunInputs(model, tokenizer, splits, tasks, data_dir, model_dir, data_report)
@@ -130,6 +131,19 @@ def hold_out_validation(splits: dict[str, dict[str, list[Example]]], tasks: dict
             report[tasks[name].files["train"]]["held_out"] = len(task_splits["dev"])   # the validation examples
     log.result(f"note: --val_fraction {fraction}: evaluating on {fraction:.0%} of each task's training file, held "
                f"out of training; the dev files are not read")
+
+
+def hold_out_for_extensions(splits: dict[str, dict[str, list[Example]]], tasks: dict[str, Task],
+                            held: list[tuple[str, float]], report: dict, log) -> None:
+    """An extension's split of each task's training examples (``Extension.held_out``), in place: ``(name,
+    fraction)`` of ``held`` takes ``fraction`` of what ``--val_fraction`` left (``data.holdout``) into the split
+    ``name``, which its hooks score and no stage trains on."""
+    for name, fraction in held:
+        for task, task_splits in splits.items():
+            if "train" in task_splits:
+                task_splits["train"], task_splits[name] = hold_out(task_splits["train"], fraction, f"--{name}")
+                report[tasks[task].files["train"]][f"held_out_{name}"] = len(task_splits[name])
+        log(f"--{name}: {fraction:.0%} of each task's training file held out of training, for it to score")
 
 
 def cap_dev(splits: dict[str, dict[str, list[Example]]], cap: int | None, log: RunLog) -> None:

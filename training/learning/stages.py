@@ -30,9 +30,12 @@ if TYPE_CHECKING:   # annotations only
 
 @dataclass(frozen=True)
 class BatchOrder:
-    """An extension's order of the multi-task batches (``Extension.batch_order``): its flag and ``order``."""
+    """An extension's order of the multi-task batches (``Extension.batch_order``): its flag, ``order`` and what
+    it measures after each epoch for later orders (``Extension.measure_epoch``)."""
     name: str
-    order: Callable[[int, dict[str, int], int], list[str] | None]   # (epoch, each task's examples, batches)
+    # (epoch, each task's examples, batches, the records of the epochs before it) -> the epoch's tasks, or None
+    order: Callable[[int, dict[str, int], int, list[dict]], list[str] | None]
+    measure: Callable[[Run, list[dict]], None] | None = None   # (run, the records so far): adds to the last one
 
 
 @dataclass
@@ -112,14 +115,15 @@ class TaskObjective(Objective):
         if self.order is None:
             return None
         sizes = {name: len(split["train"]) for name, split in self.run.splits.items()}
-        order = self.order.order(epoch, sizes, len(self.scheduler))
-        if len(order) != len(self.scheduler) or not set(order) <= set(sizes):
+        order = self.order.order(epoch, sizes, len(self.scheduler), self.history[:epoch - 1])
+        if order is not None and (len(order) != len(self.scheduler) or not set(order) <= set(sizes)):
             raise ValueError(f"--{self.order.name}: epoch {epoch}'s batch order has {len(order)} batches of "
                              f"{sorted(set(order))}; it must have {len(self.scheduler)} of {sorted(sizes)}")
         return order
 
     def start(self, progress: dict) -> None:
         """A stage that starts (not one resumed mid-way) first starts its heads' thresholds from the data."""
+        self.history = progress["epochs"]   # the ended epochs' records, which ``order`` reads (saved ones on resume)
         if progress["current"] is None and not progress["epochs"]:
             calibrate_heads(self.run, self.scheduler.loaders)
 
@@ -170,6 +174,8 @@ class MultitaskObjective(TaskObjective):
         return bool(progress.get("stopped"))
 
     def end_epoch(self, record: dict, progress: dict) -> str:
+        if self.order is not None and self.order.measure is not None:
+            self.order.measure(self.run, progress["epochs"])   # into ``record``, the last: what later orders read
         every, steps = self.run.config.train.eval_every, self.run.loop.clock.step - self.first_step
         if not every:
             return " | " + self.evaluate(record, progress, self.run.loop.clock.step, record["epoch"] == self.epochs)
