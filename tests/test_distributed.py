@@ -70,7 +70,9 @@ def test_only_the_batch_sizes_in_use_must_split_evenly():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["--joint_loss", "--loss_weighting", "learned", "--smart", "--pre_qqp",
-                                        "--pre_qqp_steps", "2"]], ids=["round_robin", "joint_smart_pre_qqp"])
+                                        "--pre_qqp_steps", "2"],
+                                   ["--private_layers", "1", "--task_finetune", "--task_finetune_steps", "2"]],
+                         ids=["round_robin", "joint_smart_pre_qqp", "task_finetune"])
 def test_two_processes_match_one(tiny_model_dir, tmp_path, extra):
     """Same global batch and seed, dropout off (each process draws its own masks): after every
     optimizer step the parameters of a 2-process run equal the single-process run's up to float

@@ -67,10 +67,10 @@ def rows():
 
 def test_columns_are_the_extensions_seeds_tasks_comparison_wall_time_and_status(rows):
     assert COLUMNS == ["run", "pooling", "U-CL", "S-CL", "LCL", "pre-QQP", "joint-loss", "SMART", "PCGrad", "anneal",
-                       "gap", "seeds", "SST acc", "QQP acc", "STS Pearson", "average", "Δ vs FT", "95% CI",
-                       "wall (min)", "status"]
+                       "gap", "task-FT", "seeds", "SST acc", "QQP acc", "STS Pearson", "average", "Δ vs FT",
+                       "95% CI", "wall (min)", "status"]
     assert columns(["cfimdb"])[-7:] == ["seeds", "CFIMDB acc", "average", "Δ vs FT", "95% CI", "wall (min)", "status"]
-    assert csv_columns() == [*COLUMNS[:12], "SST acc", "SST acc std", "QQP acc", "QQP acc std", "STS Pearson",
+    assert csv_columns() == [*COLUMNS[:13], "SST acc", "SST acc std", "QQP acc", "QQP acc std", "STS Pearson",
                              "STS Pearson std", "average", "average std", "Δ vs FT", "95% CI low", "95% CI high",
                              "95% CI excludes 0", "wall (min)", "status"]
     table = markdown_rows(render_markdown(rows))

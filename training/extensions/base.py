@@ -100,6 +100,12 @@ class Extension(Idea):
 
     stage = None   # or a method ``stage(run: Run) -> dict`` run before multi-task training, in registry order
 
+    def after_stages(self, settings, core: CoreSettings) -> list[tuple[str, Callable]]:
+        """(name, stage) of the stages it runs after multi-task training, in order, each ``stage(run) -> dict`` (its
+        log) on the best multi-task weights; each is resumed as a stage of its own. Dev is then scored once, and the
+        predictions, the final metrics and checkpoint/ are those of the weights they leave."""
+        return []
+
     def loss_weighting(self, settings, core: CoreSettings):
         """A ``training.learning.losses.LossWeighting`` that makes each multi-task step one batch of every task
         with the weighted sum of their losses, or None."""

@@ -198,7 +198,10 @@ def _scores(metrics: dict, tasks: list[str], known: dict[str, Task]) -> str:
     best = f"Best epoch: {metrics.get('best_epoch')} of {len(metrics.get('epochs') or [])}"
     if metrics.get("best_step"):
         best += f" (step {metrics['best_step']})"
-    note = "; its weights are the ones saved here." + (" Test: the labelled test files." if with_test else "")
+    after = list(((metrics.get("after_stages") or {}).get("stages") or {}))
+    note = (f"; then {', '.join(after)} trained it further (the stages after multi-task training), and those weights "
+            f"are the ones saved here." if after else "; its weights are the ones saved here.")
+    note += " Test: the labelled test files." if with_test else ""
     return "\n".join(rows) + "\n\n" + best + note
 
 

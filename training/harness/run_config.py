@@ -176,6 +176,11 @@ class RunConfig(RunSettings):
         """(name, stage) of the stages before multi-task training that the flags switch on, in order."""
         return [(e.name, e.stage) for e, _ in self.switched_on() if e.stage is not None]
 
+    def after_stages(self) -> list[tuple[str, Callable]]:
+        """(name, stage) of the stages after multi-task training that the flags switch on (``Extension.after_stages``),
+        in registry order."""
+        return [stage for e, s in self.switched_on() for stage in e.after_stages(s, self.core())]
+
     def splits_needed(self) -> dict[str, tuple[str, ...]]:
         """Task -> the splits a run reads. Multi-task training reads every task's train, dev and (if
         there is one) test file; under ``--val_fraction`` not dev (it evaluates on a split of train).

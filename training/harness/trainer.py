@@ -23,7 +23,7 @@ from .run_config import RunConfig
 from ..learning.task_schema import run_tasks
 from ..configuration.flags import absolute_paths
 from .distributed import Distributed, average_gradients, check_batch_size, init_distributed, pick_device, wrap_model
-from ..learning.evaluate import predict
+from ..learning.evaluate import TaskPredictions, predict
 from ..learning.loop import TrainingDiverged, per_second
 from ..learning.precision import Precision
 from .resume import Checkpoint, TrainingClock
@@ -33,7 +33,7 @@ from ..learning.rng import seed_everything
 from ..learning.recipe import Callbacks, Inputs, Parallel, build_run
 from ..learning.schedule import RoundRobinScheduler
 from .runs import build_model, check_lengths, model_directory, tokenizer_for
-from ..learning.stages import Run, multitask_stage
+from ..learning.stages import MULTITASK, Run, multitask_stage
 from ..learning.tasks import Task, format_metrics, overall_score
 from .status import RunStatus
 from .trial_control import ask_scheduler
@@ -64,17 +64,23 @@ def run(config: RunConfig, log: RunLog | None = None, given: set[str] | None = N
         folder.start(config, inputs, device)
         parts = assemble(config, inputs, folder, device, place, precision, log, resume)
         for name, stage in config.stages():
-            stage_log = parts.loop.clock.finished_stage(name)
-            if stage_log is None:
-                stage_log = stage(parts)
-                parts.loop.clock.end_stage(name, stage_log)
-            folder.metrics["stages"][name] = stage_log
+            folder.metrics["stages"][name] = run_stage(parts, name, stage)
             folder.write.json(folder.metrics)
         if config.train.epochs == 0:
             finish_stages_only(parts, folder)
         else:
             train_and_predict(parts, folder)
     return folder.metrics
+
+
+def run_stage(run: Run, name: str, stage) -> dict:
+    """``stage(run)``'s log, or, in a run resumed after the stage had finished, its saved log (the clock moves past
+    its steps)."""
+    log = run.loop.clock.finished_stage(name)
+    if log is None:
+        log = stage(run)
+        run.loop.clock.end_stage(name, log)
+    return log
 
 
 def check_processes(config: RunConfig, place: Distributed) -> None:
@@ -230,13 +236,20 @@ def epoch_saver(folder: RunFolder, model: MultitaskBert, tokenizer: BertTokenize
 
 
 def train_and_predict(run: Run, folder: RunFolder) -> None:
-    """Multi-task training; the best epoch's weights write the predictions and the final metrics."""
-    result = multitask_stage(run)
+    """Multi-task training; the best epoch's weights, trained further by the extensions' stages after it (if any),
+    write the predictions and the final metrics."""
+    after = folder.config.after_stages()
+    result = multitask_result(run) if after else multitask_stage(run)
     history, best, metrics = result["epochs"], result["best"], folder.metrics
     metrics.update(loss_curves=result["loss_curves"], lr_curve=result["lr_curve"])
     if best["state"] is None:
         raise TrainingDiverged(f"no epoch reached a finite dev score; {run.loop.clock.last_good()}")
     run.model.load_state_dict(best["state"])
+    if after:
+        metrics["after_stages"] = {"stages": {}}
+        for name, stage in after:
+            metrics["after_stages"]["stages"][name] = run_stage(run, name, stage)
+            folder.write.json(metrics)
     if not folder.write.enabled:  # only process 0 predicts and writes
         return
     at = f"step {best['step']} (epoch {best['epoch']})" if best["step"] is not None else f"epoch {best['epoch']}"
@@ -246,15 +259,26 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
         why = ("stopped by the search's scheduler" if stopped.get("by") == "scheduler"
                else f"no better overall dev score in {stopped['patience']} evaluations")
         run.log.result(f"early stopping at step {stopped['step']} (epoch {stopped['epoch']}): {why}")
-    run.log(f"best {at} (dev overall {best['score']:.4f}); writing predictions")
+    then = f", then {', '.join(name for name, _ in after)}" if after else ""
+    run.log(f"best {at} (dev overall {best['score']:.4f}){then}; writing predictions")
     def predict_split(task, examples, label):
         return predict(run.model, task, run.loader(examples, run.config.data.batch_size, False), run.device, label,
                        run.log.progress_bars, run.loop.precision)
-    tasks = run.task_loss.tasks
-    written, skipped, test = folder.write.predictions(best["dev"], tasks, run.splits, predict_split, run.log,
+    tasks, dev = run.task_loss.tasks, best["dev"]
+    if after:   # the weights the stages after multi-task training leave: dev scored once more, and kept
+        dev = {name: predict_split(task, run.splits[name]["dev"], f"dev {name}") for name, task in tasks.items()}
+        save_checkpoint(folder.dir / "checkpoint", run.model.state_dict(), run.model.bert.config,
+                        folder.config.to_dict(), run.tokenizer)
+    written, skipped, test = folder.write.predictions(dev, tasks, run.splits, predict_split, run.log,
                                                       run.config.output.test_predictions)
-    final_dev = {name: best["dev"][name].score(task) for name, task in tasks.items()}
-    dev_examples = {name: len(best["dev"][name].ids) for name in run.config.task_names()}
+    final_dev = {name: dev[name].score(task) for name, task in tasks.items()}
+    dev_examples = {name: len(dev[name].ids) for name in run.config.task_names()}
+    if after:
+        before = {name: best["dev"][name].score(task) for name, task in tasks.items()}
+        metrics["after_stages"].update(dev_before=before, dev_overall_before=overall_score(before, tasks),
+                                       dev_after=final_dev, dev_overall_after=overall_score(final_dev, tasks))
+        run.log.result(f"dev after {', '.join(name for name, _ in after)}: " + "  ".join(
+            f"{name} {before[name]:.4f} -> {final_dev[name]:.4f}" for name in tasks if before[name] is not None))
     train_seconds = sum(e["train_seconds"] for e in history)
     train_examples = sum(e["train_examples"] for e in history)
     status = RunStatus.STOPPED_EARLY if stopped and stopped.get("by") == "scheduler" else RunStatus.FINISHED
@@ -272,6 +296,24 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
     if test:
         run.log.result(f"test (labelled test files): {format_metrics(test, tasks, 4, '  ')}  "
                        f"overall {metrics['test_overall']:.4f}")
+
+
+def multitask_result(run: Run) -> dict:
+    """``multitask_stage(run)``'s result, recorded as a finished stage (its best weights in checkpoint/, each
+    checkpoint's copy of them) for the stages after it: a run resumed in one of those takes it from there instead of
+    replaying multi-task training."""
+    clock = run.loop.clock
+    saved = clock.finished_stage(MULTITASK)
+    if saved is not None:
+        best = saved["best"]
+        return {**saved, "best": {**best, "dev": {name: TaskPredictions.from_dict(p) for name, p in best["dev"].items()},
+                                  "state": clock.saved_best_state()}}
+    result = multitask_stage(run)
+    best = result["best"]
+    if best["state"] is not None:   # else the run stops here (no finite dev score)
+        clock.end_stage(MULTITASK, {**result, "best": {**{key: best[key] for key in ("score", "epoch", "step")},
+                                                       "dev": {name: p.to_dict() for name, p in best["dev"].items()}}})
+    return result
 
 
 def finish_stages_only(run: Run, folder: RunFolder) -> None:

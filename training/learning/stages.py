@@ -28,6 +28,9 @@ if TYPE_CHECKING:   # annotations only
     from ..configuration.sections import RunSettings
 
 
+MULTITASK = "multitask"   # the multi-task stage's name: its checkpointed progress, log and TensorBoard tags
+
+
 @dataclass(frozen=True)
 class BatchOrder:
     """An extension's order of the multi-task batches (``Extension.batch_order``): its flag, ``order`` and what
@@ -98,7 +101,7 @@ class TaskObjective(Objective):
     order: BatchOrder | None = None
 
     def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int, joint: bool,
-                 name: str = "multitask", log_prefix: str = ""):
+                 name: str = MULTITASK, log_prefix: str = ""):
         self.run, self.epochs, self.joint, self.name, self.log_prefix = run, epochs, joint, name, log_prefix
         self.scheduler = RoundRobinScheduler(loaders, rr, max_steps)
         self.optimizer = run.optimizer

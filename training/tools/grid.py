@@ -125,15 +125,18 @@ NAMED_GRIDS = {
               ("sum", ("--para_head", "sum", "--sts_head", "sum")),
               ("para-cosine-shared", ("--para_head", "cosine", "--pair_projection", "shared")))),
     # docs/ablation.md, "Multi-task that pays by default" (issue 84), run defaults (3 epochs): the size-aware budget
-    # at T = 1 and 2, with and without layer-wise decay, at one seed first (--first_seed 11711 --seeds 1), the best
-    # at three; the single-task rows time each task alone on the machine of the study.
+    # at T = 1 and 2, with and without layer-wise decay, sampling by the gap to the single-task scores of
+    # docs/runs/full (3 seeds), the per-task second stage; at one seed first (--first_seed 11711 --seeds 1), the
+    # best at three; the single-task rows time each task alone on the machine of the study.
     "budget": NamedGrid(
         source="docs/ablation.md#multi-task-that-pays-by-default (docs/runs/budget)",
         rows=(("st-sst", ("--tasks", "sst")), ("st-qqp", ("--tasks", "qqp")), ("st-sts", ("--tasks", "sts")),
               ("auto-t1", ("--task_batch_sizes", "auto", "--sampling_temperature", "1")),
               ("auto-t2", ("--task_batch_sizes", "auto", "--sampling_temperature", "2")),
               ("auto-t1-lld", ("--task_batch_sizes", "auto", "--sampling_temperature", "1", "--layer_lr_decay", "0.9")),
-              ("auto-t2-lld", ("--task_batch_sizes", "auto", "--sampling_temperature", "2", "--layer_lr_decay", "0.9")))),
+              ("auto-t2-lld", ("--task_batch_sizes", "auto", "--sampling_temperature", "2", "--layer_lr_decay", "0.9")),
+              ("gap", ("--gap_sampling", "--gap_reference", "sst=0.493,qqp=0.850,sts=0.885")),
+              ("task-ft", ("--task_finetune",)))),
 }
 
 
