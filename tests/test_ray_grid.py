@@ -10,6 +10,7 @@ import io
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -70,7 +71,7 @@ def test_registry_grid_has_ablate_sh_runs_names_and_flags(tmp_path):
     assert dry.returncode == 0, dry.stderr
     expected = {}
     for line in dry.stdout.splitlines():
-        words = line.split()
+        words = shlex.split(line)   # the dry run's words as bash's printf %q quotes them (a comma as \,)
         name = words[words.index("--run_name") + 1]
         rest = words[words.index("--out_dir") + 2:]
         expected[name] = rest
