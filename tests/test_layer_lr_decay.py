@@ -1,7 +1,6 @@
 """Layer-wise learning-rate decay (``--layer_lr_decay``, training/learning/recipe.py ``encoder_sets``): each
 parameter's learning rate in the run's AdamW by layer, towers included; 1 leaves the optimizer as it was; bad
 values are refused; a resumed run ends exactly like an uninterrupted one."""
-import subprocess
 
 import pytest
 import torch
@@ -9,7 +8,7 @@ import torch
 import run_multitask
 from heads import MultitaskBert, PairHead, SentimentHead
 from minbert import BertConfig, BertModel
-from test_resume import argv, assert_same_run, command, env, final_state, resume_after_cut
+from test_resume import assert_resumes_exactly
 from training.learning.recipe import run_adamw
 
 H, LAYERS = 8, 3
@@ -77,9 +76,5 @@ def test_a_decay_outside_zero_to_one_is_refused(value):
 
 @pytest.mark.slow
 def test_a_resumed_run_with_decay_ends_exactly_like_an_uninterrupted_one(tiny_model_dir, tmp_path):
-    flags = ["--epochs", "2", "--layer_lr_decay", "0.8", "--private_layers", "1"]
-    subprocess.run(command(*argv(tiny_model_dir, tmp_path / "clean", "decay", *flags)), env=env(), check=True,
-                   capture_output=True, timeout=300)
-    clean = tmp_path / "clean" / "decay"
-    assert resume_after_cut(clean, tmp_path / "cut" / "decay", 10) == "multitask"
-    assert_same_run(final_state(tmp_path / "cut" / "decay"), final_state(clean))
+    assert_resumes_exactly(tiny_model_dir, tmp_path, "decay", "--epochs", "2", "--layer_lr_decay", "0.8",
+                           "--private_layers", "1")

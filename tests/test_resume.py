@@ -100,6 +100,16 @@ def clean_run(model_dir, out: Path, name: str, *flags) -> Path:
     return out / name
 
 
+def assert_resumes_exactly(model_dir, tmp_path: Path, name: str, *flags, keep: int = 10) -> None:
+    """A run of ``flags`` (in a subprocess) and its copy cut after checkpoint ``keep``, inside multi-task training,
+    and resumed: the two end alike."""
+    subprocess.run(command(*argv(model_dir, tmp_path / "clean", name, *flags)), env=env(), check=True,
+                   capture_output=True, timeout=300)
+    clean, cut = tmp_path / "clean" / name, tmp_path / "cut" / name
+    assert resume_after_cut(clean, cut, keep) == "multitask"
+    assert_same_run(final_state(cut), final_state(clean))
+
+
 @pytest.fixture(scope="module")
 def clean_plain(tiny_model_dir, tmp_path_factory) -> Path:
     return clean_run(tiny_model_dir, tmp_path_factory.mktemp("clean"), "plain", *PLAIN)

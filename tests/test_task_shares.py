@@ -4,12 +4,11 @@ the batches the rule gives, and a resumed one ends exactly like an uninterrupted
 import json
 import math
 import random
-import subprocess
 
 import pytest
 
 import run_multitask
-from test_resume import FIXTURE_DATA, argv, assert_same_run, command, env, final_state, resume_after_cut
+from test_resume import FIXTURE_DATA, assert_resumes_exactly
 from training.configuration.task_shares import tempered_batch_sizes
 from training.harness.trainer import read_inputs
 from training.learning.callbacks import Log
@@ -94,9 +93,5 @@ def test_a_tiny_run_trains_the_batches_the_rule_gives(tmp_path, tiny_model_dir, 
 
 @pytest.mark.slow
 def test_a_resumed_auto_run_ends_exactly_like_an_uninterrupted_one(tiny_model_dir, tmp_path):
-    flags = ["--epochs", "2", "--task_batch_sizes", "auto", "--sampling_temperature", "1.5"]
-    subprocess.run(command(*argv(tiny_model_dir, tmp_path / "clean", "auto", *flags)), env=env(), check=True,
-                   capture_output=True, timeout=300)
-    clean = tmp_path / "clean" / "auto"
-    assert resume_after_cut(clean, tmp_path / "cut" / "auto", 10) == "multitask"
-    assert_same_run(final_state(tmp_path / "cut" / "auto"), final_state(clean))
+    assert_resumes_exactly(tiny_model_dir, tmp_path, "auto", "--epochs", "2", "--task_batch_sizes", "auto",
+                           "--sampling_temperature", "1.5")

@@ -28,7 +28,7 @@ def tempered_batch_sizes(sizes: dict[str, int], batch_size: int, temperature: fl
     batches = {}
     for task, n in sizes.items():
         share = round(batch_size * (n / smallest) ** (1 / temperature))
-        if rounds > 1:   # the largest batch that still gives ``rounds`` batches: ⌈n / b⌉ ≥ rounds ⟺ b < n / (rounds − 1)
+        if rounds > 1:   # the largest batch still giving ``rounds`` batches: ⌈n / b⌉ ≥ rounds ⟺ b < n / (rounds − 1)
             share = min(share, math.ceil(n / (rounds - 1)) - 1)
         batches[task] = share
     return batches

@@ -306,8 +306,8 @@ def multitask_result(run: Run) -> dict:
     saved = clock.finished_stage(MULTITASK)
     if saved is not None:
         best = saved["best"]
-        return {**saved, "best": {**best, "dev": {name: TaskPredictions.from_dict(p) for name, p in best["dev"].items()},
-                                  "state": clock.saved_best_state()}}
+        dev = {name: TaskPredictions.from_dict(p) for name, p in best["dev"].items()}
+        return {**saved, "best": {**best, "dev": dev, "state": clock.saved_best_state()}}
     result = multitask_stage(run)
     best = result["best"]
     if best["state"] is not None:   # else the run stops here (no finite dev score)
