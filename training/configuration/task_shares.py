@@ -1,6 +1,6 @@
 """The size-aware budget of a multi-task epoch (``--task_batch_sizes auto``): each task's share of a round-robin
 round follows its training-set size N_t as N_t^(1/T), the temperature-scaled mixing of T5 (Raffel et al. 2020,
-§3.5.2, "temperature-scaled mixing") and of multilingual NMT (Arivazhagan et al. 2019, §4.2), at a fixed number
+§3.5.2, "temperature-scaled mixing") and of multilingual NMT (Arivazhagan et al. 2019), at a fixed number
 of rounds. Why a rule and not a number: ``--task_batch_sizes 32,86,32`` (QQP's whole training set each epoch)
 fits one file; the rule gives any task set, own task files included, its share.
 
