@@ -8,6 +8,10 @@ Flags come from the config dataclasses in ``training/configuration/sections.py``
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # a stop while torch imports: one line, not a traceback (training/tools/starting.py)
+    from training.tools.starting import stop_cleanly_while_starting
+    stop_cleanly_while_starting()
+
 import argparse
 import json
 import sys
@@ -35,9 +39,11 @@ EPILOG = """other tools:
   bash scripts/ablate.sh -- --data_dir DIR             the ablation grid"""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(abbreviations: bool = False) -> argparse.ArgumentParser:
+    # flags in full, never abbreviated: --see 3 passed the grid's check of --seed, and a flag added later would make
+    # an abbreviation in a saved command ambiguous (one rule for the run, the grid and the search)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     allow_abbrev=abbreviations, formatter_class=argparse.RawDescriptionHelpFormatter)
     for section, cls in CORE_SECTIONS.items():
         add_flags(parser, cls, title=section)
     for extension in registry.EXTENSIONS:
@@ -74,6 +80,7 @@ def parse_command(argv=None) -> tuple[RunConfig, bool, set[str]]:
     the command gives (its flags', its --config file's, --reference's): --resume refuses those the run saved otherwise,
     at their defaults too."""
     parser = build_parser()
+    check_full_names(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
     if args.print_config and args.resume:
         parser.error("--print_config prints a new run's configuration; a run's own is its "
@@ -99,6 +106,24 @@ def parse_command(argv=None) -> tuple[RunConfig, bool, set[str]]:
     return config, args.print_config, given.union(*layers)
 
 
+def check_full_names(argv: list[str]) -> None:
+    """A usage error naming the flag an abbreviation stands for (argparse alone says "unrecognized arguments"): what
+    a parser that takes abbreviations sets, and the one of the run does not."""
+    strict, unset = build_parser(), object()
+    strict.set_defaults(**dict.fromkeys(all_flag_fields(), unset))
+    known, unknown = strict.parse_known_args(argv)
+    if not (short := [word.split("=")[0] for word in unknown if word.startswith("--") and len(word) > 2]):
+        return
+    loose = build_parser(abbreviations=True)
+    loose.set_defaults(**dict.fromkeys(all_flag_fields(), unset))
+    meant = [name for name, value in vars(loose.parse_known_args(argv)[0]).items()
+             if value is not unset and getattr(known, name, unset) is unset]
+    if meant:
+        negated = short[0].startswith("--no_")
+        strict.error(f"{short[0]}: write the flag in full (--{'no_' if negated else ''}{meant[0]}); flags are never "
+                     f"abbreviated")
+
+
 def explicit_flags(argv=None) -> set[str]:
     """The settings the command line gives (a flag's ``--no_`` form included), whatever their values; not the
     command's own options (``--config``, ``--reference``, ``--print_config``) nor the refused ones."""
@@ -118,4 +143,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    from training.tools.starting import python_handlers_back
+    python_handlers_back()
     sys.exit(main())

@@ -14,6 +14,7 @@ import errno
 import glob
 import os
 import re
+import shutil
 import signal
 import tempfile
 import threading
@@ -84,6 +85,53 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         if tmp is not None:
             with signals_deferred():
                 tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def output_set(folder: str | Path) -> Iterator[Path]:
+    """A command's files as one set (``predict``'s CSVs and its metrics.json): yield a staging folder beside
+    ``folder`` to write them into. When the block ends they move in together: the staging folder renamed into place
+    where ``folder`` does not exist yet (one atomic rename), else each file renamed in, in the order written, with
+    Ctrl-C and SIGTERM held for those milliseconds. A stop or an error at any moment before leaves ``folder`` as it
+    was and removes the staging folder; one a SIGKILLed command left is removed by the next, as temporaries are."""
+    folder = Path(folder)
+    make_folder(folder.parent)
+    check_folder(folder)
+    remove_stale_staging(folder)
+    staging = None
+    try:
+        with signals_deferred():   # named before anything can stop it, so that the finally removes it
+            try:
+                staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.{os.getpid()}-", suffix=".tmp",
+                                                dir=folder.parent))
+            except OSError as err:   # a read-only or full disk: named by the folder asked for, not our staging name
+                raise OSError(err.errno, err.strerror, str(folder)) from None
+        yield staging
+        with signals_deferred():
+            if not folder.exists():
+                mode = usual_mode()
+                os.chmod(staging, mode | (mode & 0o444) >> 2)   # mkdtemp's 0700 as mkdir makes it: x where r
+                os.rename(staging, folder)
+                staging = None
+                return
+            for path in sorted(staging.iterdir(), key=lambda p: (p.stat().st_mtime_ns, p.name)):
+                os.replace(path, folder / path.name)
+    finally:
+        if staging is not None:
+            with signals_deferred():
+                shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_stale_staging(folder: Path) -> list[Path]:
+    """Remove (and return) the staging folders of ``folder`` (``output_set``) whose command is gone."""
+    pattern = re.compile(rf"\.{re.escape(folder.name)}\.(\d+)-[a-z0-9_]{{8}}\.tmp")
+    stale = []
+    for path in folder.parent.glob(f".{glob.escape(folder.name)}.*.tmp"):
+        match = pattern.fullmatch(path.name)
+        if match and path.is_dir() and not _running(int(match[1])):
+            shutil.rmtree(path, ignore_errors=True)
+            stale.append(path)
+    return stale
 
 
 # how writers report a full disk: errno, safetensors' Rust error, torch's zip writer, numpy's file writer

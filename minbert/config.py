@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -43,11 +44,26 @@ class BertConfig:
             value = getattr(self, f.name)
             if not ok(value):
                 raise ValueError(f"{self.json_key(f.name)} must be {what}, got {value!r}")
+        for name, bound in MAX_SIZES.items():
+            if getattr(self, name) > bound:
+                raise ValueError(f"{self.json_key(name)} {getattr(self, name)} is above {bound:,}, the largest this "
+                                 f"model builds (its weights alone would take about {gib(self.weight_bytes())})")
+        if (memory := machine_memory()) and self.weight_bytes() > memory:
+            raise ValueError(f"the weights alone would take about {gib(self.weight_bytes())}, more than this "
+                             f"machine's {gib(memory)} of memory")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(f"{self.json_key('hidden_size')} {self.hidden_size} is not a multiple of "
                              f"{self.json_key('num_attention_heads')} {self.num_attention_heads}")
         if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
             raise ValueError(f"pad_token_id must be below vocab_size {self.vocab_size}, got {self.pad_token_id}")
+
+    def weight_bytes(self) -> int:
+        """The float32 bytes of this encoder's weights, from its sizes alone (nothing allocated): embeddings,
+        L layers of attention (4 H×H) and feed-forward (2 H×I) with their biases and layer norms, and the pooler."""
+        h, i = self.hidden_size, self.intermediate_size
+        embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h + 2 * h
+        layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+        return 4 * (embeddings + self.num_hidden_layers * layer + h * h + h)
 
     def json_key(self, name: str) -> str:
         """The ``config.json`` key of field ``name``: DistilBERT's own where it differs."""
@@ -96,6 +112,24 @@ class BertConfig:
 DISTILBERT_CONFIG = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
                      "intermediate_size": "hidden_dim", "hidden_act": "activation",
                      "hidden_dropout_prob": "dropout", "attention_probs_dropout_prob": "attention_dropout"}
+
+
+# the largest size of each kind a config.json may ask for: checked before anything is allocated (10**6 layers
+# allocated for minutes; hidden_size 10**7 was an allocator traceback). Far above every published BERT.
+MAX_SIZES = {"vocab_size": 1_000_000, "hidden_size": 16_384, "num_hidden_layers": 256, "num_attention_heads": 256,
+             "intermediate_size": 65_536, "max_position_embeddings": 65_536, "type_vocab_size": 1_024}
+
+
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes, where the system says (Linux, macOS); None elsewhere."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def gib(n_bytes: int) -> str:
+    return f"{n_bytes / 2 ** 30:,.1f} GiB"
 
 
 def _is_int(value) -> bool:

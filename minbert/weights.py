@@ -12,6 +12,7 @@ import dataclasses
 import json
 import pickle
 import re
+import warnings
 from pathlib import Path
 
 import torch
@@ -40,6 +41,7 @@ _RENAMES = [
 MAX_LISTED_MISMATCHES = 3  # enough to show the pattern; the sizes behind it are named in full
 MAX_LISTED_KEYS = 10      # missing or unexpected keys named; the rest counted
 # Keys a BERT checkpoint may hold that are not encoder parameters.
+POOLER = {"pooler.dense.weight", "pooler.dense.bias"}   # tanh(W h_[CLS] + b), trained by next-sentence prediction
 _IGNORED = re.compile(r"^(cls\.|embeddings\.position_ids$|.*\.position_ids$)")
 
 
@@ -85,6 +87,11 @@ def load_pretrained(model_cls, path_or_name, **config_overrides):
     expected = model.state_dict()
     state = from_hf_names(read_state_dict(directory), config.model_type)
     missing = sorted(set(expected) - set(state))
+    if set(missing) == POOLER and config.model_type == "bert":   # a masked-LM checkpoint (BertForMaskedLM) has none
+        warnings.warn(f"{weights_file(directory)} has no pooler (a masked-LM checkpoint): the pooler keeps its random "
+                      "initial weights, as transformers' BertModel does; only --pooling pooler reads it")
+        state |= {key: expected[key] for key in missing}
+        missing = []
     unexpected = sorted(set(state) - set(expected))
     mismatched = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v.shape)}"
                   for k, v in expected.items() if k in state and state[k].shape != v.shape]

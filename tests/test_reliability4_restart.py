@@ -44,4 +44,6 @@ def test_a_finished_run_without_checkpoints_is_still_no_resume(tmp_path, tiny_mo
             "--quiet", "--run_name", "done"]
     assert run_multitask.main(argv) == 0
     assert run_multitask.main(["--resume", str(tmp_path / "done"), "--quiet"]) == 1
-    assert "no checkpoint in" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()   # issue 86: it says finished, not "no checkpoint"
+    assert err == f"error: --resume {tmp_path / 'done'}: the run already finished; nothing to resume (its outputs " \
+                  "are in that folder; a new run needs another --run_name)", err

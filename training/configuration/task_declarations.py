@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any, Callable, Collection
 
 KINDS = ("classification", "pair_classification", "pair_regression")
@@ -51,6 +52,11 @@ def _wanted(d: dict) -> int:
     return 1 if d["kind"] == "classification" else 2
 
 
+def _climbing(files: dict) -> list[str]:
+    """The relative file names that leave ``--data_dir`` through ``..`` (an absolute path is the user's own choice)."""
+    return [f for f in files.values() if not PurePath(f).is_absolute() and ".." in PurePath(f).parts]
+
+
 def _range_ok(value) -> bool:
     return isinstance(value, list) and len(value) == 2 and all(
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value) \
@@ -89,6 +95,9 @@ SCHEMA = (
          keep=lambda v, d: dict(v)),
     Rule("files", lambda v, d: all(isinstance(f, str) and f.strip() for f in v.values()),
          lambda v, d: f"file names must be non-empty strings, got {v!r}"),
+    Rule("files", lambda v, d: not _climbing(v),
+         lambda v, d: f"{_climbing(v)[0]!r} climbs out of --data_dir (..): name a file inside it, or give an absolute "
+                      f"path"),
     Rule("text_columns", _text_columns_ok,
          lambda v, d: f"kind {d['kind']} reads {_wanted(d)} distinct column name{'s' if _wanted(d) > 1 else ''}, "
                       f"got {v!r}", keep=lambda v, d: list(_columns(v))),

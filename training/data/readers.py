@@ -215,6 +215,11 @@ def column_indices(path: Path, header: list[str], wanted: Sequence[str]) -> dict
     index: dict[str, int] = {}
     for name in wanted:
         positions = [i for i, h in enumerate(header) if h.strip() == name]
+        if not positions and len(header) == 1:   # not a table as read (another file, or other separators): not quoted
+            split = next((repr(d) for d in (",", "\t", ";", "|") if d in header[0]), None)
+            hint = f"; it holds {split}: is the file separated otherwise?" if split else ": is it the task's data file?"
+            raise DataError(f"{path}: missing column '{name}': line 1 is one field, not a header naming the columns "
+                            f"{', '.join(repr(w) for w in wanted)}{hint}")
         if not positions:
             raise DataError(f"{path}: missing column '{name}' (columns found: {clip(str(header))})")
         if len(positions) > 1:

@@ -2,10 +2,11 @@
 Networks for Natural Language Understanding", §3: multi-task learning, then the model fine-tuned on each task's data).
 Unlike MT-DNN, which fine-tunes every layer, only the task's own part trains here: its private top layers
 (``--private_layers K``: its tower, or for the home task the encoder's own top K layers) and its head, on that task's
-training data alone, ``--task_finetune_steps`` batches, with a fresh AdamW and the run's warmup/decay schedule.
-Everything else is frozen (the embeddings, the shared bottom layers, the pooler, the other tasks' towers and heads): no gradient,
-no optimizer state, no weight decay. A task's part serves that task alone, so its stage moves that task's predictions
-only. With ``--private_layers 0`` the heads alone train. One stage per task of ``--tasks``, in order
+training data alone, ``--task_finetune_steps`` batches (of its ``--task_batch_sizes`` size; ``--batch_size`` under
+``auto``, whose sizes are shares of a mixed round), with a fresh AdamW and the run's warmup/decay schedule.
+Everything else is frozen (the embeddings, the shared bottom layers, the pooler, the other tasks' towers and heads):
+no gradient, no optimizer state, no weight decay. A task's part serves that task alone, so its stage moves that
+task's predictions only. With ``--private_layers 0`` the heads alone train. One stage per task of ``--tasks``, in order
 (``Extension.after_stages``); the harness runs them on the best multi-task weights, then scores dev once.
 """
 from __future__ import annotations

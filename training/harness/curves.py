@@ -48,14 +48,16 @@ def plot_curves(metrics: dict, path: Path) -> Path:
     fig = plt.figure(figsize=(4.6 * max(len(panels), 3), 7.5), constrained_layout=True)
     rows = fig.add_gridspec(2, 1)   # each row as many panels as it has, sharing the width: no empty panel
     top = [fig.add_subplot(cell) for cell in rows[0].subgridspec(1, len(panels))]
-    bottom = [fig.add_subplot(cell) for cell in rows[1].subgridspec(1, 3)]
+    evaluations = _evaluations(metrics)   # none for the stages alone (--epochs 0): no empty dev panels
+    bottom = [fig.add_subplot(cell) for cell in rows[1].subgridspec(1, 3 if evaluations else 1)]
     for ax in top[1:] + bottom:   # one x axis, the run's optimizer step: a stage's steps come before the next's
         ax.sharex(top[0])
     for ax, (title, curves) in zip(top, panels.items()):
         _draw_losses(ax, title, curves, stage=title.startswith("stages"))
     _draw_learning_rates(bottom[0], [*((n, log.get("lr_curve")) for n, log in stages.items()),
                                      ("multitask", metrics.get("lr_curve"))])
-    _draw_evaluations(bottom[1], bottom[2], metrics, tasks)
+    if evaluations:
+        _draw_evaluations(bottom[1], bottom[2], evaluations, tasks)
     fig.suptitle(metrics.get("run_name", ""))
     try:
         with atomic_path(path) as tmp:
@@ -82,23 +84,27 @@ def _draw_learning_rates(ax, curves: list) -> None:
     _label(ax, title="learning rate (encoder)", ylabel="lr")
 
 
-def _draw_evaluations(dev_ax, loss_ax, metrics: dict, tasks: dict) -> None:
-    """Each task's dev metric, the overall score and each task's dev loss at every evaluation (each epoch's
-    end, or every --eval_every steps); a record from before ``run_step`` was recorded is left out."""
+def _evaluations(metrics: dict) -> list[dict]:
+    """The run's evaluations (each epoch's end, or every --eval_every steps); a record from before ``run_step``
+    was recorded is left out."""
     evaluations = metrics.get("evaluations") or [e for e in metrics.get("epochs") or [] if "dev" in e]
-    evaluations = [e for e in evaluations if "run_step" in e]
+    return [e for e in evaluations if "run_step" in e]
+
+
+def _draw_evaluations(dev_ax, loss_ax, evaluations: list[dict], tasks: dict) -> None:
+    """Each task's dev metric, the overall score and each task's dev loss at every evaluation."""
     x = [e["run_step"] for e in evaluations]
-    for name in (evaluations[0]["dev"] if evaluations else {}):
+    for name in evaluations[0]["dev"]:
         dev_ax.plot(x, [e["dev"][name] for e in evaluations], marker="o",
                     label=f"{name.upper()} {tasks[name].metric_name}")
         if all(e.get("dev_loss", {}).get(name) is not None for e in evaluations):
             loss_ax.plot(x, [e["dev_loss"][name] for e in evaluations], marker="o", label=name.upper())
     dev_ax.plot(x, [e["dev_overall"] for e in evaluations], marker="s", color="black", label="overall")
-    if evaluations:   # the evaluation whose weights were kept (the first of equal best scores, as the run keeps)
-        best = max(range(len(evaluations)), key=lambda i: (evaluations[i]["dev_overall"], -i))
-        for ax in (dev_ax, loss_ax):
-            ax.axvline(x[best], color="grey", linestyle="--", linewidth=1,
-                       label=f"best (epoch {evaluations[best]['epoch']}, step {x[best]})")
+    # the evaluation whose weights were kept (the first of equal best scores, as the run keeps)
+    best = max(range(len(evaluations)), key=lambda i: (evaluations[i]["dev_overall"], -i))
+    for ax in (dev_ax, loss_ax):
+        ax.axvline(x[best], color="grey", linestyle="--", linewidth=1,
+                   label=f"best (epoch {evaluations[best]['epoch']}, step {x[best]})")
     _label(dev_ax, title="dev metrics", ylabel="score")
     _label(loss_ax, title="dev loss", ylabel="loss", yscale="log" if loss_ax.lines else "linear")
 

@@ -21,6 +21,7 @@ from minbert.errors import describe
 from .curves import MatplotlibMissing, plot_curves
 from ..learning.evaluate import TaskPredictions
 from .run_log import RunLog
+from .status import UNFINISHED
 from ..learning.tasks import Task
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def claim_run_dir(output: OutputConfig, model: ModelConfig, claim: bool = True) 
             for leftover in (".lock", "metrics.json"):
                 (run_dir / leftover).unlink(missing_ok=True)
         if any(run_dir.iterdir()):
-            raise FileExistsError(f"{run_dir} already holds a run; choose another --run_name or remove it")
+            raise FileExistsError(f"{run_dir} already holds a run{way_on(run_dir)}")
         fd = os.open(run_dir / "metrics.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError as err:
         if err.strerror is None:  # ours, above
@@ -55,6 +56,14 @@ def claim_run_dir(output: OutputConfig, model: ModelConfig, claim: bool = True) 
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(json.dumps({"run_name": name, "status": "starting", "pid": os.getpid()}) + "\n")
     return run_dir
+
+
+def way_on(run_dir: Path) -> str:
+    """What the user of a taken run folder can do: a run stopped or killed mid-way (metrics.json "running" or
+    "interrupted") is finished exactly by ``--resume``, so deleting it would lose its work."""
+    if read_metrics(run_dir).get("status") in UNFINISHED:
+        return f" that did not finish: --resume {run_dir} continues it, or choose another --run_name"
+    return "; choose another --run_name or remove it"
 
 
 def abandoned_claim(run_dir: Path) -> bool:
@@ -88,6 +97,12 @@ def read_metrics(run_dir: Path) -> dict:
     except (OSError, ValueError):
         metrics = None
     return metrics if isinstance(metrics, dict) else {"run_name": run_dir.name}
+
+
+def written_by_predict(metrics: dict) -> bool:
+    """Whether a metrics.json is a prediction folder's (``minbert-predict``'s record: the run and its scores), not a
+    run's: a run's says its status."""
+    return isinstance(metrics, dict) and {"run", "scores"} <= set(metrics) and "status" not in metrics
 
 
 def scored_evaluations(metrics: dict) -> list[dict]:

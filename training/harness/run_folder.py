@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from minbert.atomic import signals_deferred
 from minbert.errors import first_line
 
 from ..configuration.sections import REMOVED_IN, WHERE_A_RUN_IS, removed_extension, removed_settings, saved_values
@@ -114,21 +115,31 @@ class RunFolder:
                             finished=datetime.now().isoformat(timespec="seconds"), processes=self.place.world_size)
         self.write.json(self.metrics)
         self.ended = True   # a signal or an error from here on (the clean-up below) leaves the status as it is
-        self.write.curves(self.metrics, self.log, final=True)
-        if self.write.enabled:
-            write_model_card(self.metrics, self.dir / "checkpoint")
-        if not self.config.output.keep_training_state:   # checkpoints: several times the size of the best weights
-            shutil.rmtree(self.dir / CHECKPOINTS, ignore_errors=True)
+        with signals_deferred():   # a stop now waits for the curves and the card (seconds): the outputs are whole
+            self.write.curves(self.metrics, self.log, final=True)
+            if self.write.enabled:
+                write_model_card(self.metrics, self.dir / "checkpoint")
+            if not self.config.output.keep_training_state:   # checkpoints: several times the size of the best weights
+                shutil.rmtree(self.dir / CHECKPOINTS, ignore_errors=True)
 
     def __exit__(self, kind, err, traceback) -> bool:
         try:
-            self.tensorboard.close()
-        finally:  # the status is written whatever closing a side writer does (Scalars.close warns, not raises)
             try:
-                self._end(err)
-            finally:   # after the last status is written: until then the folder is live
-                if self.lock is not None:
-                    self.lock.release()
+                self.tensorboard.close()
+            finally:  # the status is written whatever closing a side writer does (Scalars.close warns, not raises)
+                try:
+                    self._end(err)
+                finally:   # after the last status is written: until then the folder is live
+                    if self.lock is not None:
+                        self.lock.release()
+        except KeyboardInterrupt as stop:
+            if not self.ended:
+                raise
+            err = stop   # during the clean-up of a finished run
+        if self.ended and isinstance(err, KeyboardInterrupt):   # the stop came after the run finished: it did
+            with contextlib.suppress(OSError):
+                self.log.result(f"{self.metrics['status']}: the stop came after the run ended; its outputs are whole")
+            return True
         return False
 
     def _end(self, err: BaseException | None) -> None:
@@ -164,6 +175,9 @@ def resume_from(config: RunConfig, given: set[str] | None = None
     try:
         stale = remove_temporary_files(run_dir)
         metrics = read_metrics(run_dir) if not list_checkpoints(run_dir) else {}
+        if metrics.get("status") in FINAL:   # its checkpoints were cleared at its end
+            raise ResumeError(f"--resume {run_dir}: the run already {metrics['status']}; nothing to resume (its "
+                              f"outputs are in that folder; a new run needs another --run_name)")
         if metrics.get("status") == "starting":
             raise ResumeError(f"--resume {run_dir}: the run was stopped before it started (it saved no configuration "
                               "to resume with): run the command that started it again, which takes its folder over")

@@ -33,7 +33,7 @@ from ..learning.rng import seed_everything
 from ..learning.recipe import Callbacks, Inputs, Parallel, build_run
 from ..learning.schedule import RoundRobinScheduler
 from .runs import build_model, check_lengths, model_directory, tokenizer_for
-from ..learning.stages import MULTITASK, Run, multitask_stage
+from ..learning.stages import MULTITASK, Run, multitask_stage, task_batch_sizes
 from ..learning.tasks import Task, format_metrics, overall_score
 from .status import RunStatus
 from .trial_control import ask_scheduler
@@ -131,10 +131,7 @@ def hold_out_validation(splits: dict[str, dict[str, list[Example]]], tasks: dict
     every evaluation scores (``data.holdout``); the dev files were not read (``RunConfig.splits_needed``)."""
     if not fraction:
         return
-    for name, task_splits in splits.items():
-        if "train" in task_splits:
-            task_splits["train"], task_splits["dev"] = hold_out(task_splits["train"], fraction)
-            report[tasks[name].files["train"]]["held_out"] = len(task_splits["dev"])   # the validation examples
+    split_off(splits, tasks, "dev", fraction, "held_out", report)   # the validation examples
     log.result(f"note: --val_fraction {fraction}: evaluating on {fraction:.0%} of each task's training file, held "
                f"out of training; the dev files are not read")
 
@@ -142,14 +139,21 @@ def hold_out_validation(splits: dict[str, dict[str, list[Example]]], tasks: dict
 def hold_out_for_extensions(splits: dict[str, dict[str, list[Example]]], tasks: dict[str, Task],
                             held: list[tuple[str, float]], report: dict, log) -> None:
     """An extension's split of each task's training examples (``Extension.held_out``), in place: ``(name,
-    fraction)`` of ``held`` takes ``fraction`` of what ``--val_fraction`` left (``data.holdout``) into the split
-    ``name``, which its hooks score and no stage trains on."""
+    fraction)`` of ``held`` takes ``fraction`` of what ``--val_fraction`` left into the split ``name``, which its
+    hooks score and no stage trains on."""
     for name, fraction in held:
-        for task, task_splits in splits.items():
-            if "train" in task_splits:
-                task_splits["train"], task_splits[name] = hold_out(task_splits["train"], fraction, f"--{name}")
-                report[tasks[task].files["train"]][f"held_out_{name}"] = len(task_splits[name])
+        split_off(splits, tasks, name, fraction, f"held_out_{name}", report, f"--{name}")
         log(f"--{name}: {fraction:.0%} of each task's training file held out of training, for it to score")
+
+
+def split_off(splits: dict[str, dict[str, list[Example]]], tasks: dict[str, Task], split: str, fraction: float,
+              report_key: str, report: dict, *flag: str) -> None:
+    """``fraction`` of each task's training examples moved, in place, into ``split`` (``data.holdout``; an error
+    names ``flag``), and its count into the data report's ``report_key``."""
+    for task, task_splits in splits.items():
+        if "train" in task_splits:
+            task_splits["train"], task_splits[split] = hold_out(task_splits["train"], fraction, *flag)
+            report[tasks[task].files["train"]][report_key] = len(task_splits[split])
 
 
 def cap_dev(splits: dict[str, dict[str, list[Example]]], cap: int | None, log: RunLog) -> None:
@@ -158,11 +162,14 @@ def cap_dev(splits: dict[str, dict[str, list[Example]]], cap: int | None, log: R
     N. A smoke run's shortcut: the report never compares its dev numbers with full-dev ones."""
     if cap is None:
         return
+    fewer = [f"{task}: all {len(task_splits['dev'])}" for task, task_splits in splits.items()
+             if "dev" in task_splits and len(task_splits["dev"]) < cap]   # a shorter dev file is scored whole
     for task_splits in splits.values():
         if "dev" in task_splits:
             task_splits["dev"] = task_splits["dev"][:cap]
+    shorter = f" ({', '.join(fewer)})" if fewer else ""
     log.result(f"note: --max_eval_examples {cap}: dev is scored on the first {cap} examples of each task's dev "
-               f"file, not comparable with full-dev scores")
+               f"file{shorter}, not comparable with full-dev scores")
 
 
 def check_evaluations(config: RunConfig, splits: dict) -> None:
@@ -173,7 +180,7 @@ def check_evaluations(config: RunConfig, splits: dict) -> None:
     if t.epochs == 0 or not (t.eval_every or t.early_stopping) or not all(
             name in splits and "train" in splits[name] for name in config.task_names()):
         return
-    sizes = config.batch_sizes({name: len(splits[name]["train"]) for name in config.task_names()})
+    sizes = task_batch_sizes(config, {name: splits[name] for name in config.task_names()})
     batches = {name: range(math.ceil(len(splits[name]["train"]) / sizes[name])) for name in config.task_names()}
     if not all(batches.values()):
         return   # an empty training set: the scheduler's own error says which

@@ -76,11 +76,16 @@ class Run:
         return found
 
 
+def task_batch_sizes(config, splits: dict[str, dict]) -> dict[str, int]:
+    """Each task's multi-task batch (``--task_batch_sizes``: given, or ``auto``'s rule on the training sets' sizes)."""
+    return config.batch_sizes({name: len(task_splits["train"]) for name, task_splits in splits.items()})
+
+
 def multitask_stage(run: Run) -> dict:
     """Round-robin (or joint) training on every task of ``--tasks``, in the order ``--rr`` or an extension's
     ``batch_order`` gives, keeping the best epoch on dev. The i-th task's loader is seeded ``--seed + i``."""
     t = run.config.train
-    sizes = run.config.batch_sizes({name: len(split["train"]) for name, split in run.splits.items()})
+    sizes = task_batch_sizes(run.config, run.splits)
     loaders = {name: run.loader(split["train"], sizes[name], True, t.seed + i)
                for i, (name, split) in enumerate(run.splits.items())}
     objective = MultitaskObjective(run, loaders, t.rr, t.max_steps_per_epoch, t.epochs)

@@ -39,6 +39,7 @@ def run_command(body: Callable[[], int | None]) -> int:
     and a warning one ``warning: ...`` line (not Python's two, with its source line)."""
     previous = _on_sigterm(_raise_terminated)
     formatter, warnings.formatwarning = warnings.formatwarning, _one_line_warning
+    code = None
     try:
         code = body() or 0
         sys.stdout.flush()   # a reader that went away is seen here, not at exit
@@ -48,9 +49,11 @@ def run_command(body: Callable[[], int | None]) -> int:
         return 128 + signal.SIGPIPE   # a tool's exit code when ended by SIGPIPE
     except USER_ERRORS as err:
         return _say(f"error: {describe(err)}", 1)
-    except Terminated:
-        return _say("terminated (SIGTERM)", 128 + signal.SIGTERM)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        if code is not None:   # the command had ended: a stop after it changes nothing
+            return code
+        if isinstance(stop, Terminated):
+            return _say("terminated (SIGTERM)", 128 + signal.SIGTERM)
         return _say("interrupted", 128 + signal.SIGINT)
     finally:
         _on_sigterm(previous)

@@ -8,6 +8,10 @@ float32 ``.npy`` of shape (sentences, width), in input order. An existing ``--ou
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # a stop while torch imports: one line, not a traceback (training/tools/starting.py)
+    from training.tools.starting import stop_cleanly_while_starting
+    stop_cleanly_while_starting()
+
 import argparse
 import re
 import sys
@@ -101,4 +105,6 @@ def text_lines(text: str) -> list[tuple[int, str]]:
 
 
 if __name__ == "__main__":
+    from training.tools.starting import python_handlers_back
+    python_handlers_back()
     sys.exit(main())

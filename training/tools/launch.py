@@ -12,6 +12,10 @@ one process does.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # a stop while torch imports: one line, not a traceback (training/tools/starting.py)
+    from training.tools.starting import stop_cleanly_while_starting
+    stop_cleanly_while_starting()
+
 import logging
 import signal
 import sys
@@ -77,4 +81,6 @@ def recorded(failure: ProcessFailure | None) -> bool:
 
 
 if __name__ == "__main__":
+    from training.tools.starting import python_handlers_back
+    python_handlers_back()
     sys.exit(main())

@@ -11,6 +11,10 @@ Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes), or for
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # a stop while torch imports: one line, not a traceback (training/tools/starting.py)
+    from training.tools.starting import stop_cleanly_while_starting
+    stop_cleanly_while_starting()
+
 import argparse
 import dataclasses
 import json
@@ -20,12 +24,12 @@ from typing import Sequence
 
 from training.data.readers import (BadRow, DataError, Example, FileLayout, ReadReport, guess_delimiter,
                                    read_examples, read_header, read_utf8, resolve_data_dir)
-from minbert.atomic import check_folder, make_folder
+from minbert.atomic import check_folder, output_set
 
 from .command import check_overwrite, run_command
 from ..configuration.sections import DataConfig, TrainConfig, add_flags
 from .embed import text_lines
-from ..harness.outputs import prediction_path, write_json, write_predictions
+from ..harness.outputs import prediction_path, write_json, write_predictions, written_by_predict
 from ..harness.runs import load_run
 from ..configuration.task_declarations import label_names, parse_tasks
 from ..learning.task_schema import known_tasks
@@ -50,8 +54,7 @@ def execute(args: argparse.Namespace) -> int:
         return predict_input(run, args, out)
     tasks = parse_tasks(args.tasks, known_tasks(run.config.data)) if args.tasks else run.config.task_names()
     data_dir = resolve_data_dir(args.data_dir)
-    scores = predict_files(run, tasks, data_dir, out, args.batch_size, overwrite=args.overwrite)
-    write_json(out / METRICS, {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
+    predict_files(run, tasks, data_dir, out, args.batch_size, overwrite=args.overwrite)
     return 0
 
 
@@ -106,9 +109,6 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
         hint = f"; to predict without scoring, add --no_score (its {label} column is then not read)" if label else ""
         raise DataError(f"{path}: no usable rows ({report.summary()}){hint}")
     result = run.predict_examples(name, examples, args.batch_size, progress=len(examples) >= 2000)
-    make_folder(out)
-    write_predictions(target, task, result, {e.id: e.texts for e in examples}, tuple(layout.text_columns),
-                      label_names(name, run.config.data.own_tasks))
     line = f"{path.name}: {len(examples)} predictions ({name}) -> {target}"
     if layout.id_column is None:
         line += "   (ids are line numbers)" if is_text else "   (no id column: ids are line numbers)"
@@ -116,9 +116,12 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     if label is not None:
         scores[path.name] = result.score(task)
         line += f"   {format_metrics({name: scores[path.name]}, known, 4)}"
+    with output_set(out) as staging:   # the CSV and its record appear together, or neither
+        write_predictions(staging / target.name, task, result, {e.id: e.texts for e in examples},
+                          tuple(layout.text_columns), label_names(name, run.config.data.own_tasks))
+        write_json(staging / METRICS, {"run": str(run.source), "input": str(path.resolve()), "task": name,
+                                       "columns": list(layout.text_columns), "label_column": label, "scores": scores})
     print(line)
-    write_json(out / METRICS, {"run": str(run.source), "input": str(path.resolve()), "task": name,
-                               "columns": list(layout.text_columns), "label_column": label, "scores": scores})
     return 0
 
 
@@ -237,14 +240,15 @@ def check_out(out: Path, given: Path, checkpoint: Path, overwrite: bool) -> None
             data = json.loads(metrics.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
             data = None
-        if not (isinstance(data, dict) and {"run", "scores"} <= set(data) and "status" not in data):
+        if not written_by_predict(data):
             raise ValueError(f"--out {out}: its {METRICS} was not written by predict (a run's, or another file): "
                              "--overwrite replaces only predict's own outputs; choose another --out")
 
 
 def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: int | None,
                   overwrite: bool = False) -> dict:
-    """Predict and write each dev/test file of ``tasks`` in ``data_dir``; ``{file name: metric}`` of the labelled."""
+    """Predict each dev/test file of ``tasks`` in ``data_dir`` and write the predictions with their metrics.json into
+    ``out``, as one set (``output_set``); ``{file name: metric}`` of the labelled."""
     for name in tasks:  # every task checked before any file is written
         run.check_head(name)
     known = known_tasks(run.config.data)
@@ -265,20 +269,23 @@ def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: 
         if report.bad_rows:
             print(f"warning: {report.summary()}", file=sys.stderr)
         read.append((name, split, path, labelled, examples))
-    scores = {}
-    for name, split, path, labelled, examples in read:
-        task = known[name]
-        result = run.predict_examples(name, examples, batch_size, progress=len(examples) >= 2000)
-        target = prediction_path(out, task, split)
-        make_folder(out)
-        write_predictions(target, task, result)
-        line = f"{path.name}: {len(examples)} predictions -> {target}"
-        if labelled:
-            scores[path.name] = result.score(task)
-            line += f"   {format_metrics({name: scores[path.name]}, known, 4)}"
-        print(line)
+    scores, lines = {}, []
+    with output_set(out) as staging:
+        for name, split, path, labelled, examples in read:
+            task = known[name]
+            result = run.predict_examples(name, examples, batch_size, progress=len(examples) >= 2000)
+            write_predictions(prediction_path(staging, task, split), task, result)
+            line = f"{path.name}: {len(examples)} predictions -> {prediction_path(out, task, split)}"
+            if labelled:
+                scores[path.name] = result.score(task)
+                line += f"   {format_metrics({name: scores[path.name]}, known, 4)}"
+            lines.append(line)
+        write_json(staging / METRICS, {"run": str(run.source), "data_dir": str(data_dir), "scores": scores})
+    print("\n".join(lines))   # once the files are in place
     return scores
 
 
 if __name__ == "__main__":
+    from training.tools.starting import python_handlers_back
+    python_handlers_back()
     sys.exit(main())

@@ -13,6 +13,10 @@ docs/grid.md: GPUs, clusters and Slurm.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # a stop while torch imports: one line, not a traceback (training/tools/starting.py)
+    from training.tools.starting import stop_cleanly_while_starting
+    stop_cleanly_while_starting()
+
 import argparse
 import contextlib
 import ctypes
@@ -758,4 +762,6 @@ def run_report(out_dir: Path, name: str = "ablation", *flags: str) -> int:
 
 
 if __name__ == "__main__":
+    from training.tools.starting import python_handlers_back
+    python_handlers_back()
     sys.exit(main())

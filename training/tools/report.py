@@ -17,6 +17,10 @@ rows capped alike; a search's trial (``--val_fraction``, not scored on dev) is m
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # a stop while torch imports: one line, not a traceback (training/tools/starting.py)
+    from training.tools.starting import stop_cleanly_while_starting
+    stop_cleanly_while_starting()
+
 import argparse
 import csv
 import io
@@ -37,6 +41,7 @@ from .command import run_command
 from ..harness.run_config import RunConfig
 from ..configuration.sections import removed_extension, saved_values
 from ..harness.curves import MatplotlibMissing
+from ..harness.outputs import read_metrics, written_by_predict
 from ..harness.status import RunStatus
 from .. import extensions
 from ..extensions.base import saved_flag
@@ -109,6 +114,7 @@ class RunRow:
     seed: object = None
     group_key: str | None = None           # ``seed_group_key`` of its config
     dev_cap: int | None = None             # --max_eval_examples: dev scored on the first N examples of each task
+    dev_counts: dict[str, int] = field(default_factory=dict)   # task -> dev examples scored (metrics.json)
     val_fraction: float | None = None      # --val_fraction: scored on a split of train (a search's trial), not dev
     # a pooled line of the table
     seed_runs: list[RunRow] = field(default_factory=list)
@@ -128,7 +134,10 @@ class RunRow:
         """What the status column adds for a run scored on part of dev or not on dev; "" otherwise."""
         if self.val_fraction:
             return f"validation split: scored on {self.val_fraction:g} of train, not dev"
-        return "" if self.dev_cap is None else f"capped: dev scored on {self.dev_cap} examples"
+        if self.dev_cap is None:
+            return ""
+        fewer = [f"{task}: all {n}" for task, n in sorted(self.dev_counts.items()) if n < self.dev_cap]
+        return f"capped: dev scored on {self.dev_cap} examples" + (f" ({', '.join(fewer)})" if fewer else "")
 
     def status_cell(self) -> str:
         return ", ".join(part for part in (self.status, self.capped) if part)
@@ -606,8 +615,11 @@ def write_forest(rows: list[RunRow], path: Path, baseline: str | None = None) ->
 
 
 def looks_like_run(path: Path) -> bool:
-    return path.is_dir() and ((path / "metrics.json").is_file() or (path / "checkpoint").is_dir()
-                              or any(path.glob("*-output.csv")))
+    """A run folder: metrics.json, checkpoint/ or prediction files; not minbert-predict's output folder, whose
+    metrics.json records the run it used (the README's smoke writes one beside the runs)."""
+    if not path.is_dir() or written_by_predict(read_metrics(path)) and not (path / "checkpoint").is_dir():
+        return False
+    return (path / "metrics.json").is_file() or (path / "checkpoint").is_dir() or any(path.glob("*-output.csv"))
 
 
 def read_run(folder: Path) -> RunRow:
@@ -642,6 +654,7 @@ def read_run(folder: Path) -> RunRow:
                  data_dir=str(data_dir) if data_dir else None, seed=saved_flag(config, "seed"),
                  group_key=seed_group_key(config, data.get("inputs"), tasks),
                  dev_cap=_whole_number(saved_flag(config, "max_eval_examples")),
+                 dev_counts=_counts(data.get("dev_examples")),
                  val_fraction=_number(saved_flag(config, "val_fraction", 0.0)) or None, known_tasks=known)
     if status == RunStatus.FINISHED:
         if dev and None not in dev.values():
@@ -649,6 +662,11 @@ def read_run(folder: Path) -> RunRow:
         else:
             row.status = "finished, dev metrics missing"
     return row
+
+
+def _counts(value) -> dict[str, int]:
+    """metrics.json's ``dev_examples`` (task -> examples scored), its whole numbers only."""
+    return {task: n for task, n in value.items() if _whole_number(n) is not None} if isinstance(value, dict) else {}
 
 
 def _status(data: dict) -> str:
@@ -779,4 +797,6 @@ def execute(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    from training.tools.starting import python_handlers_back
+    python_handlers_back()
     sys.exit(main())

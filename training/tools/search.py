@@ -21,6 +21,10 @@ decides, so where a trial stops does not depend on timing. The same command agai
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # a stop while torch imports: one line, not a traceback (training/tools/starting.py)
+    from training.tools.starting import stop_cleanly_while_starting
+    stop_cleanly_while_starting()
+
 import argparse
 import contextlib
 import csv
@@ -875,4 +879,6 @@ def plot(path: Path, records: list[TrialRecord], space: Space) -> None:
 
 
 if __name__ == "__main__":
+    from training.tools.starting import python_handlers_back
+    python_handlers_back()
     sys.exit(main())
