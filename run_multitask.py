@@ -80,8 +80,10 @@ def parse_command(argv=None) -> tuple[RunConfig, bool, set[str]]:
     the command gives (its flags', its --config file's, --reference's): --resume refuses those the run saved otherwise,
     at their defaults too."""
     parser = build_parser()
-    check_full_names(sys.argv[1:] if argv is None else list(argv))
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:   # argparse's own error, after saying which flag an abbreviation stands for
+        check_full_names(sys.argv[1:] if argv is None else list(argv))
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.print_config and args.resume:
         parser.error("--print_config prints a new run's configuration; a run's own is its "
                      "checkpoint/run_config.json (give that to --config)")

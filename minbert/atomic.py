@@ -93,11 +93,11 @@ def output_set(folder: str | Path) -> Iterator[Path]:
     ``folder`` to write them into. When the block ends they move in together: the staging folder renamed into place
     where ``folder`` does not exist yet (one atomic rename), else each file renamed in, in the order written, with
     Ctrl-C and SIGTERM held for those milliseconds. A stop or an error at any moment before leaves ``folder`` as it
-    was and removes the staging folder; one a SIGKILLed command left is removed by the next, as temporaries are."""
+    was and removes the staging folder; one a SIGKILLed command left is removed by the next (``remove_stale_temporaries``)."""
     folder = Path(folder)
-    make_folder(folder.parent)
-    check_folder(folder)
-    remove_stale_staging(folder)
+    check_folder(folder)   # it and its parents (an --out under a file): named in the error
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(folder)
     staging = None
     try:
         with signals_deferred():   # named before anything can stop it, so that the finally removes it
@@ -120,18 +120,6 @@ def output_set(folder: str | Path) -> Iterator[Path]:
         if staging is not None:
             with signals_deferred():
                 shutil.rmtree(staging, ignore_errors=True)
-
-
-def remove_stale_staging(folder: Path) -> list[Path]:
-    """Remove (and return) the staging folders of ``folder`` (``output_set``) whose command is gone."""
-    pattern = re.compile(rf"\.{re.escape(folder.name)}\.(\d+)-[a-z0-9_]{{8}}\.tmp")
-    stale = []
-    for path in folder.parent.glob(f".{glob.escape(folder.name)}.*.tmp"):
-        match = pattern.fullmatch(path.name)
-        if match and path.is_dir() and not _running(int(match[1])):
-            shutil.rmtree(path, ignore_errors=True)
-            stale.append(path)
-    return stale
 
 
 # how writers report a full disk: errno, safetensors' Rust error, torch's zip writer, numpy's file writer
@@ -157,16 +145,17 @@ def usual_mode() -> int:
 
 
 def remove_stale_temporaries(target: Path) -> list[Path]:
-    """Remove (and return) the temporary files of ``target`` whose writer is gone: a SIGKILLed writer
-    (``quantize``'s is 66 MB) cannot remove its own, and nothing else would. A name without a process id
-    (written before ids were in the names) counts as gone; a live writer's file, ours included, is kept."""
+    """Remove (and return) the temporary files of ``target`` whose writer is gone (and the staging folders of
+    ``output_set``, named alike): a SIGKILLed writer (``quantize``'s is 66 MB) cannot remove its own, and nothing
+    else would. A name without a process id (written before ids were in the names) counts as gone; a live writer's
+    file, ours included, is kept."""
     pattern = re.compile(rf"\.{re.escape(target.name)}\.(?:(\d+)-)?[a-z0-9_]{{8}}\.tmp")
     stale = []
     for path in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
         match = pattern.fullmatch(path.name)
         if match and not (match[1] and _running(int(match[1]))):
             try:
-                path.unlink()
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             except OSError:  # removed meanwhile, or not ours to remove: the write goes on all the same
                 continue
             stale.append(path)

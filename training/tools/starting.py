@@ -15,6 +15,7 @@ import importlib
 import os
 import signal
 import threading
+from functools import partial
 
 SAID = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}   # as run_command says them
 
@@ -48,29 +49,10 @@ def _command(module: str):
 
 
 # the installed commands (setup.cfg's console_scripts)
-def train():
-    return _command("run_multitask")
-
-
-def predict():
-    return _command("training.tools.predict")
-
-
-def embed():
-    return _command("training.tools.embed")
-
-
-def report():
-    return _command("training.tools.report")
-
-
-def grid():
-    return _command("training.tools.ray_grid")
-
-
-def search():
-    return _command("training.tools.search")
-
-
-def launch():
-    return _command("training.tools.launch")
+train = partial(_command, "run_multitask")
+predict = partial(_command, "training.tools.predict")
+embed = partial(_command, "training.tools.embed")
+report = partial(_command, "training.tools.report")
+grid = partial(_command, "training.tools.ray_grid")
+search = partial(_command, "training.tools.search")
+launch = partial(_command, "training.tools.launch")
