@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from training.data.batching import make_loader
+from training.data.batching import examples_in, make_loader
 from training.data.readers import Example
 from minbert import BertTokenizer
 from run_multitask import parse_config
@@ -45,6 +45,26 @@ def test_shards_of_a_batch_are_the_single_process_batch(tiny_model_dir):
         one = [batch["ids"] for batch in make_loader(examples, tokenizer, 16, 4, True, seed=3, bucket=bucket,
                                                      shard=(0, 1))]
         assert one == single
+
+
+def test_an_uneven_last_batch_is_shared_so_that_the_weighted_mean_is_the_batch_s(tiny_model_dir):
+    """17 examples in batches of 8 over 2 processes: the last batch (1 example) leaves process 1 an empty slice, which
+    crashed the run ("cannot collate an empty batch"); now it is a stand-in of share 0. Each slice's share makes the
+    processes' averaged loss the whole batch's mean (DDP averages gradients over the processes)."""
+    tokenizer = BertTokenizer(tiny_model_dir / "vocab.txt")
+    examples = [Example(id=str(i), texts=(f"sentence {i}",), label=i % 5, line=i + 2) for i in range(17)]
+    loss = {str(i): float(i * i % 7) for i in range(17)}   # any per-example loss
+    single = [batch["ids"] for batch in make_loader(examples, tokenizer, 16, 8, True, seed=3)]
+    shards = [list(make_loader(examples, tokenizer, 16, 8, True, seed=3, shard=(rank, 2))) for rank in (0, 1)]
+    assert [len(ids) for ids in single] == [8, 8, 1]
+    for whole, *parts in zip(single, *shards):
+        trained = [i for part in parts if part["share"] for i in part["ids"]]
+        assert sorted(trained) == sorted(whole)
+        averaged = sum(part["share"] * sum(loss[i] for i in part["ids"]) / len(part["ids"]) for part in parts) / 2
+        assert averaged == pytest.approx(sum(loss[i] for i in whole) / len(whole), rel=1e-12)
+    last = [parts[-1] for parts in shards]
+    assert [part["share"] for part in last] == [2.0, 0.0] and last[1]["ids"] == last[0]["ids"]   # the stand-in
+    assert [examples_in(part) for part in last] == [1, 0]
 
 
 def test_global_batch_must_split_evenly():
@@ -106,6 +126,41 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, extra):
     reference = json.loads((tmp_path / "single" / "metrics.json").read_text())
     for task, value in reference["dev"].items():
         assert metrics["dev"][task] == pytest.approx(value, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_two_processes_on_17_rows_in_batches_of_8_match_one_and_log_the_whole_batch(tiny_model_dir, tmp_path):
+    """Issue 86: the last batch of 1 crashed the 2-process run at the end of its first epoch; and an uneven last
+    batch gave each process's mean equal weight, 2e-5 off one process. Now the weights match one process's within
+    1e-6 after every step, and metrics.json's losses and examples are the whole batch's, not process 0's slice."""
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = (FIXTURE_DATA / "ids-sst-train.csv").read_text(encoding="utf-8").splitlines()
+    (data / "ids-sst-train.csv").write_text("\n".join(lines[:18]) + "\n", encoding="utf-8")   # header + 17 rows
+    (data / "ids-sst-dev.csv").write_text((FIXTURE_DATA / "ids-sst-dev.csv").read_text(encoding="utf-8"))
+    flags = ["--data_dir", str(data), "--model", str(tiny_model_dir), "--tasks", "sst", "--batch_size", "8",
+             "--max_length", "24", "--epochs", "2", "--hidden_dropout_prob", "0", "--attention_probs_dropout_prob",
+             "0", "--save_every", "1", "--keep_checkpoints", "100", "--quiet", "--keep_training_state",
+             "--no_sparse_embeddings", "--no_test_predictions", "--out_dir", str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    single = subprocess.run([sys.executable, str(ROOT / "run_multitask.py"), *flags, "--run_name", "single"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr
+    double = subprocess.run([sys.executable, "-m", "training.tools.launch", "--nproc_per_node=2",
+                             f"--master_port={free_port()}", str(ROOT / "run_multitask.py"), *flags,
+                             "--run_name", "double"], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert double.returncode == 0, double.stderr[-3000:]
+    steps = list(zip(list_checkpoints(tmp_path / "single"), list_checkpoints(tmp_path / "double")))
+    assert len(steps) == 6 and all(a.name == b.name for a, b in steps)   # 3 steps an epoch: 8, 8 and 1 examples
+    for a_dir, b_dir in steps:
+        a, b = load_file(str(a_dir / "model.safetensors")), load_file(str(b_dir / "model.safetensors"))
+        for name in a:
+            torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-6, msg=f"{b_dir.name}: {name}")
+    one, two = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("single", "double"))
+    assert [e["train_examples"] for e in two["epochs"]] == [e["train_examples"] for e in one["epochs"]] == [17, 17]
+    assert two["train_examples"] == one["train_examples"] == 34
+    for a, b in zip(one["epochs"], two["epochs"]):
+        assert b["train_loss"]["sst"] == pytest.approx(a["train_loss"]["sst"], abs=1e-5)
 
 
 # ---- how a multi-process run ends: training/tools/launch.py, training/tools/command.py ------------------------------------

@@ -30,6 +30,11 @@ class ExampleDataset(Dataset):
     def __getitem__(self, i: int) -> Example:
         return self.examples[i]
 
+    def __getitems__(self, indices: list[int]) -> list[Example]:
+        """A batch's examples (DataLoader's fetch with a batch sampler), keeping a process's ``share`` of it."""
+        examples = [self.examples[i] for i in indices]
+        return Shard(examples, indices.share) if isinstance(indices, Shard) else examples
+
 
 def make_loader(examples: Sequence[Example], tokenizer: BertTokenizer, max_length: int, batch_size: int,
                 shuffle: bool, seed: int = 0, bucket: bool = False, shard: tuple[int, int] | None = None) -> DataLoader:
@@ -53,8 +58,20 @@ def make_loader(examples: Sequence[Example], tokenizer: BertTokenizer, max_lengt
                       collate_fn=ExampleCollator(tokenizer, max_length), num_workers=0)
 
 
+class Shard(list):
+    """One process's slice of a global batch (indices, then examples), with its ``share``: the weight of its mean
+    loss, ``world_size · n_slice / n_batch``, so that the gradients DDP averages over the processes are the whole
+    batch's mean (PyTorch's DDP divides their sum by ``world_size``). 1 for an even split."""
+
+    def __init__(self, items, share: float):
+        super().__init__(items)
+        self.share = share
+
+
 class ShardedBatchSampler(Sampler[list[int]]):
-    """Process ``rank``'s slice ``batch[rank::world_size]`` of every batch of ``batches``."""
+    """Process ``rank``'s slice ``batch[rank::world_size]`` of every batch of ``batches``, as a ``Shard`` with its
+    share. A slice a short last batch leaves empty is the batch's first example with share 0: the process still
+    takes the step (DDP's all-reduce needs every process), and its loss and example count are nothing."""
 
     def __init__(self, batches: Sampler[list[int]], rank: int, world_size: int):
         if not 0 <= rank < world_size:
@@ -64,8 +81,10 @@ class ShardedBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __iter__(self) -> Iterator[list[int]]:
-        return (batch[self.rank::self.world_size] for batch in self.batches)
+    def __iter__(self) -> Iterator[Shard]:
+        for batch in self.batches:
+            mine = batch[self.rank::self.world_size]
+            yield Shard(mine or batch[:1], self.world_size * len(mine) / len(batch))
 
 
 def example_lengths(examples: Sequence[Example], tokenizer: BertTokenizer | None = None,
@@ -145,7 +164,15 @@ class ExampleCollator:
         else:  # LongTensor for class labels, FloatTensor for scores
             dtype = torch.long if all(isinstance(label, int) for label in labels) else torch.float
             tensor = torch.tensor(labels, dtype=dtype)
-        return {"ids": [ex.id for ex in batch], "inputs": inputs, "labels": tensor}
+        collated = {"ids": [ex.id for ex in batch], "inputs": inputs, "labels": tensor}
+        if isinstance(batch, Shard):
+            collated["share"] = batch.share
+        return collated
+
+
+def examples_in(batch: dict) -> int:
+    """The examples a batch trains on: none in a process's stand-in for an empty slice (share 0)."""
+    return 0 if batch.get("share") == 0 else len(batch["ids"])
 
 
 def to_device(encoding: dict, device: torch.device) -> dict:

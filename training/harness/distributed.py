@@ -1,7 +1,8 @@
 """Data-parallel training across processes with PyTorch's own engine (``torch.distributed``), under ``torchrun
 --nproc_per_node=2 run_multitask.py ...``; without torchrun (no ``WORLD_SIZE``) nothing happens. ``gloo`` on CPU,
 ``nccl`` on CUDA; ``DistributedDataParallel`` with ``find_unused_parameters`` (a round-robin step uses one task head);
-``--batch_size`` stays the global batch, each process training on its slice. Every process evaluates the whole dev set,
+``--batch_size`` stays the global batch, each process training on its slice, its loss weighted by its share of it (an
+uneven last batch: the same step as one process, ``batching.Shard``). Every process evaluates the whole dev set,
 so they agree on the best epoch; only process 0 logs and writes. More: docs/long-runs.md.
 """
 from __future__ import annotations
@@ -75,6 +76,18 @@ def average_gradients(parameters, place: Distributed) -> None:
         if p.grad is not None:
             dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
             p.grad.div_(place.world_size)
+
+
+def whole_batch(place: Distributed, device: torch.device):
+    """The loop's ``across_processes`` (one all-reduce a step): each process's step losses, its means weighted by its
+    share of the global batch (``batching.Shard``), and its examples, summed over the processes: the global batch's
+    mean losses (the sum over ``world_size``, as DDP averages gradients) and its examples, what one process logs."""
+    def combine(losses: dict[str, float], examples: int) -> tuple[dict[str, float], int]:
+        values = torch.tensor([*losses.values(), float(examples)], dtype=torch.float64, device=device)
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        *sums, total = values.tolist()
+        return {name: value / place.world_size for name, value in zip(losses, sums)}, round(total)
+    return combine
 
 
 def check_batch_size(batch_size: int, place: Distributed, flag: str = "--batch_size") -> None:

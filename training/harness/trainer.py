@@ -22,7 +22,8 @@ from .checkpoint import save_checkpoint
 from .run_config import RunConfig
 from ..learning.task_schema import run_tasks
 from ..configuration.flags import absolute_paths
-from .distributed import Distributed, average_gradients, check_batch_size, init_distributed, pick_device, wrap_model
+from .distributed import (Distributed, average_gradients, check_batch_size, init_distributed, pick_device, whole_batch,
+                          wrap_model)
 from ..learning.evaluate import TaskPredictions, predict
 from ..learning.loop import TrainingDiverged, per_second
 from ..learning.precision import Precision
@@ -221,7 +222,8 @@ def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: to
     callbacks = Callbacks(log, clock, folder.scalars(resume), epoch_saver(folder, inputs.model, inputs.tokenizer),
                           ask_scheduler if config.output.wait_after_eval else None)   # minbert-search's ASHA
     parallel = Parallel(place.rank, place.shard, lambda model: wrap_model(model, place, device),
-                        partial(average_gradients, place=place) if place.enabled else None)
+                        partial(average_gradients, place=place) if place.enabled else None,
+                        whole_batch(place, device) if place.enabled else None)
     run = build_run(config, inputs, device, precision, config.plugins(), callbacks, parallel)
     clock.track(run)
     return run

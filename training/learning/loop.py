@@ -13,6 +13,8 @@ from typing import Iterable
 import torch
 from tqdm.auto import tqdm
 
+from training.data.batching import examples_in
+
 from .callbacks import GradientHook, Log, Scalars, StepClock
 from .precision import Precision
 
@@ -46,7 +48,7 @@ class Objective:
         raise NotImplementedError
 
     def examples(self, batch) -> int:
-        return len(batch["ids"])
+        return examples_in(batch)
 
     def states(self) -> dict[str, object]:
         """What a checkpoint saves of the objective, by name: objects with ``state_dict`` and ``load_state_dict``."""
@@ -100,10 +102,13 @@ class TrainingLoop:
     optimizer step. At 1 and None they change nothing."""
 
     def __init__(self, precision: Precision, log: Log = Log(), clock: StepClock | None = None,
-                 max_grad_norm: float | None = None, schedule=None, grad_accum: int = 1, scalars: Scalars = Scalars()):
+                 max_grad_norm: float | None = None, schedule=None, grad_accum: int = 1, scalars: Scalars = Scalars(),
+                 across_processes=None):
         self.precision, self.log, self.clock = precision, log, clock or StepClock()
         self.max_grad_norm, self.schedule, self.grad_accum = max_grad_norm, schedule, grad_accum
         self.scalars = scalars   # TensorBoard: each step's losses, learning rates, gradient norm, examples/s
+        # several processes: (a step's losses, examples) -> the global batch's (``distributed.whole_batch``)
+        self.across_processes = across_processes
         self.grad_norm: float | None = None
         self.objective: Objective | None = None   # the one being trained (its optimizer is checkpointed)
         self.scheduler = None
@@ -147,8 +152,11 @@ class TrainingLoop:
                 if progress.get("stopped"):   # resumed from the checkpoint written when it stopped
                     break
                 lrs = [group["lr"] for group in objective.optimizer.param_groups]   # before the schedule moves them
-                self.record_step(objective, progress, self.step(objective, *batches), lrs)
-                examples, seconds = sum(objective.examples(batch) for batch in batches), time.time() - mark
+                losses, examples = self.step(objective, *batches), sum(objective.examples(batch) for batch in batches)
+                if self.across_processes is not None:
+                    losses, examples = self.across_processes(losses, examples)
+                self.record_step(objective, progress, losses, lrs)
+                seconds = time.time() - mark
                 current["examples"] += examples
                 current["seconds"] += seconds
                 self.scalars.add(f"examples_per_second/{objective.name}", examples / max(seconds, 1e-9), clock.step + 1)

@@ -79,6 +79,7 @@ class Parallel:
     shard: tuple[int, int] | None = None                               # (rank, processes) or None: one process
     wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda model: model
     average_gradients: Callable[[Iterable[torch.Tensor]], None] | None = None
+    across_processes: Callable | None = None   # the loop's: a step's losses and examples, the global batch's
 
 
 def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precision: Precision,
@@ -95,7 +96,7 @@ def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precisi
                          parallel.average_gradients)
     loop = TrainingLoop(precision, callbacks.log, callbacks.clock, t.max_grad_norm, grad_accum=t.grad_accum,
                         schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio),
-                        scalars=callbacks.scalars)
+                        scalars=callbacks.scalars, across_processes=parallel.across_processes)
     return Run(config, model, forward_model, inputs.splits, loader_for(config, inputs.tokenizer, parallel.shard),
                device, callbacks.log, optimizer, task_loss, loop, callbacks.on_evaluation, inputs.tokenizer,
                inputs.data_dir, plugins.joint, plugins.batch_order,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from minbert import BertTokenizer
-from training.data.batching import to_device
+from training.data.batching import examples_in, to_device
 from training.data.readers import Example
 
 from ..configuration.task_shares import AUTO
@@ -142,7 +142,7 @@ class TaskObjective(Objective):
         return self.run.task_loss(batches)
 
     def examples(self, batches) -> int:
-        return sum(len(batch["ids"]) for _, batch in batches)
+        return sum(examples_in(batch) for _, batch in batches)
 
     def after_backward(self) -> None:
         self.run.task_loss.after_backward()

@@ -56,7 +56,8 @@ class TaskLoss:
         loss = loss_of(self.model, self.tasks[name])(output, batch["labels"].to(self.device))
         for regularizer in self.regularizers:
             loss = regularizer.add(loss, name, inputs, output)
-        return loss
+        share = batch.get("share", 1.0)   # several processes: this one's share of the global batch (batching.Shard)
+        return loss if share == 1.0 else loss * share
 
     def states(self) -> dict[str, object]:
         """What a checkpoint saves of the loss: the loss weighting, each regularizer's ``states()``."""
