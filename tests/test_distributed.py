@@ -220,6 +220,53 @@ def test_the_launcher_ends_a_bad_run_in_one_line_and_sigterm_with_143(tiny_model
     assert not (tmp_path / "r" / ".lock").exists()
 
 
+def process_of_rank(ancestor: int, rank: int) -> int | None:
+    """The pid of the run's process ``rank`` among the descendants of ``ancestor`` (its environment says RANK)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(pid)
+    todo = list(children.get(ancestor, []))
+    while todo:
+        pid = todo.pop()
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environment and b"MINBERT_LAUNCHED=1" in environment:
+            return pid
+        todo += children.get(pid, [])
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_the_only_line_and_metrics_json_names_it(tiny_model_dir, tmp_path):
+    """Issue 86: process 1 SIGKILLed mid-run gave process 0's 33-line gloo traceback before the launcher's line,
+    and metrics.json's error was gloo's "Connection reset by peer", not the worker's death."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    live = subprocess.Popen([sys.executable, "-m", "training.tools.launch", "--nproc_per_node=2",
+                             f"--master_port={free_port()}", str(ROOT / "run_multitask.py"), "--data_dir",
+                             str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--max_length", "24", "--quiet",
+                             "--batch_size", "4", "--epochs", "50", "--out_dir", str(tmp_path), "--run_name", "r"],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list_checkpoints(tmp_path / "r"):
+        time.sleep(0.2)
+    worker = process_of_rank(live.pid, 1)
+    assert worker is not None
+    os.kill(worker, signal.SIGKILL)
+    out, err = live.communicate(timeout=120)
+    lines = err.strip().splitlines()
+    assert live.returncode == 128 + 9 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("error (process 1): Signal 9 (SIGKILL) received by PID"), err
+    metrics = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert metrics["error"].startswith("process 1: Signal 9 (SIGKILL)") and metrics["status"] != "finished"
+    assert not (tmp_path / "r" / ".lock").exists()
+
+
 @pytest.mark.parametrize("rank, writable, said", [("0", True, "usage"), ("1", True, ""), ("1", False, "error")])
 def test_a_usage_error_is_said_once_and_never_lost(tmp_path, monkeypatch, capsys, rank, writable, said):
     """Process 0 prints argparse's usage message; another records its last line in its error file, or, when

@@ -7,8 +7,12 @@ so they agree on the best epoch; only process 0 logs and writes. More: docs/long
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -88,6 +92,33 @@ def whole_batch(place: Distributed, device: torch.device):
         *sums, total = values.tolist()
         return {name: value / place.world_size for name, value in zip(losses, sums)}, round(total)
     return combine
+
+
+# metrics.json's error (and process 0's line) where another process of the run ended first: the launcher then writes
+# which one and how into metrics.json (training/tools/launch.py)
+LOST_PEER = "another process of the run ended first"
+# what a collective says when another process of the run is gone (gloo's words; NCCL's errors are DistErrors)
+PEER_LOST_WORDS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused")
+
+
+def peer_lost(err: BaseException) -> bool:
+    """Whether ``err`` is a collective's failure because another process of the run ended (killed, crashed): that
+    process is the cause, and the launcher names it (training/tools/launch.py); this one's traceback says nothing."""
+    if not (dist.is_available() and dist.is_initialized()) or not isinstance(err, RuntimeError):
+        return False
+    return isinstance(err, (dist.DistError, dist.DistBackendError, dist.DistNetworkError)) or any(
+        words in str(err) for words in PEER_LOST_WORDS)
+
+
+def record_run_dir(run_dir, place: Distributed) -> None:
+    """Process 0 of a run under the launcher writes where its run is into its error file (torchelastic's
+    ``TORCHELASTIC_ERROR_FILE``), for the launcher to name a process that died in the run's metrics.json. An empty
+    message: torchelastic's own for a process that ends without another (a signal)."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if place.enabled and place.is_main and error_file:
+        with contextlib.suppress(OSError):
+            Path(error_file).write_text(json.dumps({"message": "", "timestamp": int(time.time()),
+                                                    "run_dir": str(Path(run_dir).resolve())}))
 
 
 def check_batch_size(batch_size: int, place: Distributed, flag: str = "--batch_size") -> None:

@@ -20,7 +20,7 @@ from minbert.errors import first_line
 
 from ..configuration.sections import REMOVED_IN, WHERE_A_RUN_IS, removed_extension, removed_settings, saved_values
 from .run_config import RunConfig
-from .distributed import Distributed, shutdown
+from .distributed import LOST_PEER, Distributed, peer_lost, record_run_dir, shutdown
 from .fingerprint import check_unchanged, fingerprint, input_files
 from .model_card import write_model_card
 from .outputs import RunFiles, claim_run_dir, read_metrics, release_run_dir
@@ -51,6 +51,7 @@ class RunFolder:
             self.dir = claim_run_dir(self.config.output, self.config.model, claim=self.place.is_main)
             if self.place.is_main:
                 self.lock = RunLock(self.dir).acquire()   # just claimed: nobody else holds it
+        record_run_dir(self.dir, self.place)
         self.write = RunFiles(self.dir, self.place.is_main)
         return self
 
@@ -151,8 +152,9 @@ class RunFolder:
                 release_run_dir(self.dir)
         else:
             stopped = isinstance(err, KeyboardInterrupt)
-            self.metrics.update(status=RunStatus.INTERRUPTED if stopped else RunStatus.FAILED,
-                                error=f"{type(err).__name__}: {first_line(err)}", wall_seconds=self.seconds())
+            error = LOST_PEER if peer_lost(err) else f"{type(err).__name__}: {first_line(err)}"
+            self.metrics.update(status=RunStatus.INTERRUPTED if stopped else RunStatus.FAILED, error=error,
+                                wall_seconds=self.seconds())
             try:
                 self.write.json(self.metrics)
             except OSError:

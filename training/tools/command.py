@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Callable
 
 from training.data.readers import DataError
-from minbert.errors import describe
+from minbert.errors import describe, first_line
 from minbert.weights import WeightsError
 
 from ..learning.loop import TrainingDiverged
+from ..harness.distributed import LOST_PEER, peer_lost
 from ..harness.resume import ResumeError
 
 # what a user can cause and fix: bad data, weights, flags, folders, a run that diverged
@@ -49,12 +50,18 @@ def run_command(body: Callable[[], int | None]) -> int:
         return 128 + signal.SIGPIPE   # a tool's exit code when ended by SIGPIPE
     except USER_ERRORS as err:
         return _say(f"error: {describe(err)}", 1)
+    except RuntimeError as err:
+        if not peer_lost(err):
+            raise
+        # another process of the run ended first: its line is the one the launcher prints; this one is recorded
+        return _say(f"error: {LOST_PEER} ({first_line(err)})", 1, printed=True, lost_peer=True)
     except KeyboardInterrupt as stop:
         if code is not None:   # the command had ended: a stop after it changes nothing
             return code
+        # under training.tools.launch the launcher says it, once (it sent the stop, or got it itself)
         if isinstance(stop, Terminated):
-            return _say("terminated (SIGTERM)", 128 + signal.SIGTERM)
-        return _say("interrupted", 128 + signal.SIGINT)
+            return _say("terminated (SIGTERM)", 128 + signal.SIGTERM, printed=launched())
+        return _say("interrupted", 128 + signal.SIGINT, printed=launched())
     finally:
         _on_sigterm(previous)
         warnings.formatwarning = formatter
@@ -81,14 +88,15 @@ def usage_errors_once():
         raise
 
 
-def _say(line: str, code: int, printed: bool = False) -> int:
+def _say(line: str, code: int, printed: bool = False, lost_peer: bool = False) -> int:
     """A command's last line on stderr, and its exit code. A process of several that torchrun (or
     training.tools.launch) started records both in its error file (torchelastic's ``TORCHELASTIC_ERROR_FILE``),
     where the launcher reads them; there, only process 0 prints the line: every process checks the same
     configuration, so one line says it."""
     shown = not _recorded_only()
     if _error_file():
-        record = {"message": line, "timestamp": int(time.time()), "exit_code": code}
+        record = {**_earlier_record(), "message": line, "timestamp": int(time.time()), "exit_code": code,
+                  **({"lost_peer": True} if lost_peer else {})}   # lost_peer: not the cause (launch.py)
         try:
             Path(_error_file()).write_text(json.dumps(record))
         except OSError:   # not recorded: said here, whichever process this is
@@ -96,6 +104,24 @@ def _say(line: str, code: int, printed: bool = False) -> int:
     if shown and not printed:
         print(line, file=sys.stderr)
     return code
+
+
+def _earlier_record() -> dict:
+    """What the run wrote in the error file before its end (process 0's run folder: ``distributed.record_run_dir``)."""
+    try:
+        record = json.loads(Path(_error_file()).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+# set by training.tools.launch for the processes it starts (torchrun does not): it prints how the run ended
+LAUNCHED = "MINBERT_LAUNCHED"
+
+
+def launched() -> bool:
+    """A process of a multi-process run started by training.tools.launch."""
+    return bool(_error_file()) and os.environ.get(LAUNCHED) == "1"
 
 
 def _error_file() -> str | None:
