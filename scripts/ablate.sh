@@ -78,20 +78,13 @@ while (($# > 0)); do
   esac
 done
 
-for flag in "${EXTRA[@]+"${EXTRA[@]}"}"; do   # the grid names and places its runs itself
-  case "$flag" in
-    --out_dir|--out_dir=*) die "--out_dir goes before --: bash scripts/ablate.sh --out_dir DIR -- ..." ;;
-    --run_name|--run_name=*|--resume|--resume=*) die "$flag cannot be given to the grid's runs (each row names its run)" ;;
-    --seed|--seed=*)   # with --seeds N > 1 each run's --seed 11711, ... would replace it without a word
-      ((SEEDS == 1)) || die "$flag after -- with --seeds $SEEDS: the grid seeds its runs itself (11711, ...)" ;;
-  esac
-done
-
 # ---- the grid's runs: training.tools.grid's plan, the one minbert-grid runs ---------------------------------
 # The rows (the PT, FT and single-task baselines, the CLS control, each extension alone on CLS and on MEAN,
 # every pair on MEAN, the variants, everything but the costly extensions on MEAN, everything on CLS and on MEAN),
 # their seeds, and every run's budget (one multi-task epoch of 30 steps, 20 batches of every extension's stage,
-# with the options above applied) come from training.tools.grid.plan, as minbert-grid's. Unless --list, every
+# with the options above applied) come from training.tools.grid.plan, as minbert-grid's; a flag after -- that the
+# grid sets itself (--out_dir, --run_name, --resume; --seed with --seeds N > 1) is refused there, by minbert-grid's
+# rule (training.tools.grid.refused_after_dashes). Unless --list, every
 # run's flags (budget, row, EXTRA) are checked too, as minbert-grid checks them (training.tools.grid.first_refused: the
 # parser, RunConfig.validate and the model's config.json): a bad flag after -- fails once,
 # before the first run. On 2 CPU cores with the embedded model, the 26 rows without LCL took 117.3 min in all,

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from training.data.batching import examples_in, make_loader
+from training.data.batching import examples_in, examples_in_whole_batch, make_loader, weighted_by_share
 from training.data.readers import Example
 from minbert import BertTokenizer
 from run_multitask import parse_config
@@ -65,6 +65,9 @@ def test_an_uneven_last_batch_is_shared_so_that_the_weighted_mean_is_the_batch_s
     last = [parts[-1] for parts in shards]
     assert [part["share"] for part in last] == [2.0, 0.0] and last[1]["ids"] == last[0]["ids"]   # the stand-in
     assert [examples_in(part) for part in last] == [1, 0]
+    # what every process decides on alike: the global batch's size (a contrastive stage leaves out a batch of one)
+    assert [[examples_in_whole_batch(part) for part in parts] for parts in shards] == [[8, 8, 1]] * 2
+    assert [weighted_by_share(torch.tensor(3.0), part).item() for part in last] == [6.0, 0.0]
 
 
 def test_global_batch_must_split_evenly():
@@ -161,6 +164,33 @@ def test_two_processes_on_17_rows_in_batches_of_8_match_one_and_log_the_whole_ba
     assert two["train_examples"] == one["train_examples"] == 34
     for a, b in zip(one["epochs"], two["epochs"]):
         assert b["train_loss"]["sst"] == pytest.approx(a["train_loss"]["sst"], abs=1e-5)
+
+
+@pytest.mark.slow
+def test_a_contrastive_stage_s_last_global_batch_of_3_is_trained_by_both_processes(tiny_model_dir, tmp_path):
+    """7 sentences in --ucl batches of 4 on 2 processes: the last global batch of 3 leaves slices of 2 and 1. The
+    stage left out a batch of one by its slice, so process 1 skipped a step that process 0 took, and the run waited
+    on DDP's all-reduce for ever; now both decide by the global batch (3: kept), and the run ends."""
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(f"a sentence about the number {i}\n" for i in range(7)), encoding="utf-8")
+    flags = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--tasks", "sst", "--batch_size", "4",
+             "--max_length", "24", "--epochs", "1", "--max_steps_per_epoch", "1", "--ucl", "--ucl_data",
+             str(sentences), "--ucl_batch_size", "4", "--quiet", "--no_sparse_embeddings", "--no_test_predictions",
+             "--out_dir", str(tmp_path), "--run_name", "r"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    live = subprocess.Popen([sys.executable, "-m", "training.tools.launch", "--nproc_per_node=2",
+                             f"--master_port={free_port()}", str(ROOT / "run_multitask.py"), *flags], env=env,
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = live.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(live.pid, signal.SIGKILL)
+        live.communicate()
+        pytest.fail("the 2-process run did not end: its processes took different steps")
+    assert live.returncode == 0, err[-3000:]
+    metrics = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert metrics["stages"]["ucl"]["epochs"][0]["train_steps"] == 2 and metrics["status"] == "finished"
+    assert metrics["stages"]["ucl"]["epochs"][0]["train_examples"] == 7
 
 
 # ---- how a multi-process run ends: training/tools/launch.py, training/tools/command.py ------------------------------------

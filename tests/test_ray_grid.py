@@ -101,7 +101,8 @@ def test_named_grid_is_pinned_and_seeds_can_be_split():
 
 @pytest.mark.parametrize("args, message", [
     (["--only", "nope"], "no row named nope"),
-    (["--", "--run_name", "x"], "the grid names, places and seeds its runs itself"),
+    (["--", "--run_name", "x"], "--run_name after --: the grid names and places its runs itself"),
+    (["--seeds", "2", "--", "--seed=3"], "--seed=3 after --: the grid seeds its runs itself (11711, ...)"),
     (["--seeds", "0"], "--seeds"),
     (["--gpus_per_run", "1.5"], "whole number"),
     (["--grid", "full", "--", "--max_eval_examples", "10"], "budget pinned (every dev example scored, the test"),
@@ -111,6 +112,12 @@ def test_named_grid_is_pinned_and_seeds_can_be_split():
 def test_bad_grid_flags_are_one_usage_line(args, message):
     out = listed(*args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_one_seed_a_row_leaves_the_run_s_own_seed_as_ablate_sh_does():
+    """One rule for both (``grid.refused_after_dashes``): --seed after -- is refused only where the grid seeds."""
+    out = listed("--only", "ft", "--list", "--", "--seed", "3")
+    assert out.returncode == 0 and out.stdout.split()[0] == "ablate-ft" and "--seed 3" in out.stdout, out.stderr
 
 
 @pytest.mark.slow   # a Python start checks the flags

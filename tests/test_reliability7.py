@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 from test_bad_input import assert_one_line_error, box, edit_config  # noqa: F401 (box: the fixture)
@@ -32,7 +33,9 @@ from training.configuration import task_declarations, task_file
 from training.configuration.settings_file import read_settings_file
 from training.data.readers import DataError, FileLayout, read_examples
 from training.configuration.sections import OutputConfig
-from training.harness.outputs import claim_run_dir
+from training.harness.outputs import RunFiles, claim_run_dir
+from training.learning.evaluate import TaskPredictions
+from training.learning.task_schema import BUILTIN_TASKS
 from training.harness.run_config import RunConfig
 from training.tools import search
 
@@ -295,6 +298,31 @@ def test_a_staging_folder_a_killed_command_left_is_removed_by_the_next(tmp_path)
     with output_set(tmp_path / "p") as staging:
         (staging / "metrics.json").write_text("{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+
+
+def test_a_run_s_prediction_files_appear_as_one_set(tmp_path):
+    """A run stopped while it predicted the test sets (minutes on QQP) left its dev CSVs beside an unfinished
+    metrics.json; now none of the set is there, nor its staging folder, and the next attempt writes it whole."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.json").write_text("{}")
+    tasks = {name: BUILTIN_TASKS[name] for name in ("sst", "sts")}
+    dev = {"sst": TaskPredictions(["a", "b"], np.array([1, 4]), np.array([1, 3])),
+           "sts": TaskPredictions(["c"], np.array([2.5]), np.array([3.0]))}
+    splits = {name: {"dev": [], "test": ["x"]} for name in tasks}
+
+    def stopped_at_sts(task, examples, label):
+        if task is tasks["sts"]:
+            raise KeyboardInterrupt
+        return TaskPredictions(["t"], np.array([2]), None)
+    with pytest.raises(KeyboardInterrupt):
+        RunFiles(run_dir, True).predictions(dev, tasks, splits, stopped_at_sts, lambda line: None)
+    assert sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*")) == ["run", "run/metrics.json"]
+    written, skipped, _ = RunFiles(run_dir, True).predictions(
+        dev, tasks, splits, lambda task, examples, label: TaskPredictions(["t"], np.array([2.0]), None),
+        lambda line: None)
+    assert sorted(written) == sorted(path.name for path in run_dir.glob("*.csv")) and len(written) == 4
+    assert (run_dir / "sts-dev-output.csv").read_text() == "id,Predicted_Similiarity\nc,2.5000\n" and not skipped
 
 
 @pytest.mark.slow

@@ -677,7 +677,7 @@ def test_ablate_stage_steps_and_a_whole_epoch_budget(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     (["--bogus", "1"], "ablate.sh: row pt: unrecognized arguments: --bogus 1"),
     (["--loss_weights", "1,2,3"], "ablate.sh: row pt: --loss_weights has no effect without --joint_loss"),
-    (["--out_dir", "elsewhere"], "ablate.sh: --out_dir goes before --"),
+    (["--out_dir", "elsewhere"], "ablate.sh: --out_dir after --: the grid names and places its runs itself"),
 ])
 def test_ablate_refuses_bad_extra_flags_once_before_any_run(tmp_path, extra, message):
     result = ablate("--out_dir", str(tmp_path / "grid"), "--", "--data_dir", "somewhere", *extra,

@@ -33,7 +33,7 @@ class ExampleDataset(Dataset):
     def __getitems__(self, indices: list[int]) -> list[Example]:
         """A batch's examples (DataLoader's fetch with a batch sampler), keeping a process's ``share`` of it."""
         examples = [self.examples[i] for i in indices]
-        return Shard(examples, indices.share) if isinstance(indices, Shard) else examples
+        return Shard(examples, indices.share, indices.whole) if isinstance(indices, Shard) else examples
 
 
 def make_loader(examples: Sequence[Example], tokenizer: BertTokenizer, max_length: int, batch_size: int,
@@ -61,11 +61,12 @@ def make_loader(examples: Sequence[Example], tokenizer: BertTokenizer, max_lengt
 class Shard(list):
     """One process's slice of a global batch (indices, then examples), with its ``share``: the weight of its mean
     loss, ``world_size · n_slice / n_batch``, so that the gradients DDP averages over the processes are the whole
-    batch's mean (PyTorch's DDP divides their sum by ``world_size``). 1 for an even split."""
+    batch's mean (PyTorch's DDP divides their sum by ``world_size``). 1 for an even split. ``whole``: the global
+    batch's examples, what every process decides on alike (a contrastive stage leaves out a batch of one)."""
 
-    def __init__(self, items, share: float):
+    def __init__(self, items, share: float, whole: int):
         super().__init__(items)
-        self.share = share
+        self.share, self.whole = share, whole
 
 
 class ShardedBatchSampler(Sampler[list[int]]):
@@ -84,7 +85,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
     def __iter__(self) -> Iterator[Shard]:
         for batch in self.batches:
             mine = batch[self.rank::self.world_size]
-            yield Shard(mine or batch[:1], self.world_size * len(mine) / len(batch))
+            yield Shard(mine or batch[:1], self.world_size * len(mine) / len(batch), len(batch))
 
 
 def example_lengths(examples: Sequence[Example], tokenizer: BertTokenizer | None = None,
@@ -166,13 +167,24 @@ class ExampleCollator:
             tensor = torch.tensor(labels, dtype=dtype)
         collated = {"ids": [ex.id for ex in batch], "inputs": inputs, "labels": tensor}
         if isinstance(batch, Shard):
-            collated["share"] = batch.share
+            collated["share"], collated["whole"] = batch.share, batch.whole
         return collated
 
 
 def examples_in(batch: dict) -> int:
     """The examples a batch trains on: none in a process's stand-in for an empty slice (share 0)."""
     return 0 if batch.get("share") == 0 else len(batch["ids"])
+
+
+def weighted_by_share(loss: torch.Tensor, batch: dict) -> torch.Tensor:
+    """A slice's mean loss weighted by its share of the global batch (``Shard``): unchanged with one process."""
+    share = batch.get("share", 1.0)
+    return loss if share == 1.0 else loss * share
+
+
+def examples_in_whole_batch(batch: dict) -> int:
+    """The examples of the global batch a process's slice comes from (its own, with one process)."""
+    return batch.get("whole", len(batch["ids"]))
 
 
 def to_device(encoding: dict, device: torch.device) -> dict:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from minbert.atomic import check_folder, write_text_atomic
+from minbert.atomic import check_folder, output_set, write_text_atomic
 from minbert.errors import describe
 
 from .curves import MatplotlibMissing, plot_curves
@@ -148,28 +148,31 @@ class RunFiles:
                     predict_split: Callable[..., TaskPredictions], log,
                     test: bool = True) -> tuple[list[str], list[str], dict[str, float]]:
         """Dev prediction CSVs of each of ``tasks`` (``dev``: predicted by the best epoch) and, unless ``test``
-        is off (``--no_test_predictions``), test ones (``predict_split(task, examples, label)``). Returns the
-        files written, those skipped for want of a test file, and each labelled test file's metric."""
+        is off (``--no_test_predictions``), test ones (``predict_split(task, examples, label)``), as one set
+        (``output_set``): a stop while the test sets are predicted (minutes on QQP) leaves none of them, and
+        ``--resume`` writes them all. Returns the files written, those skipped for want of a test file, and each
+        labelled test file's metric."""
         written, skipped, test_scores = [], [], {}
         if not test:
             log("no test predictions (--no_test_predictions)")
-        for name in dev:
-            task = tasks[name]
-            for split in ("dev", "test") if test else ("dev",):
-                path = prediction_path(self.run_dir, task, split)
-                if split == "dev":
-                    result = dev[name]
-                elif split in splits[name]:
-                    result = predict_split(task, splits[name][split], f"{split} {name}")
-                else:
-                    skipped.append(path.name)
-                    log(f"note: no {task.files[split]} in the data directory; skipping {path.name}"
-                        if split in task.files else f"note: {name} declares no {split} file; no {path.name}")
-                    continue
-                write_predictions(path, task, result)
-                written.append(path.name)
-                if split == "test" and result.labels is not None:
-                    test_scores[name] = result.score(task)
+        with output_set(self.run_dir) as staging:
+            for name in dev:
+                task = tasks[name]
+                for split in ("dev", "test") if test else ("dev",):
+                    path = prediction_path(self.run_dir, task, split)
+                    if split == "dev":
+                        result = dev[name]
+                    elif split in splits[name]:
+                        result = predict_split(task, splits[name][split], f"{split} {name}")
+                    else:
+                        skipped.append(path.name)
+                        log(f"note: no {task.files[split]} in the data directory; skipping {path.name}"
+                            if split in task.files else f"note: {name} declares no {split} file; no {path.name}")
+                        continue
+                    write_predictions(staging / path.name, task, result)
+                    written.append(path.name)
+                    if split == "test" and result.labels is not None:
+                        test_scores[name] = result.score(task)
         return written, skipped, test_scores
 
 

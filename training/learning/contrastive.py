@@ -10,7 +10,7 @@ from typing import Callable
 
 from training.data.readers import DataError
 
-from training.data.batching import to_device
+from training.data.batching import examples_in_whole_batch, to_device, weighted_by_share
 from .loop import Objective
 from .recipe import ParamSet, build_adamw
 from .stages import Run
@@ -56,7 +56,8 @@ def train_contrastive(run: Run, stage: ContrastiveStage) -> dict:
 
 
 class ContrastiveObjective(Objective):
-    """A contrastive stage for the training loop. A batch of one sentence has no in-batch negative and is left out. With
+    """A contrastive stage for the training loop. A batch of one sentence has no in-batch negative and is left out
+    (under several processes, a global batch of one: every process leaves it out alike, else DDP would wait). With
     ``stage.sts_dev`` the stage is scored on STS dev as it trains and ends with its best step's encoder."""
 
     def __init__(self, run: Run, stage: ContrastiveStage, loader, optimizer):
@@ -69,13 +70,14 @@ class ContrastiveObjective(Objective):
         # started one more per epoch (a progress bar wrapped the loader itself); drawing it here too
         # keeps runs bit-identical to theirs.
         iter(self.loader)
-        return (batch for batch in itertools.islice(self.loader, self.per_epoch) if len(batch["ids"]) >= 2)
+        return (batch for batch in itertools.islice(self.loader, self.per_epoch) if examples_in_whole_batch(batch) >= 2)
 
     def steps(self) -> int:
         return self.per_epoch
 
     def loss(self, batch):
         loss = self.loss_fn([to_device(encoding, self.run.device) for encoding in batch["inputs"]], batch)
+        loss = weighted_by_share(loss, batch)   # several processes: this slice's share of the global batch
         return loss, {self.name: loss}
 
     def states(self) -> dict[str, object]:

@@ -8,7 +8,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from training.data.batching import to_device
+from training.data.batching import to_device, weighted_by_share
 from .tasks import Task, loss_of
 
 
@@ -56,8 +56,7 @@ class TaskLoss:
         loss = loss_of(self.model, self.tasks[name])(output, batch["labels"].to(self.device))
         for regularizer in self.regularizers:
             loss = regularizer.add(loss, name, inputs, output)
-        share = batch.get("share", 1.0)   # several processes: this one's share of the global batch (batching.Shard)
-        return loss if share == 1.0 else loss * share
+        return weighted_by_share(loss, batch)   # several processes: this slice's share of the global batch
 
     def states(self) -> dict[str, object]:
         """What a checkpoint saves of the loss: the loss weighting, each regularizer's ``states()``."""

@@ -179,6 +179,24 @@ def plan(args: argparse.Namespace) -> list[GridRun]:
             for row, row_flags in rows_of(args) if not args.only or row in args.only for seed in seed_list]
 
 
+# what the grid sets in every run itself: where it goes and its name (``--out_dir`` goes before --)
+GRID_SETS = ("--out_dir", "--run_name", "--resume")
+
+
+def refused_after_dashes(extra: list[str], runs: list[GridRun]) -> str | None:
+    """Why a flag after ``--`` is refused, or None: one rule for ``minbert-grid`` and ``scripts/ablate.sh``. The grid
+    names and places its runs; it seeds them where it gives each a ``--seed`` (several seeds, ``--first_seed``, a
+    named grid), which would replace the user's without a word; one seed a row leaves the run's own ``--seed``."""
+    seeded = [run.seed for run in runs if run.seed is not None]
+    for flag in extra:
+        name = flag.split("=")[0]
+        if name in GRID_SETS:
+            return f"{flag} after --: the grid names and places its runs itself (its --out_dir goes before --)"
+        if name == "--seed" and seeded:
+            return f"{flag} after --: the grid seeds its runs itself ({min(seeded)}, ...)"
+    return None
+
+
 def flag_values(words: tuple[str, ...]) -> dict[str, str | None]:
     """Flag -> its value (None: a switch, such as ``--no_test_predictions``) of a named grid's budget words."""
     return {word: None if following.startswith("--") else following
@@ -188,7 +206,8 @@ def flag_values(words: tuple[str, ...]) -> dict[str, str | None]:
 def ablate_plan(argv: list[str]) -> list[GridRun]:
     """``scripts/ablate.sh``'s runs: its options (``--seeds N``, ``--only ROW...``, ``--epochs``,
     ``--max_steps_per_epoch``, ``--stage_steps``), ``--``, then the flags of every run, through ``plan``: the
-    registry's rows, as ``minbert-grid`` without ``--grid``. An unknown row is one line and exit code 2."""
+    registry's rows, as ``minbert-grid`` without ``--grid``. An unknown row, or a flag after ``--`` the grid sets
+    itself (``refused_after_dashes``), is one line and exit code 2."""
     split = argv.index("--")
     parser = argparse.ArgumentParser(prog="ablate.sh", add_help=False)
     parser.add_argument("--seeds", type=int, default=1)
@@ -200,7 +219,11 @@ def ablate_plan(argv: list[str]) -> list[GridRun]:
     if unknown := [name for name in args.only or () if name not in dict(rows_of(args))]:
         print(f"ablate.sh: no row named '{unknown[0]}' (see --list)", file=sys.stderr)
         sys.exit(2)
-    return plan(args)
+    runs = plan(args)
+    if refused := refused_after_dashes(args.extra, runs):
+        print(f"ablate.sh: {refused}", file=sys.stderr)
+        sys.exit(2)
+    return runs
 
 
 def listing(runs: list[GridRun]) -> list[str]:

@@ -42,7 +42,7 @@ from ..harness.outputs import read_metrics
 from ..harness.run_lock import LOCK, is_live
 from ..harness.status import FINAL, UNFINISHED, RunStatus
 from .command import run_command
-from .grid import DEFAULT_SEED, NAMED_GRIDS, ROOT, GridRun, first_refused, plan, rows_of
+from .grid import DEFAULT_SEED, NAMED_GRIDS, ROOT, GridRun, first_refused, plan, refused_after_dashes, rows_of
 
 NOT_STARTED = "not started"
 EXIT_INTERRUPTED = 130
@@ -163,10 +163,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--list", action="store_true", help="print the runs (folder name and flags) and exit")
     parser.add_argument("--no_report", action="store_true", help="skip the results table at the end")
     args = parse_own(parser, argv)
-    for flag in args.extra:
-        if flag.split("=")[0] in ("--out_dir", "--run_name", "--resume", "--seed"):
-            parser.error(f"{flag} after --: the grid names, places and seeds its runs itself (use --out_dir, "
-                         "--seeds and --first_seed before --)")
     budget_given = any(getattr(args, name) is not None for name in ("epochs", "max_steps_per_epoch", "stage_steps"))
     capped = [flag for flag in args.extra if flag.split("=")[0] in ("--max_eval_examples", "--no_test_predictions")]
     if args.grid and capped and not budget_given:
@@ -180,6 +176,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--gpus_per_run above 1 must be a whole number")
     if unknown := sorted(set(args.only or ()) - {name for name, _ in rows_of(args)}):
         parser.error(f"no row named {', '.join(unknown)} (see --list)")
+    if refused := refused_after_dashes(args.extra, plan(args)):   # as scripts/ablate.sh
+        parser.error(refused)
     return args
 
 
