@@ -198,7 +198,8 @@ class SstStep(Objective):
         return self.task_loss([(TASK.name, batch)])
 
     def step(self, batches: dict) -> dict[str, float]:
-        return self.loop.step(self, batches[TASK.name])
+        losses, _ = self.loop.step(self, batches[TASK.name])   # (each part's loss, the gradient norm)
+        return losses
 
 
 class SstEpoch:

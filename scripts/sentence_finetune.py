@@ -43,11 +43,15 @@ from training.harness.run_config import RunConfig
 from training.data.batching import to_device
 from training.harness.distributed import pick_device
 from training.configuration.flags import add_refused
-from training.learning.loop import CURVE_EVERY, Objective, TrainingLoop
+from training.learning.loop import Objective, TrainingLoop
+from training.learning.watch import CURVE_EVERY
 from training.learning.losses import label_contrastive_loss
 from training.harness.outputs import write_json
 from training.learning.precision import Precision
+from training.harness.resume import TrainingClock
 from training.harness.run_log import RunLog
+from training.harness.watching import recording_watch
+from training.learning.callbacks import Scalars
 from training.harness.runs import pretrained_run, with_heads
 from training.learning.task_schema import BUILTIN_TASKS
 
@@ -87,7 +91,8 @@ def execute(args: argparse.Namespace) -> int:
                                                                   lr=config.train.head_lr)], config.train.lr)
     objective = SentenceObjective(model, loader, optimizer, config, args.loss, head, args.max_steps)
     train_started, cpu_started = time.time(), time.process_time()
-    log = TrainingLoop(Precision("off", device), RunLog()).train(objective)
+    clock = TrainingClock(None, None, {}, enabled=False)   # no checkpoints: the harness's watch for its bar
+    log = TrainingLoop(Precision("off", device), RunLog(), clock, watch=recording_watch(Scalars())).train(objective)
     log.update(seconds=round(time.time() - train_started, 1), cpu_seconds=round(time.process_time() - cpu_started, 1))
 
     tool = {"name": "sentence_finetune", "task": task.name, "loss": args.loss, "max_steps": args.max_steps}

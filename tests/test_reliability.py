@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 import run_multitask
 from scripts import evaluate_embeddings
 from test_bad_input import RUN_NAME, box, snapshot  # noqa: F401 (box: the fixture)
-from training.learning.loop import per_second
+from training.learning.watch import per_second
 from training.harness.runs import pretrained_run
 from training.harness.resume import Checkpoint, TrainingClock, latest_checkpoint, list_checkpoints
 from training.learning.loop import TrainingDiverged

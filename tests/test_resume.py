@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 import run_multitask
 from test_reliability import stderr_after_exit
-from training.harness.resume import Checkpoint, ResumeError, TrainingClock, latest_checkpoint, list_checkpoints
+from training.harness.resume import Checkpoint, ResumeError, TrainingClock, latest_checkpoint, list_checkpoints, run_states
 from training.learning.callbacks import StepClock
 from training.learning.rng import rng_state, set_rng_state
 
@@ -234,8 +234,8 @@ def attribute_walk(roots: dict[str, object], model: torch.nn.Module | None) -> d
 
 
 def test_run_states_lists_every_stateful_part_by_its_path():
-    """Optimizers, the loss weighting, SMART's average and the gradient scaler, by the paths checkpoints use;
-    the model's weights are not among them (model.safetensors holds them)."""
+    """Optimizers, the loss weighting, SMART's average and the gradient scaler, by the paths checkpoints use, named in
+    one place of the harness (``resume.run_states``); the model's weights are not among them (model.safetensors)."""
     from training.learning.loop import TrainingLoop
     from training.learning.precision import Precision
     from training.learning.stages import Run
@@ -252,7 +252,7 @@ def test_run_states_lists_every_stateful_part_by_its_path():
               device=None, log=None, optimizer=optimizer, task_loss=task_loss, loop=TrainingLoop(precision))
     expected = {"optimizer": optimizer, "task_loss.weighting": weighting,
                 "task_loss.regularizers.0.bregman.ema": smart.bregman.ema, "loop.precision.scaler": precision.scaler}
-    assert run.states() == expected
+    assert run_states(run) == expected
     assert attribute_walk({"run": run}, model) == {f"run.{k}": v for k, v in expected.items()}
 
 
@@ -266,7 +266,7 @@ STATE_RUNS = {"default": [], "joint-learned": ["--joint_loss", "--loss_weighting
 @pytest.mark.parametrize("name", sorted(STATE_RUNS))
 def test_a_checkpoint_saves_what_the_attribute_walk_found(name, tmp_path, tiny_model_dir, monkeypatch):
     """At every checkpoint of a real run (each stage's objective, the schedule, each extension's state) the
-    explicit list ``Run.states`` names the same objects as the attribute walk checkpoints were written with:
+    explicit list ``resume.run_states`` names the same objects as the attribute walk checkpoints were written with:
     runs saved before issue 73 resume."""
     compared = []
     track, save = TrainingClock.track, TrainingClock.save

@@ -83,7 +83,7 @@ def average_gradients(parameters, place: Distributed) -> None:
 
 
 def whole_batch(place: Distributed, device: torch.device):
-    """The loop's ``across_processes`` (one all-reduce a step): each process's step losses, its means weighted by its
+    """The stage watch's ``combine`` (``watching.RecordingWatch``; one all-reduce a step): each process's step losses, its means weighted by its
     share of the global batch (``batching.Shard``), and its examples, summed over the processes: the global batch's
     mean losses (the sum over ``world_size``, as DDP averages gradients) and its examples, what one process logs."""
     def combine(losses: dict[str, float], examples: int) -> tuple[dict[str, float], int]:

@@ -54,8 +54,8 @@ class TrainingClock(StepClock):
         self.resume_step = resume.step if resume else 0
 
     def track(self, run) -> None:
-        """Save and restore what ``run.states()`` lists, each named ``run.<path>`` as checkpoints always have."""
-        self.states = lambda: {f"run.{name}": state for name, state in run.states().items()}
+        """Save and restore what ``run_states(run)`` lists, each named ``run.<path>`` as checkpoints always have."""
+        self.states = lambda: {f"run.{name}": state for name, state in run_states(run).items()}
 
     def finished_stage(self, name: str) -> dict | None:
         """A stage that had finished before the crash: its log, and the clock moves past its steps."""
@@ -150,10 +150,31 @@ class TrainingClock(StepClock):
         return self.checkpoint.best_state() if self.checkpoint is not None else None
 
     def last_good(self) -> str:
+        """Where the last good state is, for the message that stops a diverged run."""
         if not self.enabled:
-            return super().last_good()
+            return "nothing was saved"
         found = list_checkpoints(self.run_dir)
         return f"the last good checkpoint, {found[-1]}, is kept" if found else "no checkpoint had been written yet"
+
+
+def run_states(run) -> dict[str, object]:
+    """Everything a checkpoint saves of a ``Run`` besides the model's weights, each object once, by the path it is
+    reached by, the names checkpoints have always used: the optimizer, the loss weighting and each regularizer's
+    states (``task_loss``), the fp16 gradient scaler, the objective being trained (its optimizer, its curves'
+    states) and its learning-rate schedule (``loop``). The one list: a new stateful part is named here."""
+    task_loss, loop = run.task_loss, run.loop
+    regularizers = {f"task_loss.regularizers.{i}.{name}": state for i, regularizer in enumerate(task_loss.regularizers)
+                    for name, state in (regularizer.states() if hasattr(regularizer, "states") else {}).items()}
+    objective = loop.objective.states() if loop.objective is not None else {}
+    parts = {"optimizer": run.optimizer, "task_loss.weighting": task_loss.weighting, **regularizers,
+             "loop.precision.scaler": loop.precision.scaler,
+             **{f"loop.objective.{name}": state for name, state in objective.items()},
+             "loop.scheduler": loop.scheduler}
+    found: dict[str, object] = {}
+    for name, state in parts.items():
+        if state is not None and all(state is not seen for seen in found.values()):
+            found[name] = state
+    return found
 
 
 class Checkpoint:

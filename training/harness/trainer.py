@@ -25,8 +25,10 @@ from ..configuration.flags import absolute_paths
 from .distributed import (Distributed, average_gradients, check_batch_size, init_distributed, pick_device, whole_batch,
                           wrap_model)
 from ..learning.evaluate import TaskPredictions, predict
-from ..learning.loop import TrainingDiverged, per_second
+from ..learning.loop import TrainingDiverged
+from ..learning.watch import per_second
 from ..learning.precision import Precision
+from .evaluations import RunEvaluations
 from .resume import Checkpoint, TrainingClock
 from .run_folder import RunFolder, resume_from
 from .run_log import RunLog
@@ -38,6 +40,7 @@ from ..learning.stages import MULTITASK, Run, multitask_stage, task_batch_sizes
 from ..learning.tasks import Task, format_metrics, overall_score
 from .status import RunStatus
 from .trial_control import ask_scheduler
+from .watching import recording_watch
 
 
 def run(config: RunConfig, log: RunLog | None = None, given: set[str] | None = None) -> dict:
@@ -213,18 +216,22 @@ def with_absolute_paths(config: RunConfig, inputs: RunInputs) -> RunConfig:
 
 def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: torch.device, place: Distributed,
              precision: Precision, log: RunLog, resume: Checkpoint | None) -> Run:
-    """The kernel's recipe (``learning.recipe.build_run``, with ``RunConfig.plugins``) and the harness's callbacks: the resume clock,
-    TensorBoard, the checkpoint of each improved evaluation, the search's scheduler; DDP under torchrun."""
+    """The kernel's recipe (``learning.recipe.build_run``, with ``RunConfig.plugins``) and the harness's callbacks:
+    the resume clock, each stage's watch (replay, checkpoints, TensorBoard, the bar, the processes' totals), each
+    evaluation's (checkpoint/ of an improved one, metrics.json, the search's scheduler); DDP under torchrun."""
     log(f"data: {folder.metrics['data_dir'] or 'no task file'}   model: {folder.metrics['model_dir']}   "
         f"device: {device}")
     clock = TrainingClock(inputs.model, folder.dir, config.to_dict(), config.output.save_every,
                           config.output.keep_checkpoints, resume=resume, enabled=folder.write.enabled, log=log)
-    callbacks = Callbacks(log, clock, folder.scalars(resume), epoch_saver(folder, inputs.model, inputs.tokenizer),
-                          ask_scheduler if config.output.wait_after_eval else None)   # minbert-search's ASHA
+    scalars = folder.scalars(resume)
+    watch = recording_watch(scalars, whole_batch(place, device) if place.enabled else None)
+    evaluations = RunEvaluations(config.train.early_stopping, clock, scalars,
+                                 epoch_saver(folder, inputs.model, inputs.tokenizer),
+                                 ask_scheduler if config.output.wait_after_eval else None)   # minbert-search's ASHA
     parallel = Parallel(place.rank, place.shard, lambda model: wrap_model(model, place, device),
-                        partial(average_gradients, place=place) if place.enabled else None,
-                        whole_batch(place, device) if place.enabled else None)
-    run = build_run(config, inputs, device, precision, config.plugins(), callbacks, parallel)
+                        partial(average_gradients, place=place) if place.enabled else None)
+    run = build_run(config, inputs, device, precision, config.plugins(),
+                    Callbacks(log=log, clock=clock, watch=watch, evaluations=evaluations), parallel)
     clock.track(run)
     return run
 

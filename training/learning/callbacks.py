@@ -2,9 +2,10 @@
 
 The loop (``loop.py``) and the objectives call three things that are not learning: a ``StepClock`` (the
 harness's resume clock, ``training/harness/resume.py``, also replays and checkpoints), a ``Scalars`` sink (the
-harness's TensorBoard writer) and a ``Log`` (the harness's ``RunLog`` adds ``--quiet`` and ``--log_file``). The
-defaults here count, drop and print, so a test, a study script or a reader can train with the kernel alone.
-This is fastai's idea: the loop is the learning; everything else is called back.
+harness's TensorBoard writer) and a ``Log`` (the harness's ``RunLog`` adds ``--quiet`` and ``--log_file``); each
+step and epoch goes to the stage's watch (``watch.py``; the harness's replaces it). The defaults here count, drop
+and print, so a test, a study script or a reader can train with the kernel alone. This is fastai's idea: the loop
+is the learning; everything else is called back.
 """
 from __future__ import annotations
 
@@ -15,32 +16,19 @@ import torch
 
 class StepClock:
     """Counts the run's optimizer steps across its stages and holds the running stage's ``progress`` (a
-    JSON-serialisable dict the stage mutates). The hooks below do nothing here; the resume clock overrides them."""
+    JSON-serialisable dict the stage's watch keeps). The harness's resume clock (``training/harness/resume.py``)
+    hands back a resumed run's saved progress, replays the steps done before and writes checkpoints."""
 
     def __init__(self):
         self.step, self.stage, self.progress = 0, None, {}
 
     def begin_stage(self, name: str, progress: dict) -> dict:
-        """Start stage ``name``; returns the progress dict it then mutates (a resumed run's saved one)."""
+        """Start stage ``name``; returns the progress dict it then keeps (a resumed run's saved one)."""
         self.stage, self.progress = name, progress
         return progress
 
-    def skip_step(self) -> bool:
-        """True for a step that was done before (a resumed run replays it without computing)."""
-        return False
-
-    def catch_up(self) -> None:
-        """Called before any computation that is not a step (an evaluation, an epoch's end)."""
-
     def step_done(self) -> None:
         self.step += 1
-
-    def save(self) -> None:
-        """An epoch ended: a moment to write a checkpoint."""
-
-    def last_good(self) -> str:
-        """Where the last good state is, for the message that stops a diverged run."""
-        return "nothing was saved"
 
     def saved_best_state(self) -> dict[str, torch.Tensor] | None:
         """The best evaluation's weights saved before a crash (None: a run that starts afresh)."""

@@ -63,3 +63,12 @@ def predict(model, task: Task, loader, device: torch.device, desc: str | None = 
         labels=np.concatenate(labels)[order] if labels else None,
         loss=loss_sum / len(ids) if labels and ids else None,
     )
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one dev evaluation measured."""
+    dev: dict[str, TaskPredictions]   # each task's predictions (with its dev loss)
+    metrics: dict[str, float | None]  # each task's metric
+    score: float                      # the overall score (``tasks.overall_score``)
+    seconds: float

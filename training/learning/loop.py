@@ -1,24 +1,22 @@
-"""The training loop: every stage of a run and the sentence fine-tuning tool train through
-``TrainingLoop.train(objective)``. An *objective* says what is trained (batches, loss, optimizer, what happens
-at an epoch's end); the loop owns how, once for all: the step clock (``callbacks.StepClock``: replay and
-checkpoints on resume), the step (autocast, backward, the objective's hooks, gradient clipping, the scaled
-optimizer step, the learning-rate schedule), and the loss curves, timing, progress bar and epoch log lines.
+"""The training loop, nanoGPT's: for every epoch, for every batch, a step (the loss under autocast, backward,
+gradient clipping, ``optimizer.step()``, the learning-rate schedule), then one call back with the step's numbers.
+Every stage of a run and the sentence fine-tuning tool train through ``TrainingLoop.train(objective)``: an
+*objective* says what is trained (its batches, its loss, its optimizer, what happens at an epoch's end); the stage's
+watch (``watch.py``) hears each step and each epoch's end and keeps their records.
 """
 from __future__ import annotations
 
 import itertools
-import time
+from dataclasses import dataclass
 from typing import Iterable
 
 import torch
-from tqdm.auto import tqdm
 
 from training.data.batching import examples_in
 
-from .callbacks import GradientHook, Log, Scalars, StepClock
+from .callbacks import GradientHook, Log, StepClock
 from .precision import Precision
-
-CURVE_EVERY = 10  # batches per point of a logged loss curve; steps per point of the learning-rate curve
+from .watch import StageWatch, stage_result
 
 
 class TrainingDiverged(Exception):
@@ -40,7 +38,7 @@ class Objective:
         raise NotImplementedError
 
     def steps(self) -> int | None:
-        """Optimizer steps per epoch, for the progress bar."""
+        """Batches per epoch (``batches``' items), for the learning-rate schedule and the progress bar."""
         return None
 
     def loss(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -74,141 +72,68 @@ class Objective:
         return ""
 
     def result(self, progress: dict) -> dict:
-        """What the stage reports (metrics.json ``stages``): batches, seconds, loss curve(s)."""
-        curves = self.curves(progress)
-        return {"batches": sum(e["train_steps"] for e in progress["epochs"]),
-                "seconds": round(sum(e["train_seconds"] for e in progress["epochs"]), 1),
-                "loss_curve": next(iter(curves.values()), []) if len(curves) <= 1 else curves,
-                "lr_curve": self.lr_curve(progress)}
+        """What the stage reports (metrics.json ``stages``): batches, seconds, loss and learning-rate curves."""
+        return stage_result(progress)
 
-    @staticmethod
-    def curves(progress: dict) -> dict:
-        """Each loss curve so far, its unfinished window included (``LossCurve.so_far``)."""
-        return {name: LossCurve(data).so_far() for name, data in progress["curves"].items()}
 
-    @staticmethod
-    def lr_curve(progress: dict) -> list:
-        """The learning-rate curve so far, ending at the last step done (a stage shorter than
-        ``CURVE_EVERY`` steps has that point only)."""
-        points, last = progress["lr"], progress.get("last_lr")
-        return points + [last] if last is not None and (not points or points[-1][0] < last[0]) else points
+@dataclass(frozen=True)
+class StepNumbers:
+    """What one optimizer step hands the stage's watch (``watch.StageWatch.step_done``)."""
+    epoch: int
+    losses: dict[str, float]          # each named part of the loss, its mean over the step's batches
+    examples: int                     # the examples the step trained on
+    lrs: list[float]                  # each parameter group's learning rate during the step
+    grad_norm: torch.Tensor | None    # the global gradient norm before clipping (None: not clipped)
 
 
 class TrainingLoop:
-    """Trains objectives one after the other on one ``clock``, sending each step's numbers to ``scalars``.
-    ``grad_accum`` batches make one optimizer step (each loss divided by their number); ``max_grad_norm`` clips the
-    global gradient norm before each step; ``schedule(optimizer, total_steps)`` makes each objective's
-    ``torch.optim.lr_scheduler`` over all its optimizer steps (``warmup_then_linear_decay``), stepped after each
-    optimizer step. At 1 and None they change nothing."""
+    """Trains objectives one after the other, the run's optimizer steps counted on one ``clock``. ``grad_accum``
+    batches make one optimizer step (each loss divided by their number); ``max_grad_norm`` clips the global gradient
+    norm before each step; ``schedule(optimizer, total_steps)`` makes each objective's ``torch.optim.lr_scheduler``
+    over all its optimizer steps (``warmup_then_linear_decay``), stepped after each optimizer step. At 1 and None they
+    change nothing. ``watch(objective, loop)`` hears each step and epoch (``watch.StageWatch``: records and log
+    lines; the harness's also replays a resumed run's steps, saves checkpoints, draws the bar)."""
 
     def __init__(self, precision: Precision, log: Log = Log(), clock: StepClock | None = None,
-                 max_grad_norm: float | None = None, schedule=None, grad_accum: int = 1, scalars: Scalars = Scalars(),
-                 across_processes=None):
+                 max_grad_norm: float | None = None, schedule=None, grad_accum: int = 1, watch=StageWatch):
         self.precision, self.log, self.clock = precision, log, clock or StepClock()
-        self.max_grad_norm, self.schedule, self.grad_accum = max_grad_norm, schedule, grad_accum
-        self.scalars = scalars   # TensorBoard: each step's losses, learning rates, gradient norm, examples/s
-        # several processes: (a step's losses, examples) -> the global batch's (``distributed.whole_batch``)
-        self.across_processes = across_processes
-        self.grad_norm: float | None = None
+        self.max_grad_norm, self.schedule, self.grad_accum, self.watch = max_grad_norm, schedule, grad_accum, watch
         self.objective: Objective | None = None   # the one being trained (its optimizer is checkpointed)
         self.scheduler = None
-
-    def states(self) -> dict[str, object]:
-        """What a checkpoint saves of the loop: the fp16 gradient scaler, the objective being trained, the
-        learning-rate schedule (``Run.states`` names them)."""
-        objective = self.objective.states() if self.objective is not None else {}
-        return {**({"precision.scaler": self.precision.scaler} if self.precision.scaler is not None else {}),
-                **{f"objective.{name}": state for name, state in objective.items()},
-                **({"scheduler": self.scheduler} if self.scheduler is not None else {})}
+        self.last_good = lambda: "nothing was saved"   # the stage's watch says where the last good state is
 
     def train(self, objective: Objective) -> dict:
         """Run ``objective`` for its epochs; returns ``objective.result``."""
-        clock, log = self.clock, self.log
-        self.objective = objective
-        steps = objective.steps()
-        steps_per_epoch = steps and -(-steps // self.grad_accum)
-        if self.schedule is not None:
-            if steps_per_epoch is None:
-                raise ValueError(f"{objective.name}: a learning-rate schedule needs the number of steps per epoch")
-            self.scheduler = self.schedule(objective.optimizer, steps_per_epoch * objective.epochs)
-        progress = clock.begin_stage(objective.name, {"epochs": [], "current": None, "curves": {}})
-        progress.setdefault("lr", [])   # [run's step, first parameter group's learning rate] every CURVE_EVERY steps
-        objective.start(progress)
-        history = progress["epochs"]
-        for epoch in range(1, objective.epochs + 1):
-            if epoch > len(history) and progress.get("stopped"):   # stopped early in an earlier epoch
-                break
-            if progress["current"] is None or progress["current"]["epoch"] < epoch:
-                progress["current"] = {"epoch": epoch, "losses": {}, "steps": 0, "examples": 0, "seconds": 0.0}
-            current = progress["current"]
-            bar = tqdm(_groups(objective.batches(epoch), self.grad_accum),
-                       desc=f"{objective.log_prefix}epoch {epoch}/{objective.epochs}",
-                       total=steps_per_epoch, dynamic_ncols=True, disable=not log.progress_bars)
-            mark = time.time()  # wall time of real steps, data loading included; replayed steps excluded
-            for batches in bar:
-                if clock.skip_step():
-                    mark = time.time()
-                    continue
-                if progress.get("stopped"):   # resumed from the checkpoint written when it stopped
-                    break
+        self.objective, self.scheduler = objective, self.make_scheduler(objective)
+        watch = self.watch(objective, self)
+        self.last_good = watch.last_good
+        for epoch in watch.epochs():
+            for batches in watch.batches(epoch, _groups(objective.batches(epoch), self.grad_accum)):
                 lrs = [group["lr"] for group in objective.optimizer.param_groups]   # before the schedule moves them
-                losses, examples = self.step(objective, *batches), sum(objective.examples(batch) for batch in batches)
-                if self.across_processes is not None:
-                    losses, examples = self.across_processes(losses, examples)
-                self.record_step(objective, progress, losses, lrs)
-                seconds = time.time() - mark
-                current["examples"] += examples
-                current["seconds"] += seconds
-                self.scalars.add(f"examples_per_second/{objective.name}", examples / max(seconds, 1e-9), clock.step + 1)
-                stop = objective.step_done(clock.step + 1, progress)
-                mark = time.time()
-                clock.step_done()
-                if current["steps"] % 20 == 0:
-                    bar.set_postfix({k: f"{sum(v) / len(v):.3f}" for k, v in current["losses"].items() if v},
-                                    refresh=False)
-                if stop:
-                    break
-            if epoch <= len(history):  # this epoch had ended before the crash
-                continue
-            clock.catch_up()
-            record = {**epoch_record(current), "run_step": clock.step}
-            history.append(record)
-            tail = objective.end_epoch(record, progress)
-            log.result(f"{objective.log_prefix}epoch {epoch}: train loss "
-                       + " ".join(f"{k} {v:.3f}" for k, v in record["train_loss"].items()) + tail)
-            clock.save()
-        clock.catch_up()  # a run killed after its last checkpoint still needs the saved state
+                losses, grad_norm = self.step(objective, *batches)
+                examples = sum(objective.examples(batch) for batch in batches)
+                if watch.step_done(StepNumbers(epoch, losses, examples, lrs, grad_norm)):
+                    break   # the objective ends the stage here (early stopping)
+            watch.epoch_done(epoch)
         self.objective = None
-        return objective.result(progress)
+        return watch.result()
 
-    def record_step(self, objective: Objective, progress: dict, losses: dict, lrs: list[float]) -> None:
-        """A computed step's losses into the epoch's totals, the loss curves and TensorBoard (with every
-        parameter group's learning rate and the gradient norm), and the first group's (the encoder's)
-        learning rate every ``CURVE_EVERY`` steps of the stage. Every curve's x is the run's optimizer step
-        (all stages counted, as TensorBoard's), so that curves.png has one x axis."""
-        current, step, lr = progress["current"], self.clock.step + 1, lrs[0]
-        for name, value in losses.items():
-            current["losses"].setdefault(name, []).append(value)
-            LossCurve(progress["curves"].setdefault(name, {})).add(value, step)
-            self.scalars.add(f"train_loss/{objective.name}/{name}", value, step)
-        self.scalars.add(f"lr/{objective.name}", lr, step)
-        for i, group_lr in enumerate(lrs):
-            self.scalars.add(f"lr/{objective.name}/group{i}", group_lr, step)
-        if self.grad_norm is not None:
-            self.scalars.add(f"grad_norm/{objective.name}", self.grad_norm, step)
-        current["steps"] += 1
-        done = sum(e["train_steps"] for e in progress["epochs"] if e["epoch"] < current["epoch"]) + current["steps"]
-        if done % CURVE_EVERY == 0:
-            progress["lr"].append([step, lr])
-        progress["last_lr"] = [step, lr]
+    def make_scheduler(self, objective: Objective):
+        """The objective's learning-rate schedule over all its optimizer steps (``grad_accum`` batches a step), or
+        None."""
+        if self.schedule is None:
+            return None
+        if objective.steps() is None:
+            raise ValueError(f"{objective.name}: a learning-rate schedule needs the number of steps per epoch")
+        return self.schedule(objective.optimizer, -(-objective.steps() // self.grad_accum) * objective.epochs)
 
-    def step(self, objective: Objective, *batches) -> dict[str, float]:
-        """One optimizer step on the gradients of ``batches`` (several: accumulation); returns each part's mean.
-        With the objective's ``surgery`` (a ``callbacks.GradientHook``), each task's loss goes to it instead."""
+    def step(self, objective: Objective, *batches) -> tuple[dict[str, float], torch.Tensor | None]:
+        """One optimizer step on the gradients of ``batches`` (several: accumulation); returns each part's mean and
+        the gradient norm before clipping. With the objective's ``surgery`` (a ``callbacks.GradientHook``), each
+        task's loss goes to it instead. A non-finite loss stops the run before the step, naming the last good state."""
         precision, optimizer, per_task = self.precision, objective.optimizer, objective.surgery
         optimizer.zero_grad(set_to_none=True)
-        self.grad_norm = None   # the global gradient norm before clipping, for TensorBoard
-        logged, learned = {}, False
+        logged, learned, grad_norm = {}, False, None
         for batch in batches:
             with precision.autocast():
                 total, parts = objective.loss(batch)
@@ -223,20 +148,19 @@ class TrainingLoop:
             if not torch.isfinite(total.detach()).all():
                 raise TrainingDiverged(f"{objective.name} step {self.clock.step + 1}: the training loss is "
                                        f"{total.item()} ({', '.join(f'{k} {v:.4g}' for k, v in logged.items())}); "
-                                       f"{self.clock.last_good()} (a lower learning rate may help)")
+                                       f"{self.last_good()} (a lower learning rate may help)")
         if learned:
             if per_task is not None:
                 per_task.apply(self.clock.step + 1)
             objective.after_backward()
             if self.max_grad_norm is not None:
                 precision.unscale(optimizer)
-                norm = clip_grad_norm([p for g in optimizer.param_groups for p in g["params"]], self.max_grad_norm)
-                self.grad_norm = float(norm) if self.scalars.recording else None   # TensorBoard's only
+                grad_norm = clip_grad_norm([p for g in optimizer.param_groups for p in g["params"]], self.max_grad_norm)
             precision.step(optimizer)
             if self.scheduler is not None:
                 self.scheduler.step()
             objective.after_step()
-        return logged
+        return logged, grad_norm
 
 
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
@@ -268,52 +192,8 @@ def warmup_then_linear_decay(warmup_ratio: float):
     return schedule
 
 
-def epoch_record(current: dict) -> dict:
-    """An ended epoch's training figures (its entry of ``progress["epochs"]``) from its running totals."""
-    return {"epoch": current["epoch"],
-            "train_loss": {k: sum(v) / max(len(v), 1) for k, v in current["losses"].items()},
-            "train_steps": current["steps"], "train_seconds": round(current["seconds"], 1),
-            "train_examples": current["examples"],
-            "train_examples_per_second": per_second(current["examples"], current["seconds"])}
-
-
-def per_second(count: int, seconds: float) -> float | None:
-    """``count / seconds`` to one decimal; None when the time rounds to 0 s (no meaningful rate)."""
-    return round(count / seconds, 1) if round(seconds, 1) > 0 else None
-
-
 def _groups(batches, size: int):
     """``batches`` in lists of ``size`` (the last one may be shorter)."""
     batches = iter(batches)
     while group := list(itertools.islice(batches, size)):
         yield group
-
-
-class LossCurve:
-    """Mean loss every ``CURVE_EVERY`` batches, as ``[step, mean]`` points for metrics.json (``step``: the run's
-    optimizer step of the window's last batch). Its whole state is the JSON-serialisable dict ``data``, kept in the
-    stage's checkpointed progress: pass the saved dict back to continue a curve after a resume."""
-
-    def __init__(self, data: dict | None = None):
-        self.data = data if data is not None else {}
-        for key, empty in (("points", []), ("window", []), ("count", 0), ("step", 0)):
-            self.data.setdefault(key, empty)
-
-    @property
-    def points(self) -> list[list[float]]:
-        return self.data["points"]
-
-    def add(self, value: float, step: int) -> None:
-        d = self.data
-        d["count"] += 1
-        d["window"].append(value)
-        d["step"] = step
-        if len(d["window"]) == CURVE_EVERY:
-            d["points"].append([step, round(sum(d["window"]) / CURVE_EVERY, 5)])
-            d["window"] = []
-
-    def so_far(self) -> list[list[float]]:
-        """The points, and the unfinished window's mean as a last point: a run shorter than ``CURVE_EVERY`` batches of a
-        task still has a curve. A view only: the saved state (and so a resumed curve) is that of ``add`` alone."""
-        window = self.data["window"]
-        return self.points + ([[self.data["step"], round(sum(window) / len(window), 5)]] if window else [])

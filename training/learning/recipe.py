@@ -3,7 +3,7 @@
 ``build_run`` takes the configuration (read, never changed), what the harness read for it (``Inputs``: the model
 with its pretrained weights, the tokenizer, the examples), what the enabled extensions add (``Plugins``, made by
 the registry: ``training.extensions.plugins``), the harness's callbacks (``Callbacks``: the log, the step clock,
-the scalars, what to do after an evaluation) and, under torchrun, the data-parallel pieces (``Parallel``). It
+each stage's watch, each dev evaluation's decision) and, under torchrun, the data-parallel pieces (``Parallel``). It
 returns the ``Run`` (stages.py) that every stage trains: the model on its device, AdamW with the encoder at
 ``--lr`` and the heads at ``--head_lr``, the task loss with the extensions' terms, the training loop.
 ``build_adamw`` is the one place an AdamW is made (every stage and tool: nanoGPT's ``configure_optimizers``):
@@ -25,10 +25,12 @@ from minbert.model import set_attention, set_dropout
 from training.data.batching import make_loader
 from training.data.readers import Example
 
-from .callbacks import GradientHook, Log, Scalars, StepClock
+from .callbacks import GradientHook, Log, StepClock
 from .loop import TrainingLoop, warmup_then_linear_decay
 from .precision import Precision
+from .keep_best import KeepBest
 from .stages import BatchOrder, Run
+from .watch import StageWatch
 from .task_loss import TaskLoss
 from .tasks import Task
 
@@ -57,18 +59,13 @@ class Plugins:
     surgery: Callable[[MultitaskBert], GradientHook] | None = None   # how the tasks' gradients combine
 
 
-def _nothing(saved: dict) -> None:
-    """The default ``on_evaluation``: keep nothing."""
-
-
 @dataclass(frozen=True)
 class Callbacks:
-    """What the harness plugs in (``callbacks.py``); the defaults print, count and keep nothing."""
+    """What the harness plugs in (``callbacks.py``, ``watch.py``); the defaults print, count and keep nothing."""
     log: Log = field(default_factory=Log)
     clock: StepClock = field(default_factory=StepClock)
-    scalars: Scalars = field(default_factory=Scalars)
-    on_evaluation: Callable[[dict], None] = _nothing       # after each dev evaluation: save what improved
-    should_stop: Callable[[dict], bool] | None = None      # after each dev evaluation: True stops (a search)
+    watch: Callable = StageWatch                               # (objective, loop) -> each stage's watch
+    evaluations: KeepBest | None = None                        # each dev evaluation's decision (None: KeepBest)
 
 
 @dataclass(frozen=True)
@@ -79,7 +76,6 @@ class Parallel:
     shard: tuple[int, int] | None = None                               # (rank, processes) or None: one process
     wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda model: model
     average_gradients: Callable[[Iterable[torch.Tensor]], None] | None = None
-    across_processes: Callable | None = None   # the loop's: a step's losses and examples, the global batch's
 
 
 def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precision: Precision,
@@ -96,11 +92,14 @@ def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precisi
                          parallel.average_gradients)
     loop = TrainingLoop(precision, callbacks.log, callbacks.clock, t.max_grad_norm, grad_accum=t.grad_accum,
                         schedule=None if t.warmup_ratio is None else warmup_then_linear_decay(t.warmup_ratio),
-                        scalars=callbacks.scalars, across_processes=parallel.across_processes)
-    return Run(config, model, forward_model, inputs.splits, loader_for(config, inputs.tokenizer, parallel.shard),
-               device, callbacks.log, optimizer, task_loss, loop, callbacks.on_evaluation, inputs.tokenizer,
-               inputs.data_dir, plugins.joint, plugins.batch_order,
-               plugins.surgery(model) if plugins.surgery is not None else None, callbacks.should_stop)
+                        watch=callbacks.watch)
+    evaluations = callbacks.evaluations or KeepBest(t.early_stopping)   # keeps the best weights, stops early
+    return Run(config=config, model=model, forward_model=forward_model, device=device, splits=inputs.splits,
+               loader=loader_for(config, inputs.tokenizer, parallel.shard), optimizer=optimizer, task_loss=task_loss,
+               loop=loop, log=callbacks.log, evaluations=evaluations.bind(model, inputs.tasks),
+               joint=plugins.joint, batch_order=plugins.batch_order,
+               surgery=plugins.surgery(model) if plugins.surgery is not None else None, tokenizer=inputs.tokenizer,
+               data_dir=inputs.data_dir)
 
 
 def run_adamw(config: RunSettings, model: MultitaskBert, weighting: torch.nn.Module | None = None):

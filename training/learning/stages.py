@@ -6,7 +6,7 @@ A stage that trains a thresholded pair head first starts its threshold from the 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -18,11 +18,13 @@ from training.data.readers import Example
 
 from ..configuration.task_shares import AUTO
 from .callbacks import GradientHook, Log
-from .evaluate import TaskPredictions, predict
+from .evaluate import Evaluation, predict
+from .keep_best import KeepBest
 from .loop import Objective, TrainingLoop
 from .schedule import RoundRobinScheduler
 from .task_loss import TaskLoss
-from .tasks import format_metrics, overall_score
+from .tasks import overall_score
+from .watch import lr_curve
 
 if TYPE_CHECKING:   # annotations only
     from ..configuration.sections import RunSettings
@@ -43,37 +45,31 @@ class BatchOrder:
 
 @dataclass
 class Run:
-    """One training run's parts, built once (``recipe.build_run``). ``states`` lists what a checkpoint saves."""
+    """One training run's parts, built once, by keyword, in ``recipe.build_run``: the model, the data, the optimizer
+    with the loss and the loop that train it, and what hears the stages (the log, the evaluations' callback)."""
     config: RunSettings
-    model: torch.nn.Module                     # heads.MultitaskBert
-    forward_model: torch.nn.Module             # the same, or its DistributedDataParallel wrapper
-    splits: dict[str, dict[str, list[Example]]]   # task -> split -> examples (``RunConfig.splits_needed``)
-    loader: Callable                           # (examples, batch_size, shuffle, seed, max_length=None) -> DataLoader
+    # the model: heads.MultitaskBert; what training calls (the same, or its DistributedDataParallel wrapper); where
+    model: torch.nn.Module
+    forward_model: torch.nn.Module
     device: torch.device
-    log: Log                                   # log(info), log.result(epoch lines, warnings)
-    optimizer: torch.optim.Optimizer           # encoder + heads (+ learned loss weights)
+    # the data: task -> split -> examples (``RunConfig.splits_needed``); (examples, batch_size, shuffle, seed,
+    # max_length=None) -> DataLoader
+    splits: dict[str, dict[str, list[Example]]]
+    loader: Callable
+    # the optimization: AdamW over the encoder and heads (and learned loss weights), a step's loss, the loop
+    optimizer: torch.optim.Optimizer
     task_loss: TaskLoss
     loop: TrainingLoop
-    on_epoch_end: Callable[[dict], None] = lambda record: None   # e.g. write metrics.json so far
+    # what hears the stages: log(info), log.result(epoch lines, warnings); each dev evaluation's decision
+    log: Log
+    evaluations: KeepBest = field(default_factory=lambda: KeepBest())
+    # what the enabled extensions decide in multi-task training: a step is one batch of every task; the order of
+    # the task batches (None: --rr's); how the tasks' gradients combine (None: their sum)
+    joint: bool = False
+    batch_order: BatchOrder | None = None
+    surgery: GradientHook | None = None
     tokenizer: BertTokenizer | None = None     # for scoring the encoder on STS (--ucl_eval_every)
     data_dir: Path | None = None               # None when the run reads no task file
-    joint: bool = False                        # a multi-task step is a group of one batch per task (Extension.joint)
-    batch_order: BatchOrder | None = None      # the extension deciding the multi-task batch order, or None: --rr's
-    surgery: GradientHook | None = None     # an extension's per-task gradient hook, or None
-    # asked after each dev evaluation (its record); True stops multi-task training there (a search's scheduler)
-    should_stop: Callable[[dict], bool] | None = None
-
-    def states(self) -> dict[str, object]:
-        """Everything a checkpoint saves besides the model's weights, each object once, by the path it is
-        reached by (``optimizer``, ``task_loss.weighting``, ``loop.objective.optimizer``, ...): the names that
-        checkpoints have always used."""
-        found: dict[str, object] = {}
-        parts = {"optimizer": self.optimizer, **{f"task_loss.{k}": v for k, v in self.task_loss.states().items()},
-                 **{f"loop.{k}": v for k, v in self.loop.states().items()}}
-        for name, state in parts.items():
-            if state is not None and all(state is not seen for seen in found.values()):
-                found[name] = state
-        return found
 
 
 def task_batch_sizes(config, splits: dict[str, dict]) -> dict[str, int]:
@@ -138,6 +134,14 @@ class TaskObjective(Objective):
     def steps(self) -> int:
         return len(self.scheduler) // (len(self.scheduler.loaders) if self.joint else 1)
 
+    @property
+    def batches_per_round(self) -> int:
+        """The batches of a round (one of every task): what ``--max_steps_per_epoch`` and the bar count. A joint
+        step is a round; ``--rr proportional`` has no rounds (each batch is one)."""
+        if self.joint or self.scheduler.strategy == "proportional":
+            return 1
+        return len(self.scheduler.loaders)
+
     def loss(self, batches):
         return self.run.task_loss(batches)
 
@@ -152,10 +156,9 @@ class TaskObjective(Objective):
 
 
 class MultitaskObjective(TaskObjective):
-    """The multi-task stage: dev predictions, metrics, loss-weight update and the best evaluation so
-    far (its weights kept, and saved by ``run.on_epoch_end``) after each epoch, or every
-    ``--eval_every`` optimizer steps of the stage (and after its last); with ``--early_stopping N`` the
-    stage ends after N evaluations without a better overall dev score."""
+    """The multi-task stage: after each epoch, or every ``--eval_every`` optimizer steps of the stage (and after
+    its last), dev is scored (``measure``: what it measured, nothing else), the loss weighting hears the scores,
+    and the run's ``evaluations`` (``keep_best.KeepBest``) decide: keep the best weights, stop early."""
 
     def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int):
         super().__init__(run, loaders, rr, max_steps, epochs, joint=run.joint)
@@ -163,14 +166,10 @@ class MultitaskObjective(TaskObjective):
 
     def start(self, progress: dict) -> None:
         super().start(progress)
-        saved = progress.setdefault("best", None)
+        progress.setdefault("best", None)   # the keys in the order a checkpoint's state.json has always had them
         progress.setdefault("evaluations", [])
-        progress.setdefault("since_best", 0)
         self.first_step = self.run.loop.clock.step   # the run's step count when the stage began (before a replay)
-        self.best = {"score": -float("inf"), "epoch": None, "step": None, "state": None, "dev": None}
-        if saved is not None:  # resuming: the best evaluation before the crash
-            dev = {k: TaskPredictions.from_dict(v) for k, v in saved["dev"].items()}
-            self.best = {"step": None, **saved, "dev": dev, "state": self.run.loop.clock.saved_best_state()}
+        self.run.evaluations.start(progress)
 
     def step_done(self, step: int, progress: dict) -> bool:
         every = self.run.config.train.eval_every
@@ -184,70 +183,40 @@ class MultitaskObjective(TaskObjective):
     def end_epoch(self, record: dict, progress: dict) -> str:
         if self.order is not None and self.order.measure is not None:
             self.order.measure(self.run, progress["epochs"])   # into ``record``, the last: what later orders read
-        every, steps = self.run.config.train.eval_every, self.run.loop.clock.step - self.first_step
+        every, step = self.run.config.train.eval_every, self.run.loop.clock.step
         if not every:
-            return " | " + self.evaluate(record, progress, self.run.loop.clock.step, record["epoch"] == self.epochs)
-        if record["epoch"] == self.epochs and steps % every and not progress.get("stopped"):
-            final = {"step": steps, "epoch": record["epoch"], "run_step": self.run.loop.clock.step}
+            return " | " + self.evaluate(record, progress, step, record["epoch"] == self.epochs)
+        if record["epoch"] == self.epochs and (step - self.first_step) % every and not progress.get("stopped"):
+            final = {"step": step - self.first_step, "epoch": record["epoch"], "run_step": step}
             progress["evaluations"].append(final)   # the last weights are a candidate too
-            return " | " + self.evaluate(final, progress, self.run.loop.clock.step, last=True)
-        self.run.on_epoch_end(self.saved(progress, improved=False))
+            return " | " + self.evaluate(final, progress, step, last=True)
+        self.run.evaluations.epoch_ended(progress)
         return ""
 
     def evaluate(self, record: dict, progress: dict, step: int, last: bool = False) -> str:
-        """Score dev into ``record``; keep and save the weights when the overall score is the best so
-        far. ``step`` is the run's step count (TensorBoard's and curves.png's x axis, ``record["run_step"]``);
-        ``record["step"]`` the stage's; ``last``: the stage's last evaluation, after which nothing is left to
-        stop (a search's scheduler still hears of it: its last rung)."""
+        """Score dev into ``record``, let the loss weighting hear it, and hand it to the run's ``evaluations``;
+        returns the log line's text. ``step`` is the run's step count (``record["run_step"]``); ``last``: the
+        stage's last evaluation."""
+        evaluation = self.measure()
+        record.update(dev=evaluation.metrics, dev_overall=evaluation.score,
+                      dev_loss={name: p.loss for name, p in evaluation.dev.items()}, eval_seconds=evaluation.seconds)
+        weighting = self.run.task_loss.weighting
+        if weighting is not None:
+            record["loss_weights"] = weighting.current_weights()
+            weighting.update(evaluation.metrics)
+        return self.run.evaluations.evaluated(evaluation, record, progress, step - self.first_step, last)
+
+    def measure(self) -> Evaluation:
+        """Each task's dev predictions and metric, and the overall score."""
         run, started, tasks = self.run, time.time(), self.run.task_loss.tasks
         dev = {name: predict(run.model, tasks[name], run.loader(split["dev"], run.config.data.batch_size, False, 0),
                              run.device, f"dev {name}", run.log.nested_progress_bars, run.loop.precision)
                for name, split in run.splits.items()}
         metrics = {name: dev[name].score(tasks[name]) for name in dev}
-        score = overall_score(metrics, tasks)
-        record.update(dev=metrics, dev_overall=score, dev_loss={name: dev[name].loss for name in dev},
-                      eval_seconds=round(time.time() - started, 1))
-        for name in dev:
-            run.loop.scalars.add(f"dev/{name}", metrics[name], step)
-            run.loop.scalars.add(f"dev_loss/{name}", dev[name].loss, step)
-        run.loop.scalars.add("dev/overall", score, step)
-        weighting = run.task_loss.weighting
-        if weighting is not None:
-            record["loss_weights"] = weighting.current_weights()
-            weighting.update(metrics)
-        improved = score > self.best["score"]
-        if improved:
-            where = {"score": score, "epoch": record["epoch"], "step": record.get("step")}
-            self.best = {**where, "dev": dev,
-                         "state": {k: v.detach().clone() for k, v in run.model.state_dict().items()}}
-            progress["best"] = {**where, "dev": {k: v.to_dict() for k, v in dev.items()}}
-        progress["since_best"] = 0 if improved else progress["since_best"] + 1
-        patience = run.config.train.early_stopping
-        if patience and progress["since_best"] >= patience:
-            progress["stopped"] = {"step": step - self.first_step, "epoch": record["epoch"], "patience": patience,
-                                   "best_epoch": self.best["epoch"], "best_step": self.best["step"]}
-        run.on_epoch_end(self.saved(progress, improved))
-        if run.should_stop is not None and not progress.get("stopped") and run.should_stop(
-                {"evaluation": len(progress["evaluations"]) or record["epoch"], "epoch": record["epoch"],
-                 "step": record.get("step"), "run_step": step, "dev": metrics, "dev_overall": score,
-                 "best": self.best["score"]}) and not last:
-            progress["stopped"] = {"step": step - self.first_step, "epoch": record["epoch"], "by": "scheduler",
-                                   "best_epoch": self.best["epoch"], "best_step": self.best["step"]}
-        tail = f"dev {format_metrics(metrics, tasks)} overall {score:.3f}" + ("  (best so far)" if improved else "")
-        if (progress.get("stopped") or {}).get("by") == "scheduler":
-            tail += "  -- stopped by the search's scheduler"
-        elif progress.get("stopped"):
-            tail += f"  -- early stopping: no better overall dev score in {patience} evaluations"
-        return tail
-
-    def saved(self, progress: dict, improved: bool) -> dict:
-        """What ``run.on_epoch_end`` writes: metrics.json so far, and checkpoint/ when ``improved``."""
-        return {"epochs": progress["epochs"], "best": self.best, "improved": improved,
-                "loss_curves": self.curves(progress), "evaluations": progress["evaluations"],
-                "stopped": progress.get("stopped")}
+        return Evaluation(dev, metrics, overall_score(metrics, tasks), round(time.time() - started, 1))
 
     def result(self, progress: dict) -> dict:
-        return {**self.saved(progress, improved=False), "lr_curve": self.lr_curve(progress)}
+        return {**self.run.evaluations.snapshot(progress, improved=False), "lr_curve": lr_curve(progress)}
 
 
 CALIBRATION_PAIRS = 512   # training pairs a thresholded head sees before its first stage

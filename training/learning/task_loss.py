@@ -58,14 +58,6 @@ class TaskLoss:
             loss = regularizer.add(loss, name, inputs, output)
         return weighted_by_share(loss, batch)   # several processes: this slice's share of the global batch
 
-    def states(self) -> dict[str, object]:
-        """What a checkpoint saves of the loss: the loss weighting, each regularizer's ``states()``."""
-        found = {"weighting": self.weighting} if self.weighting is not None else {}
-        for i, regularizer in enumerate(self.regularizers):
-            states = regularizer.states() if hasattr(regularizer, "states") else {}
-            found |= {f"regularizers.{i}.{name}": state for name, state in states.items()}
-        return found
-
     def inputs(self, batch: dict) -> list[dict]:
         return [to_device(encoding, self.device) for encoding in batch["inputs"]]
 
