@@ -92,11 +92,8 @@ def release_run_dir(run_dir: Path) -> None:
 
 def read_metrics(run_dir: Path) -> dict:
     """The run's metrics.json so far; an unreadable one, or one that holds no object, is started afresh."""
-    try:
-        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        metrics = None
-    return metrics if isinstance(metrics, dict) else {"run_name": run_dir.name}
+    metrics = read_record(run_dir / "metrics.json")
+    return metrics if metrics is not None else {"run_name": run_dir.name}
 
 
 def written_by_predict(metrics: dict) -> bool:
