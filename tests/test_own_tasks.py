@@ -173,7 +173,7 @@ def test_predict_input_scores_a_comma_csv_with_its_own_column_names(runs, capsys
     run = load_run(runs / "runs" / "alone")
     expected = run.predict("nli", [(p, h) for _, p, h, _ in rows])
     assert [int(row["Predicted_gold"]) for row in written] == expected.tolist()
-    score = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["scores"]["mine.csv"]
+    score = json.loads((out / "nli-mine-metrics.json").read_text(encoding="utf-8"))["scores"]["mine.csv"]
     assert score == pytest.approx(float(np.mean(expected == np.array([g for *_, g in rows]))))
     assert predict_tool.main(argv) == 1   # the files exist: refused without --overwrite
     assert "--overwrite" in capsys.readouterr().err
@@ -187,7 +187,7 @@ def test_predict_input_without_ids_or_labels_and_for_a_builtin_task(runs, capsys
     assert predict_tool.main([str(runs / "runs" / "alone"), "--input", str(path), "--columns", "a,b",
                               "--out", str(out)]) == 0
     assert [row["id"] for row in read_csv(out / "nli-plain-output.csv")] == ["2", "3", "4"]   # line numbers
-    assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["scores"] == {}
+    assert json.loads((out / "nli-plain-metrics.json").read_text(encoding="utf-8"))["scores"] == {}
     # a run of two tasks wants --task; SST reads one column
     both = str(runs / "runs" / "both")
     assert predict_tool.main([both, "--input", str(path), "--columns", "a", "--out", str(runs / "x")]) == 1
@@ -213,7 +213,7 @@ def test_predict_input_with_blank_labels_predicts_with_no_score(runs, capsys):
     del argv[5:7]   # --label_column answer
     assert predict_tool.main(argv + ["--no_score"]) == 0
     assert len(read_csv(runs / "blank-out" / "nli-blank-output.csv")) == 3
-    assert json.loads((runs / "blank-out" / "metrics.json").read_text(encoding="utf-8"))["scores"] == {}
+    assert json.loads((runs / "blank-out" / "nli-blank-metrics.json").read_text(encoding="utf-8"))["scores"] == {}
 
 
 def test_input_flags_without_input_and_data_dir_flags_with_it_are_refused(tmp_path, capsys):

@@ -53,7 +53,7 @@ def test_a_txt_file_of_sentences_keeps_the_text_and_names_sst_classes(run_dir, t
     assert [int(row["Predicted_Sentiment"]) for row in rows] == expected.tolist()
     assert [row["label_name"] for row in rows] == [SST_NAMES[c] for c in expected]
     assert "3 predictions (sst)" in capsys.readouterr().out
-    assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["scores"] == {}
+    assert json.loads((out / "sst-reviews-metrics.json").read_text(encoding="utf-8"))["scores"] == {}
 
 
 def test_a_txt_file_of_tab_separated_pairs_for_qqp_and_sts(run_dir, tmp_path):
@@ -142,7 +142,102 @@ def test_a_missing_input_is_named_first_whatever_its_kind(run_dir, tmp_path, cap
     """A missing --input is one line naming it, before the out folder's checks, for a .txt file as for a CSV."""
     out = tmp_path / "out"
     out.mkdir()
-    (out / "metrics.json").write_text("{}")   # would be refused without --overwrite: the missing file comes first
+    (out / "sst-gone-output.csv").write_text("")   # refused without --overwrite: the missing file comes first
     for name in ("gone.txt", "gone.csv"):
         assert predict.main([str(run_dir), "--input", str(tmp_path / name), "--task", "sst", "--out", str(out)]) == 1
         assert capsys.readouterr().err.strip() == f"error: --input {tmp_path / name}: no such file"
+
+
+def test_several_files_predicted_into_one_out_keep_their_own_files_and_records(run_dir, tmp_path, capsys):
+    """Issue 87: docs/outputs.md predicts reviews.txt, then pairs.txt, into one --out, and the second was refused
+    (metrics.json: already exists). Each file's CSV and record are named for the task and the file now; the same
+    file again is refused naming both, --overwrite replaces them alone, and the report lists no run there."""
+    from training.tools.report import read_runs
+    reviews, pairs = tmp_path / "reviews.txt", tmp_path / "pairs.txt"
+    reviews.write_text("\n".join(REVIEWS) + "\n", encoding="utf-8")
+    pairs.write_text("".join(f"{a}\t{b}\n" for a, b in PAIRS), encoding="utf-8")
+    out = tmp_path / "predictions" / "preds"
+
+    def command(path: Path, task: str, *extra: str) -> list[str]:
+        return [str(run_dir), "--input", str(path), "--task", task, "--out", str(out), *extra]
+
+    assert predict.main(command(reviews, "sst")) == 0
+    assert predict.main(command(pairs, "qqp")) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["para-pairs-metrics.json", "para-pairs-output.csv",
+                                                     "sst-reviews-metrics.json", "sst-reviews-output.csv"]
+    run = load_run(run_dir)
+    sst = read_csv(out / "sst-reviews-output.csv")
+    assert [row["sentence"] for row in sst] == REVIEWS
+    assert [int(row["Predicted_Sentiment"]) for row in sst] == run.predict("sst", REVIEWS).tolist()
+    para = read_csv(out / "para-pairs-output.csv")
+    assert [(row["sentence1"], row["sentence2"]) for row in para] == PAIRS
+    assert [int(row["Predicted_Is_Paraphrase"]) for row in para] == run.predict("qqp", PAIRS).tolist()
+    records = {name: json.loads((out / f"{name}-metrics.json").read_text(encoding="utf-8"))
+               for name in ("sst-reviews", "para-pairs")}
+    assert records["sst-reviews"] == {"run": str(run.source), "input": str(reviews.resolve()), "task": "sst",
+                                      "columns": ["sentence"], "label_column": None, "scores": {}}
+    assert records["para-pairs"] == {"run": str(run.source), "input": str(pairs.resolve()), "task": "qqp",
+                                     "columns": ["sentence1", "sentence2"], "label_column": None, "scores": {}}
+
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert predict.main(command(reviews, "sst")) == 1   # the same file again would replace its two files
+    assert capsys.readouterr().err.strip() == (
+        f"error: {out / 'sst-reviews-output.csv'}: already exists (and sst-reviews-metrics.json beside it); "
+        "pass --overwrite to replace them, or choose another --out")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+    labelled = tmp_path / "reviews.csv"   # the same stem: the same two files, replaced with --overwrite
+    with open(labelled, "w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([["id", "sentence", "sentiment"], ["a", REVIEWS[0], 4], ["b", REVIEWS[1], 0]])
+    assert predict.main(command(labelled, "sst")) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert predict.main(command(labelled, "sst", "--overwrite")) == 0
+    expected = run.predict("sst", REVIEWS[:2]).tolist()
+    sst = read_csv(out / "sst-reviews-output.csv")
+    assert [row["id"] for row in sst] == ["a", "b"]
+    assert [int(row["Predicted_Sentiment"]) for row in sst] == expected
+    record = json.loads((out / "sst-reviews-metrics.json").read_text(encoding="utf-8"))
+    assert record["input"] == str(labelled.resolve()) and record["label_column"] == "sentiment"
+    assert record["scores"] == {"reviews.csv": pytest.approx(sum(p == g for p, g in zip(expected, [4, 0])) / 2)}
+    assert {name: (out / name).read_bytes() for name in ("para-pairs-metrics.json", "para-pairs-output.csv")} == \
+        {name: before[name] for name in ("para-pairs-metrics.json", "para-pairs-output.csv")}   # left as they were
+    assert len(list(out.iterdir())) == 4
+    assert read_runs(tmp_path / "predictions") == []   # a folder of predict's files is no run of the report
+
+
+def test_input_never_writes_beside_a_metrics_json_predict_did_not_write(run_dir, tmp_path, capsys):
+    """--input no longer writes metrics.json, so an --out holding a run's (a run stopped before its checkpoint/)
+    is refused as it is: predictions would go into the run's folder. --overwrite replaces predict's records alone."""
+    sentences = tmp_path / "reviews.txt"
+    sentences.write_text(REVIEWS[0] + "\n", encoding="utf-8")
+    out = tmp_path / "stopped-run"
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps({"run_name": "stopped-run", "status": "interrupted"}))
+    argv = [str(run_dir), "--input", str(sentences), "--task", "sst", "--out", str(out)]
+    capsys.readouterr()
+    for extra in ([], ["--overwrite"]):
+        assert predict.main(argv + extra) == 1
+        assert "its metrics.json was not written by predict" in capsys.readouterr().err
+    (out / "metrics.json").unlink()
+    (out / "sst-reviews-metrics.json").write_text("mine\n")
+    assert predict.main(argv + ["--overwrite"]) == 1
+    assert "its sst-reviews-metrics.json was not written by predict" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["sst-reviews-metrics.json"]
+    assert (out / "sst-reviews-metrics.json").read_text() == "mine\n"
+
+
+def test_the_report_skips_a_folder_of_input_predictions_and_lists_the_runs_beside_it(tmp_path):
+    """The README's smoke predicts into predictions/smoke-reviews: its files are named for the input now, with no
+    metrics.json, and the report must still not list the folder as a run."""
+    from training.tools.report import read_runs
+    reviews = tmp_path / "smoke-reviews"
+    reviews.mkdir()
+    (reviews / "sst-reviews-output.csv").write_text("id,sentence,Predicted_Sentiment,label_name\n1,Fine.,3,positive\n")
+    (reviews / "sst-reviews-metrics.json").write_text(json.dumps({"run": "predictions/smoke/checkpoint",
+                                                                  "input": "reviews.txt", "task": "sst", "scores": {}}))
+    cut = tmp_path / "cut"   # a run stopped before its metrics.json was written: its prediction files make it a row
+    cut.mkdir()
+    (cut / "sst-dev-output.csv").write_text("id,Predicted_Sentiment\n")
+    (cut / "notes-metrics.json").write_text(json.dumps({"status": "mine"}))   # not predict's record
+    assert [(row.run, row.status) for row in read_runs(tmp_path)] == [("cut", "incomplete (no metrics.json)")]

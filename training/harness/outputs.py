@@ -92,17 +92,33 @@ def release_run_dir(run_dir: Path) -> None:
 
 def read_metrics(run_dir: Path) -> dict:
     """The run's metrics.json so far; an unreadable one, or one that holds no object, is started afresh."""
-    try:
-        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        metrics = None
-    return metrics if isinstance(metrics, dict) else {"run_name": run_dir.name}
+    metrics = read_record(run_dir / "metrics.json")
+    return metrics if metrics is not None else {"run_name": run_dir.name}
 
 
 def written_by_predict(metrics: dict) -> bool:
     """Whether a metrics.json is a prediction folder's (``minbert-predict``'s record: the run and its scores), not a
     run's: a run's says its status."""
     return isinstance(metrics, dict) and {"run", "scores"} <= set(metrics) and "status" not in metrics
+
+
+def read_record(path: Path) -> dict | None:
+    """The JSON object in ``path``; None where there is none (missing, unreadable, not JSON, not an object)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def holds_predictions_only(folder: Path) -> bool:
+    """Whether ``folder`` is a ``minbert-predict --out``, not a run: no checkpoint/, and its metrics.json is
+    predict's record or, where it has none, an ``--input`` prediction's record (``*-metrics.json``) is."""
+    if (folder / "checkpoint").is_dir():
+        return False
+    if (folder / "metrics.json").is_file():
+        return written_by_predict(read_record(folder / "metrics.json"))
+    return any(written_by_predict(read_record(path)) for path in folder.glob("*-metrics.json"))
 
 
 def scored_evaluations(metrics: dict) -> list[dict]:
@@ -178,6 +194,14 @@ class RunFiles:
 
 def prediction_path(run_dir: Path, task: Task, split: str) -> Path:
     return run_dir / f"{task.output_prefix}-{split}-output.csv"
+
+
+def input_prediction_paths(out: Path, task: Task, source: Path) -> tuple[Path, Path]:
+    """``predict --input FILE``'s CSV and its record, both named for the task and the file's stem, so that other
+    files (or another task's predictions of this one) go beside them in one ``out``:
+    ``<prefix>-<stem>-output.csv`` and ``<prefix>-<stem>-metrics.json``."""
+    name = f"{task.output_prefix}-{source.stem}"
+    return out / f"{name}-output.csv", out / f"{name}-metrics.json"
 
 
 def write_predictions(path: Path, task: Task, result: TaskPredictions, texts: dict[str, tuple[str, ...]] | None = None,

@@ -139,12 +139,16 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def check_overwrite(targets: list[Path], overwrite: bool, flag: str = "--out") -> None:
-    """Refuse, naming the first, when any of ``targets`` exists and ``overwrite`` is not set."""
+    """Refuse, naming the first (and a second by name, more by their number), when any of ``targets`` exists and
+    ``overwrite`` is not set."""
     existing = [path for path in targets if path.exists()]
     if existing and not overwrite:
-        more = f" (and {len(existing) - 1} more of the files it would write)" if len(existing) > 1 else ""
-        raise FileExistsError(errno.EEXIST, f"already exists{more}; pass --overwrite to replace it, or choose "
-                                            f"another {flag}", str(existing[0]))
+        others = existing[1:]
+        more = (f" (and {others[0].name} beside it)" if len(others) == 1 else
+                f" (and {len(others)} more of the files it would write)" if others else "")
+        raise FileExistsError(errno.EEXIST, f"already exists{more}; pass --overwrite to replace "
+                                            f"{'them' if others else 'it'}, or choose another {flag}",
+                              str(existing[0]))
 
 
 def _raise_terminated(signum, frame):

@@ -6,8 +6,9 @@ scored where the file has labels.
     python -m training.tools.predict predictions/<run> --input sentences.txt --task sst --out preds/
     python -m training.tools.predict predictions/<run> --input reviews.csv --columns text --task sst --out preds/
 
-Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes), or for ``--input FILE``
-``<out>/<prefix>-<file stem>-output.csv`` with each row's text and class name; and ``<out>/metrics.json``.
+Writes ``<out>/<prefix>-{dev,test}-output.csv`` (the names a run writes) and ``<out>/metrics.json``; or for
+``--input FILE`` ``<out>/<prefix>-<file stem>-output.csv``, with each row's text and class name, and its own record
+``<out>/<prefix>-<file stem>-metrics.json``, so that the predictions of several files go into one ``--out``.
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ if __name__ == "__main__":   # a stop while torch imports: one line, not a trace
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -29,7 +29,8 @@ from minbert.atomic import check_folder, output_set
 from .command import check_overwrite, run_command
 from ..configuration.sections import DataConfig, TrainConfig, add_flags
 from .embed import text_lines
-from ..harness.outputs import prediction_path, write_json, write_predictions, written_by_predict
+from ..harness.outputs import (input_prediction_paths, prediction_path, read_record, write_json, write_predictions,
+                               written_by_predict)
 from ..harness.runs import load_run
 from ..configuration.task_declarations import label_names, parse_tasks
 from ..learning.task_schema import known_tasks
@@ -49,7 +50,7 @@ def execute(args: argparse.Namespace) -> int:
     check_mode(args)
     run = load_run(args.run, device=args.device)
     out = Path(args.out)
-    check_out(out, Path(args.run), run.source, args.overwrite)
+    check_out(out, Path(args.run), run.source, args.overwrite, beside=args.input is not None)
     if args.input is not None:
         return predict_input(run, args, out)
     tasks = parse_tasks(args.tasks, known_tasks(run.config.data)) if args.tasks else run.config.task_names()
@@ -92,13 +93,16 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     name = trained[0] if args.task is None else args.task
     known = known_tasks(run.config.data)
     task, path = known[name], Path(args.input)
-    target = out / f"{task.output_prefix}-{path.stem}-output.csv"
+    target, record = input_prediction_paths(out, task, path)
     if not path.is_file():   # before the out folder's checks, whichever kind of file
         raise DataError(f"--input {path}: no such file")
     is_text = path.suffix.lower() == ".txt"
     layout = input_layout(args, name, task, path)
     check_folder(out)
-    check_overwrite([target, out / METRICS], args.overwrite)
+    check_overwrite([target, record], args.overwrite)   # this file's predictions only: other files' stay beside them
+    if args.overwrite and not_predicts(record):
+        raise ValueError(f"--out {out}: its {record.name} was not written by predict: --overwrite replaces only "
+                         "predict's own outputs; choose another --out")
     examples, report = read_text_examples(path, task) if is_text else read_examples(path, layout)
     label = layout.label_column
     if report.bad_rows and not args.skip_bad_rows:
@@ -119,8 +123,9 @@ def predict_input(run, args: argparse.Namespace, out: Path) -> int:
     with output_set(out) as staging:   # the CSV and its record appear together, or neither
         write_predictions(staging / target.name, task, result, {e.id: e.texts for e in examples},
                           tuple(layout.text_columns), label_names(name, run.config.data.own_tasks))
-        write_json(staging / METRICS, {"run": str(run.source), "input": str(path.resolve()), "task": name,
-                                       "columns": list(layout.text_columns), "label_column": label, "scores": scores})
+        write_json(staging / record.name, {"run": str(run.source), "input": str(path.resolve()), "task": name,
+                                           "columns": list(layout.text_columns), "label_column": label,
+                                           "scores": scores})
     print(line)
     return 0
 
@@ -191,9 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training.tools.predict", description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run folder or its checkpoint/")
     parser.add_argument("--out", required=True,
-                        help="folder for the prediction CSVs and metrics.json (never the run folder itself)")
+                        help="folder for the prediction CSVs and metrics.json, or with --input FILE for "
+                             "<prefix>-<file stem>-output.csv and its record <prefix>-<file stem>-metrics.json: "
+                             "several files can be predicted into one --out (never the run folder itself)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace prediction CSVs or metrics.json already in --out (default: refuse)")
+                        help="replace prediction files already in --out (default: refuse)")
     parser.add_argument("--tasks", default=None, help="comma-separated tasks to predict (default: the run's tasks)")
     add_flags(parser, DataConfig, only=("data_dir",))
     given = parser.add_argument_group("one file of your own (instead of the data folder)")
@@ -222,9 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_out(out: Path, given: Path, checkpoint: Path, overwrite: bool) -> None:
-    """Refuse an ``--out`` that is this run's folder or holds another run, even with ``--overwrite``, and with
-    ``--overwrite`` one whose metrics.json predict did not write."""
+def check_out(out: Path, given: Path, checkpoint: Path, overwrite: bool, beside: bool = False) -> None:
+    """Refuse an ``--out`` that is this run's folder or holds another run, even with ``--overwrite``; and one whose
+    metrics.json predict did not write, with ``--overwrite`` (it would be replaced) or ``beside`` (``--input``, whose
+    files would go beside it, into what may be a run's folder)."""
     own = {given, checkpoint}
     if checkpoint.name == "checkpoint":  # a run folder's checkpoint/: the run folder is its parent
         own.add(checkpoint.parent)
@@ -234,15 +242,14 @@ def check_out(out: Path, given: Path, checkpoint: Path, overwrite: bool) -> None
     if (out / "checkpoint").is_dir() or (out / ".lock").exists():
         raise ValueError(f"--out {out} holds a run (its checkpoint/ or .lock): its metrics.json and prediction "
                          "files would be replaced, --overwrite or not; choose another --out")
-    metrics = out / METRICS
-    if overwrite and metrics.is_file():
-        try:
-            data = json.loads(metrics.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            data = None
-        if not written_by_predict(data):
-            raise ValueError(f"--out {out}: its {METRICS} was not written by predict (a run's, or another file): "
-                             "--overwrite replaces only predict's own outputs; choose another --out")
+    if (overwrite or beside) and not_predicts(out / METRICS):
+        raise ValueError(f"--out {out}: its {METRICS} was not written by predict (a run's, or another file): "
+                         "predict replaces only its own outputs and writes none beside another's; choose another --out")
+
+
+def not_predicts(path: Path) -> bool:
+    """Whether ``path`` is a file predict did not write: a run's metrics.json, or another file of that name."""
+    return path.is_file() and not written_by_predict(read_record(path))
 
 
 def predict_files(run, tasks: list[str], data_dir: Path, out: Path, batch_size: int | None,

@@ -41,7 +41,7 @@ from .command import run_command
 from ..harness.run_config import RunConfig
 from ..configuration.sections import removed_extension, saved_values
 from ..harness.curves import MatplotlibMissing
-from ..harness.outputs import read_metrics, written_by_predict
+from ..harness.outputs import holds_predictions_only
 from ..harness.status import RunStatus
 from .. import extensions
 from ..extensions.base import saved_flag
@@ -616,8 +616,8 @@ def write_forest(rows: list[RunRow], path: Path, baseline: str | None = None) ->
 
 def looks_like_run(path: Path) -> bool:
     """A run folder: metrics.json, checkpoint/ or prediction files; not minbert-predict's output folder, whose
-    metrics.json records the run it used (the README's smoke writes one beside the runs)."""
-    if not path.is_dir() or written_by_predict(read_metrics(path)) and not (path / "checkpoint").is_dir():
+    records name the run it used (the README's smoke writes one beside the runs)."""
+    if not path.is_dir() or holds_predictions_only(path):
         return False
     return (path / "metrics.json").is_file() or (path / "checkpoint").is_dir() or any(path.glob("*-output.csv"))
 
