@@ -169,6 +169,11 @@ REFERENCE_SPEED = {"attention": "manual", "adamw": "loop", "bucket": False, "dro
 # sets them (training/configuration/config_file.py), a resumed run takes them from its command line (training/harness/run_folder.py)
 WHERE_A_RUN_IS = ("run_name", "resume", "resume_fallback", "log_file", "wait_after_eval")
 
+# settings that say where a run's folder is and how the run was driven and watched, not what it trains, scores or
+# writes: a run's "Reproduce" command (training/harness/model_card.py) gives every other setting off its default,
+# so a new flag is in it unless it is named here; --run_name stays in it, naming the run.
+NOT_REPRODUCED = (*(name for name in WHERE_A_RUN_IS if name != "run_name"), "out_dir", "quiet")
+
 
 @dataclass(frozen=True)
 class OutputConfig:

@@ -177,7 +177,9 @@ def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
         Column("pooling", lambda row: row.pooling or "", align=":-:"),
         *(Column(idea.column, lambda row, name=idea.name: "" if row.flags is None else (ON if row.flags[name] else OFF),
                  align=":-:") for idea in extensions.ideas() if idea.column),   # blank: no readable config
-        Column("seeds", seeds, terminal="seeds", terminal_cell=lambda row:   # there: 1 for one seed, † capped
+        # † after a capped row's count (the note under the table says what it means); the CSV's count is a number
+        Column("seeds", lambda row: seeds(row) + (CAPPED if row.capped else ""), full=lambda row: [seeds(row)],
+               terminal="seeds", terminal_cell=lambda row:   # there: 1 for one seed
                (seeds(row) or ("1" if row.complete else "")) + (CAPPED if row.capped else "")),
         *(Column(name, cell=lambda row, t=task: _mean_std(row.dev.get(t), row.dev_std.get(t)),
                  full=lambda row, t=task: [_full(row.dev.get(t)), _full(row.dev_std.get(t))],
