@@ -207,6 +207,26 @@ def saved_values(data: dict) -> dict:
     return values
 
 
+def saved_dev_cap(data: dict) -> int | None:
+    """A saved configuration's ``--max_eval_examples N`` (its dev scores are on the first N examples of each task's
+    dev file), or None for a run scored on whole dev files."""
+    cap = saved_values(data).get("max_eval_examples") if isinstance(data, dict) else None
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1 else None
+
+
+def scored_whole(dev_examples: dict[str, int], cap: int | None) -> str:
+    """The tasks whose dev file was shorter than the cap, so scored whole, as the log, the model card and the
+    report say them: " (sts: all 60)"; "" when none was (or the run is not capped)."""
+    fewer = [f"{task}: all {n}" for task, n in dev_examples.items() if isinstance(n, int) and cap and n < cap]
+    return f" ({', '.join(fewer)})" if fewer else ""
+
+
+def capped_words(cap: int | None) -> str:
+    """What a capped run's dev scores are labelled with wherever they appear (the log, curves.png):
+    " (first N examples a task)"; "" for a run scored on whole dev files."""
+    return f" (first {cap} examples a task)" if cap else ""
+
+
 def removed_settings(data: dict) -> list[str]:
     """The settings of a saved configuration that this version no longer has code for, as flags
     (empty when it used none): such a run loads, but cannot be resumed as it trained."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from minbert.atomic import atomic_path
 
-from ..configuration.sections import saved_values
+from ..configuration.sections import capped_words, saved_dev_cap
 from ..learning.task_schema import saved_tasks
 
 
@@ -59,8 +59,8 @@ def plot_curves(metrics: dict, path: Path) -> Path:
     _draw_learning_rates(bottom[0], [*((n, log.get("lr_curve")) for n, log in stages.items()),
                                      ("multitask", metrics.get("lr_curve"))])
     if evaluations:
-        cap = saved_values(metrics.get("config") or {}).get("max_eval_examples")
-        _draw_evaluations(bottom[1], bottom[2], evaluations, tasks, f" (first {cap} examples a task)" if cap else "")
+        _draw_evaluations(bottom[1], bottom[2], evaluations, tasks,
+                          capped_words(saved_dev_cap(metrics.get("config") or {})))
     fig.suptitle(metrics.get("run_name", ""))
     try:
         with atomic_path(path) as tmp:

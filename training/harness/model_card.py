@@ -19,7 +19,7 @@ from minbert.atomic import write_text_atomic
 from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
 from .run_config import RunConfig
 from heads.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
-from ..configuration.sections import NOT_REPRODUCED, saved_values
+from ..configuration.sections import NOT_REPRODUCED, saved_dev_cap, scored_whole
 from ..configuration.task_declarations import STS_SCALE
 from ..learning.task_schema import saved_tasks
 from ..learning.tasks import Task
@@ -112,10 +112,8 @@ def command(config: dict) -> str:
 
 
 def dev_cap(metrics: dict) -> int | None:
-    """The run's ``--max_eval_examples N`` (its dev scores are on the first N examples of each task's dev file),
-    from its saved configuration; None for a run scored on whole dev files."""
-    cap = saved_values(metrics.get("config") or {}).get("max_eval_examples")
-    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1 else None
+    """The run's ``--max_eval_examples N``, from its saved configuration; None for whole dev files."""
+    return saved_dev_cap(metrics.get("config") or {})
 
 
 def capped_dev_note(metrics: dict) -> str:
@@ -125,8 +123,7 @@ def capped_dev_note(metrics: dict) -> str:
     if cap is None:
         return ""
     scored = metrics.get("dev_examples") if isinstance(metrics.get("dev_examples"), dict) else {}
-    whole = [f"{task}: all {n}" for task, n in scored.items() if isinstance(n, int) and n < cap]   # as the log says
-    shorter = f" ({', '.join(whole)})" if whole else ""
+    shorter = scored_whole(scored, cap)   # as the log says
     return (f"Capped (`--max_eval_examples {cap}`): the dev scores are on the first {cap} examples of each task's "
             f"dev file{shorter}, not comparable with scores on whole dev files; every evaluation, and so the "
             f"choice of the best weights, used those examples alone.")

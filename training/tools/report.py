@@ -39,7 +39,7 @@ from minbert.atomic import write_text_atomic
 
 from .command import run_command
 from ..harness.run_config import RunConfig
-from ..configuration.sections import removed_extension, saved_values
+from ..configuration.sections import removed_extension, saved_values, scored_whole
 from ..harness.curves import MatplotlibMissing
 from ..harness.outputs import read_metrics, written_by_predict
 from ..harness.status import RunStatus
@@ -136,8 +136,8 @@ class RunRow:
             return f"validation split: scored on {self.val_fraction:g} of train, not dev"
         if self.dev_cap is None:
             return ""
-        fewer = [f"{task}: all {n}" for task, n in sorted(self.dev_counts.items()) if n < self.dev_cap]
-        return f"capped: dev scored on {self.dev_cap} examples" + (f" ({', '.join(fewer)})" if fewer else "")
+        return f"capped: dev scored on {self.dev_cap} examples" + scored_whole(dict(sorted(self.dev_counts.items())),
+                                                                                  self.dev_cap)
 
     def status_cell(self) -> str:
         return ", ".join(part for part in (self.status, self.capped) if part)
