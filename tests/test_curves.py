@@ -82,6 +82,22 @@ def test_every_panel_is_drawn_and_the_kept_evaluation_is_marked(tmp_path, monkey
 
 
 @pytest.mark.slow
+def test_a_capped_runs_dev_panels_say_what_their_scores_are_on(tmp_path, monkeypatch):
+    """Issue 87, item 5: a run capped by --max_eval_examples says so wherever its dev scores appear, its
+    curves too; an uncapped one's panels keep their plain titles."""
+    pytest.importorskip("matplotlib")
+    from training.harness.curves import plot_curves
+    drawn = drawn_figures(monkeypatch)
+    epochs = [{"epoch": 1, "dev": {"sst": 0.3}, "dev_overall": 0.3, "dev_loss": {"sst": 1.0}, "run_step": 10}]
+    for cap in (100, None):
+        plot_curves({"run_name": "run", "epochs": epochs, "config": {"data": {"max_eval_examples": cap}}},
+                    tmp_path / "curves.png")
+    capped, whole = ([ax.get_title() for ax in figure.axes] for figure in drawn)
+    assert {"dev metrics (first 100 examples a task)", "dev loss (first 100 examples a task)"} <= set(capped)
+    assert {"dev metrics", "dev loss"} <= set(whole) and not any("first" in title for title in whole)
+
+
+@pytest.mark.slow
 def test_a_short_run_plots_every_panel_against_the_runs_optimizer_step(tmp_path, tiny_model_dir, monkeypatch):
     """3 pre-QQP steps, then 2 epochs of 9 multi-task steps (3 batches of each task): fewer than a loss
     window (10 batches of a task), so the loss panels used to be blank; and each panel had its own x

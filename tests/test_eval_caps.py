@@ -4,15 +4,18 @@ kept by ``--resume``, and the report marks a capped run and never pools or compa
 ones. Also ``--device cuda:N``. One tiny run (the fixture model and data, about 4 s) serves the fast tests."""
 import csv
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 import torch
 
 import run_multitask
-from test_report import SEEDS, predictions, write_dev_files, write_run
+from test_model_card import assert_reproduces, command_line, section
+from test_report import SEEDS, markdown_rows, predictions, write_dev_files, write_run
 from training.tools import predict as predict_tool
-from training.tools.report import collect_runs, compare_to_baselines, read_run, render_compact, render_markdown
+from training.tools.report import (collect_runs, compare_to_baselines, read_run, render_compact, render_markdown,
+                                   write_csv)
 from training.harness.run_folder import resumed_config
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
@@ -69,6 +72,22 @@ def test_the_caps_are_saved_and_no_test_file_is_read_or_written(capped):
     assert not any("test" in name for name in metrics["data"])   # not read, not fingerprinted
     card = (capped / "checkpoint" / "README.md").read_text(encoding="utf-8")
     assert f"--max_eval_examples {CAP}" in card   # the command that trains it again keeps the cap
+
+
+def test_the_card_says_the_run_is_capped_and_its_command_reproduces_the_run(capped):
+    """Issue 87, item 5: the card's dev scores say they are on the first CAP examples of each dev file (the
+    fixture's dev files are all longer), and its command, parsed back, is the run's saved configuration:
+    --no_test_predictions, the cap, --eval_every and --early_stopping included."""
+    metrics = json.loads((capped / "metrics.json").read_text())
+    card = (capped / "checkpoint" / "README.md").read_text(encoding="utf-8")
+    scores = section(card, "Scores")
+    assert (f"Capped (`--max_eval_examples {CAP}`): the dev scores are on the first {CAP} examples of each task's "
+            f"dev file, not comparable with scores on whole dev files;") in scores
+    assert f"| task | metric | dev (first {CAP}) |" in scores
+    scored = [value for value in metrics["dev"].values() if isinstance(value, (int, float))]   # the model-index's
+    assert card.split("---\n")[1].count(f'split: "dev[:{CAP}]"}}') == len(scored) and "split: dev}" not in card
+    assert "--no_test_predictions" in shlex.split(command_line(card))
+    assert_reproduces(card, metrics["config"])
 
 
 def test_resume_keeps_the_saved_caps_and_refuses_other_ones(capped):
@@ -174,6 +193,20 @@ def test_both_views_mark_the_capped_rows_and_explain_the_mark(table):
     markdown = render_markdown(rows, footer)
     assert markdown.count("| finished, capped: dev scored on 50 examples |") == 2
     assert "(--max_eval_examples N)" in markdown
+
+
+def test_the_markdown_marks_a_capped_rows_seeds_as_its_note_says_and_the_csv_keeps_a_number(table, tmp_path):
+    """Issue 87, item 5: the note under the Markdown table explains "capped (†)", so its capped rows carry the †
+    (after the seed count, as in the terminal view); the CSV's seeds stay a number, its status says capped."""
+    rows, footer, _ = table
+    header, _, *lines = markdown_rows(render_markdown(rows, footer))
+    assert [line[header.index("seeds")] for line in lines] == ["3", "3", "2†", "1†"]
+    write_csv(rows, tmp_path / "t.csv")
+    with open(tmp_path / "t.csv", encoding="utf-8", newline="") as f:
+        written = list(csv.DictReader(f))
+    assert [line["seeds"] for line in written] == ["3", "3", "2", "1"]
+    capped_status = "finished, capped: dev scored on 50 examples"
+    assert [line["status"] for line in written] == ["finished", "finished", capped_status, capped_status]
 
 
 # --- --device ---

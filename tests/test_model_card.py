@@ -1,6 +1,7 @@
 """training.harness.model_card: the README.md of a run's checkpoint/, made from metrics.json, on runs made by
 the real entry point (tiny random BERT, fixture data): its command line trains the same
-configuration, its dev table and heads list are the run's, a run of stages alone has no heads."""
+configuration, its dev table and heads list are the run's, a run of stages alone has no heads, a capped run
+(--max_eval_examples N) says what its dev scores are on."""
 import copy
 import json
 import re
@@ -11,6 +12,7 @@ import pytest
 from safetensors import safe_open
 
 import run_multitask
+from training.configuration.sections import NOT_REPRODUCED
 from training.harness.run_config import RunConfig
 from training.harness.model_card import command, model_card, write_model_card
 
@@ -62,13 +64,15 @@ def table(text: str) -> list[list[str]]:
 
 
 def assert_reproduces(card: str, saved: dict) -> None:
-    """The card's command parses to the saved configuration: every field exactly, apart from the
-    output section, where only --run_name is on the command line."""
+    """The card's command parses to the saved configuration: every field exactly (the output section's
+    --run_name, --no_test_predictions, --save_every... too), apart from where the run's folder was and how it
+    was watched (``NOT_REPRODUCED``: --out_dir, --quiet, --log_file...)."""
     words = shlex.split(command_line(card))
     assert words[:2] == ["python", "run_multitask.py"]
     parsed = run_multitask.parse_config(words[2:]).to_dict()
-    assert parsed["output"]["run_name"] == saved["output"]["run_name"]
-    parsed.pop("output"), saved.pop("output")
+    for config in (parsed, saved):
+        for name in NOT_REPRODUCED:
+            config["output"].pop(name)
     paths = [("data", "data_dir"), ("model", "model")]
     for part, name in paths:   # absolute paths, given as saved
         assert parsed[part].pop(name) == saved[part].pop(name)
@@ -80,9 +84,10 @@ def assert_reproduces(card: str, saved: dict) -> None:
 def test_command_line_reproduces_the_configuration(runs, name):
     card = card_of(runs[name])
     assert_reproduces(card, metrics_of(runs[name])["config"])
-    for left_out in ("--out_dir", "--quiet", "--save_every"):   # the output section, but --run_name
+    for left_out in ("--out_dir", "--quiet"):   # where the run's folder was, how it was watched
         assert left_out not in command_line(card)
     assert "--run_name " + name in command_line(card)
+    assert ("--save_every 0" in command_line(card)) == (name == "trained")   # an output setting it was given
 
 
 def test_command_of_the_defaults_and_of_odd_values():
@@ -98,6 +103,90 @@ def test_command_of_the_defaults_and_of_odd_values():
     assert "--head_temp=-0.5" in command_line(card) and "--cl_temp 0.2" in command_line(card)
     assert "--no_bucket" in command_line(card)
     assert_reproduces(card, copy.deepcopy(config))
+
+
+def other_value(value):
+    """A value that is not ``value``, of its kind where it has one (the command does not check it)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    return "other"   # text, or None
+
+
+def test_every_setting_off_its_default_is_in_the_command_but_where_the_run_was():
+    """Issue 87, item 5: the command gives every setting the run changed, the output section's and the
+    extensions' included, one at a time; a setting a later version adds is in it without a line in the card.
+    Where the run's folder was and how it was watched (``NOT_REPRODUCED``) is left out."""
+    defaults = RunConfig.defaults().to_dict()
+    given = {}
+    for section, values in defaults.items():
+        for name, value in values.items():
+            if isinstance(value, list):   # DataConfig.own_tasks: no flag (--task_file names the file)
+                continue
+            config = copy.deepcopy(defaults)
+            config[section][name] = other_value(value)
+            given[name] = words = shlex.split(command(config))[2:]
+            if name in NOT_REPRODUCED:
+                assert words == [], (name, words)
+            else:
+                assert words and words[0] in (f"--{name}", f"--no_{name}"), (name, words)
+                assert len(words) == (1 if isinstance(value, bool) else 2), (name, words)
+    assert given["test_predictions"] == ["--no_test_predictions"] and given["keep_training_state"] == [
+        "--keep_training_state"] and given["run_name"] == ["--run_name", "other"]
+    assert given["smart"] == ["--smart"] and given["out_dir"] == given["quiet"] == []
+
+
+CAPPED_SCORES = {"sst": 0.3125, "qqp": 0.625, "sts": 0.5}
+
+
+def capped_config(cap: int | None = 100) -> dict:
+    """A smoke run's configuration (README's): one epoch of 30 rounds, dev capped, no test predictions; and
+    settings of where it went and how it was watched that the command leaves out."""
+    config = RunConfig.defaults().to_dict()
+    config["data"].update(data_dir="/data/multitask", max_eval_examples=cap)
+    config["train"].update(epochs=1, max_steps_per_epoch=30)
+    config["output"].update(run_name="smoke", test_predictions=False, save_every=0, keep_training_state=True,
+                            out_dir="elsewhere", quiet=True, log_file="smoke.log")
+    return config
+
+
+def capped_metrics(cap: int | None = 100) -> dict:
+    """metrics.json of that run: its dev scores, and ``dev_examples`` with an STS dev file shorter than the cap."""
+    return {"run_name": "smoke", "status": "finished", "config": capped_config(cap), "dev": dict(CAPPED_SCORES),
+            "dev_overall": 0.5, "dev_examples": {"sst": 100, "qqp": 100, "sts": 60}, "best_epoch": 1,
+            "epochs": [{"epoch": 1}]}
+
+
+def test_a_capped_runs_command_gives_its_caps_and_reproduces_it():
+    """Issue 87, item 5: the command of the README's smoke run kept --max_eval_examples but dropped
+    --no_test_predictions (the output section gave only --run_name)."""
+    card = model_card(capped_metrics(), Path("/nowhere/checkpoint"))
+    words = shlex.split(command_line(card))
+    assert "--no_test_predictions" in words and words[words.index("--max_eval_examples") + 1] == "100"
+    assert "--keep_training_state" in words and words[words.index("--save_every") + 1] == "0"
+    assert not {"--out_dir", "--quiet", "--log_file"} & set(words)
+    assert_reproduces(card, capped_config())
+
+
+def test_a_capped_card_says_what_its_dev_scores_are_on():
+    """Issue 87, item 5: the Scores section says the dev scores are on the first N examples of each dev file
+    (and which task's file was shorter, scored whole), its column says so, and so does the hub's model-index
+    (the split as the datasets library slices it). An uncapped run's card says none of it."""
+    card = model_card(capped_metrics(), Path("/nowhere/checkpoint"))
+    scores = section(card, "Scores")
+    assert scores.strip().startswith("Capped (`--max_eval_examples 100`): the dev scores are on the first 100 "
+                                     "examples of each task's dev file (sts: all 60), not comparable with scores "
+                                     "on whole dev files; ")
+    assert "| task | metric | dev (first 100) |\n" in scores
+    assert {row[0]: row[2] for row in table(scores)} == {
+        **{task: f"{value:.4f}" for task, value in CAPPED_SCORES.items()}, "overall": "0.5000"}
+    header = card.split("---\n")[1]
+    assert header.count('split: "dev[:100]"}') == 3 and "split: dev}" not in header
+
+    whole = model_card(capped_metrics(cap=None), Path("/nowhere/checkpoint"))
+    assert "Capped" not in whole and "| task | metric | dev |\n" in section(whole, "Scores")
+    assert whole.split("---\n")[1].count("split: dev}") == 3 and "max_eval_examples" not in whole
 
 
 def test_dev_table_is_the_run_dev_scores(runs):

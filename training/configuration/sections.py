@@ -169,6 +169,11 @@ REFERENCE_SPEED = {"attention": "manual", "adamw": "loop", "bucket": False, "dro
 # sets them (training/configuration/config_file.py), a resumed run takes them from its command line (training/harness/run_folder.py)
 WHERE_A_RUN_IS = ("run_name", "resume", "resume_fallback", "log_file", "wait_after_eval")
 
+# settings that say where a run's folder is and how the run was driven and watched, not what it trains, scores or
+# writes: a run's "Reproduce" command (training/harness/model_card.py) gives every other setting off its default,
+# so a new flag is in it unless it is named here; --run_name stays in it, naming the run.
+NOT_REPRODUCED = (*(name for name in WHERE_A_RUN_IS if name != "run_name"), "out_dir", "quiet")
+
 
 @dataclass(frozen=True)
 class OutputConfig:
@@ -200,6 +205,26 @@ def saved_values(data: dict) -> dict:
         if isinstance(section, dict):
             values.update(saved_values(section) if name == "extensions" else section)
     return values
+
+
+def saved_dev_cap(data: dict) -> int | None:
+    """A saved configuration's ``--max_eval_examples N`` (its dev scores are on the first N examples of each task's
+    dev file), or None for a run scored on whole dev files."""
+    cap = saved_values(data).get("max_eval_examples") if isinstance(data, dict) else None
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1 else None
+
+
+def scored_whole(dev_examples: dict[str, int], cap: int | None) -> str:
+    """The tasks whose dev file was shorter than the cap, so scored whole, as the log, the model card and the
+    report say them: " (sts: all 60)"; "" when none was (or the run is not capped)."""
+    fewer = [f"{task}: all {n}" for task, n in dev_examples.items() if isinstance(n, int) and cap and n < cap]
+    return f" ({', '.join(fewer)})" if fewer else ""
+
+
+def capped_words(cap: int | None) -> str:
+    """What a capped run's dev scores are labelled with wherever they appear (the log, curves.png):
+    " (first N examples a task)"; "" for a run scored on whole dev files."""
+    return f" (first {cap} examples a task)" if cap else ""
 
 
 def removed_settings(data: dict) -> list[str]:

@@ -1,7 +1,8 @@
 """``curves.png``, drawn from a run's metrics.json after evaluations (at most once a minute) and at the run's
 end. Top row: each task's training loss (one axis per kind of loss: their scales differ tenfold) and the
 stages' losses; bottom row: the learning rates, dev metrics and dev losses, the kept evaluation marked. Every
-panel shares one x axis, the run's optimizer step (``run_step`` in metrics.json, all stages counted).
+panel shares one x axis, the run's optimizer step (``run_step`` in metrics.json, all stages counted). A capped
+run's dev panels say what its scores are on (``--max_eval_examples N``: the first N examples of each dev file).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from minbert.atomic import atomic_path
 
+from ..configuration.sections import capped_words, saved_dev_cap
 from ..learning.task_schema import saved_tasks
 
 
@@ -57,7 +59,8 @@ def plot_curves(metrics: dict, path: Path) -> Path:
     _draw_learning_rates(bottom[0], [*((n, log.get("lr_curve")) for n, log in stages.items()),
                                      ("multitask", metrics.get("lr_curve"))])
     if evaluations:
-        _draw_evaluations(bottom[1], bottom[2], evaluations, tasks)
+        _draw_evaluations(bottom[1], bottom[2], evaluations, tasks,
+                          capped_words(saved_dev_cap(metrics.get("config") or {})))
     fig.suptitle(metrics.get("run_name", ""))
     try:
         with atomic_path(path) as tmp:
@@ -91,8 +94,9 @@ def _evaluations(metrics: dict) -> list[dict]:
     return [e for e in evaluations if "run_step" in e]
 
 
-def _draw_evaluations(dev_ax, loss_ax, evaluations: list[dict], tasks: dict) -> None:
-    """Each task's dev metric, the overall score and each task's dev loss at every evaluation."""
+def _draw_evaluations(dev_ax, loss_ax, evaluations: list[dict], tasks: dict, capped: str = "") -> None:
+    """Each task's dev metric, the overall score and each task's dev loss at every evaluation; ``capped`` ends the
+    panels' titles ("" for a run scored on whole dev files)."""
     x = [e["run_step"] for e in evaluations]
     for name in evaluations[0]["dev"]:
         dev_ax.plot(x, [e["dev"][name] for e in evaluations], marker="o",
@@ -105,8 +109,8 @@ def _draw_evaluations(dev_ax, loss_ax, evaluations: list[dict], tasks: dict) -> 
     for ax in (dev_ax, loss_ax):
         ax.axvline(x[best], color="grey", linestyle="--", linewidth=1,
                    label=f"best (epoch {evaluations[best]['epoch']}, step {x[best]})")
-    _label(dev_ax, title="dev metrics", ylabel="score")
-    _label(loss_ax, title="dev loss", ylabel="loss", yscale="log" if loss_ax.lines else "linear")
+    _label(dev_ax, title="dev metrics" + capped, ylabel="score")
+    _label(loss_ax, title="dev loss" + capped, ylabel="loss", yscale="log" if loss_ax.lines else "linear")
 
 
 def _label(ax, **settings) -> None:

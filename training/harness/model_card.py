@@ -19,6 +19,7 @@ from minbert.atomic import write_text_atomic
 from .checkpoint import ENCODER, EXPORTED_TOWER, HEADS, SENTENCE_TRANSFORMERS_POOLING
 from .run_config import RunConfig
 from heads.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
+from ..configuration.sections import NOT_REPRODUCED, saved_dev_cap, scored_whole
 from ..configuration.task_declarations import STS_SCALE
 from ..learning.task_schema import saved_tasks
 from ..learning.tasks import Task
@@ -76,6 +77,8 @@ def front_matter(metrics: dict, config: dict, tasks: list[str], known: dict[str,
         lines.append(f"datasets: [{', '.join(datasets)}]")
     dev = {name: value for name, value in (metrics.get("dev") or {}).items()
            if name in known and isinstance(value, (int, float))}
+    cap = dev_cap(metrics)
+    split = "dev" if cap is None else json.dumps(f"dev[:{cap}]")   # a capped run's: the datasets library's slice
     if dev:
         lines += ["metrics: [" + ", ".join(sorted({known[t].metric_name for t in dev})) + "]", "model-index:",
                   f"- name: {json.dumps(metrics.get('run_name') or 'minbert-mtl')}", "  results:"]
@@ -83,14 +86,16 @@ def front_matter(metrics: dict, config: dict, tasks: list[str], known: dict[str,
             task = known[name]
             lines += [f"  - task: {{type: {TASK_TYPES[task.metric_name]}, name: {json.dumps(task.description)}}}",
                       f"    dataset: {{type: {HUB_DATASETS.get(name, name)}, name: {json.dumps(name.upper())}, "
-                      "split: dev}",
+                      f"split: {split}}}",
                       f"    metrics: [{{type: {task.metric_name}, value: {round(float(value), 4)}}}]"]
     return "\n".join(lines + ["---", ""]) + "\n"
 
 
 def command(config: dict) -> str:
-    """``python run_multitask.py`` and the flags whose values differ from the defaults (booleans as
-    ``--name`` / ``--no_name``); of the output section only ``--run_name``."""
+    """``python run_multitask.py`` and every setting whose value differs from its default (booleans as
+    ``--name`` / ``--no_name``), the output section's too (``--no_test_predictions``, ``--save_every``), but
+    ``NOT_REPRODUCED``: where the run's folder was and how it was watched. The rule names what is left out, so
+    a setting a later version adds is in the command without a line here."""
     try:   # the saved configuration as this version reads it (older names, absent fields resolved), else as saved
         saved = RunConfig.from_dict(config).to_dict()
     except (TypeError, KeyError, ValueError):
@@ -99,11 +104,29 @@ def command(config: dict) -> str:
     words = ["python", "run_multitask.py"]
     for section, values in saved.items():
         for name, value in values.items():
-            skipped = ((section == "output" and name != "run_name") or name not in defaults.get(section, {})
+            skipped = (name in NOT_REPRODUCED or name not in defaults.get(section, {})
                        or isinstance(value, list))   # DataConfig.own_tasks, no flag (--task_file names the file)
             if not skipped and value != defaults[section][name]:
                 words += _flag(name, value)
     return " ".join(words)
+
+
+def dev_cap(metrics: dict) -> int | None:
+    """The run's ``--max_eval_examples N``, from its saved configuration; None for whole dev files."""
+    return saved_dev_cap(metrics.get("config") or {})
+
+
+def capped_dev_note(metrics: dict) -> str:
+    """What a capped run's dev scores are on, naming the tasks whose dev file was shorter than the cap (scored
+    whole, by metrics.json's ``dev_examples``); "" for a run scored on whole dev files."""
+    cap = dev_cap(metrics)
+    if cap is None:
+        return ""
+    scored = metrics.get("dev_examples") if isinstance(metrics.get("dev_examples"), dict) else {}
+    shorter = scored_whole(scored, cap)   # as the log says
+    return (f"Capped (`--max_eval_examples {cap}`): the dev scores are on the first {cap} examples of each task's "
+            f"dev file{shorter}, not comparable with scores on whole dev files; every evaluation, and so the "
+            f"choice of the best weights, used those examples alone.")
 
 
 def head_tensors(checkpoint_dir: Path) -> dict[str, list[int]]:
@@ -186,11 +209,12 @@ def _scores(metrics: dict, tasks: list[str], known: dict[str, Task]) -> str:
     dev, test = metrics.get("dev") or {}, metrics.get("test") or {}
     if not dev:
         return f"No dev scores were recorded (run status: {metrics.get('status', 'unknown')})."
-    with_test = bool(test)
+    with_test, cap = bool(test), dev_cap(metrics)
 
     def row(*cells) -> str:
         return "| " + " | ".join(str(c) for c in (cells if with_test else cells[:3])) + " |"
-    rows = [row("task", "metric", "dev", "test"), row("---", "---", "---", "---").replace(" ", "")]
+    rows = [row("task", "metric", "dev" if cap is None else f"dev (first {cap})", "test"),
+            row("---", "---", "---", "---").replace(" ", "")]
     for name in [t for t in tasks if t in dev] + [t for t in dev if t not in tasks]:
         metric = known[name].metric_name if name in known else ""
         rows.append(row(name, metric, _number(dev[name]), _number(test.get(name))))
@@ -202,7 +226,8 @@ def _scores(metrics: dict, tasks: list[str], known: dict[str, Task]) -> str:
     note = (f"; then {', '.join(after)} trained it further (the stages after multi-task training), and those weights "
             f"are the ones saved here." if after else "; its weights are the ones saved here.")
     note += " Test: the labelled test files." if with_test else ""
-    return "\n".join(rows) + "\n\n" + best + note
+    capped = capped_dev_note(metrics)
+    return (capped + "\n\n" if capped else "") + "\n".join(rows) + "\n\n" + best + note
 
 
 def _number(value) -> str:

@@ -22,6 +22,7 @@ from .checkpoint import save_checkpoint
 from .run_config import RunConfig
 from ..learning.task_schema import run_tasks
 from ..configuration.flags import absolute_paths
+from ..configuration.sections import capped_words, scored_whole
 from .distributed import (Distributed, average_gradients, check_batch_size, init_distributed, pick_device, whole_batch,
                           wrap_model)
 from ..learning.evaluate import TaskPredictions, predict
@@ -166,12 +167,12 @@ def cap_dev(splits: dict[str, dict[str, list[Example]]], cap: int | None, log: R
     N. A smoke run's shortcut: the report never compares its dev numbers with full-dev ones."""
     if cap is None:
         return
-    fewer = [f"{task}: all {len(task_splits['dev'])}" for task, task_splits in splits.items()
-             if "dev" in task_splits and len(task_splits["dev"]) < cap]   # a shorter dev file is scored whole
+    # a shorter dev file is scored whole
+    shorter = scored_whole({task: len(task_splits["dev"]) for task, task_splits in splits.items()
+                            if "dev" in task_splits}, cap)
     for task_splits in splits.values():
         if "dev" in task_splits:
             task_splits["dev"] = task_splits["dev"][:cap]
-    shorter = f" ({', '.join(fewer)})" if fewer else ""
     log.result(f"note: --max_eval_examples {cap}: dev is scored on the first {cap} examples of each task's dev "
                f"file{shorter}, not comparable with full-dev scores")
 
@@ -305,7 +306,7 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
                   train_examples=train_examples, train_examples_per_second=per_second(train_examples, train_seconds))
     speed = metrics["train_examples_per_second"]
     cap = run.config.data.max_eval_examples
-    run.log.result(f"dev{f' (first {cap} examples a task)' if cap else ''}: {format_metrics(final_dev, tasks, 4, '  ')}  "
+    run.log.result(f"dev{capped_words(cap)}: {format_metrics(final_dev, tasks, 4, '  ')}  "
                    f"overall {metrics['dev_overall']:.4f}  "
                    f"({metrics['wall_seconds']:.0f} s, {'-' if speed is None else f'{speed:.1f}'} train examples/s) "
                    f"-> {folder.dir}")

@@ -39,7 +39,7 @@ from minbert.atomic import write_text_atomic
 
 from .command import run_command
 from ..harness.run_config import RunConfig
-from ..configuration.sections import removed_extension, saved_values
+from ..configuration.sections import removed_extension, saved_values, scored_whole
 from ..harness.curves import MatplotlibMissing
 from ..harness.outputs import holds_predictions_only
 from ..harness.status import RunStatus
@@ -136,8 +136,8 @@ class RunRow:
             return f"validation split: scored on {self.val_fraction:g} of train, not dev"
         if self.dev_cap is None:
             return ""
-        fewer = [f"{task}: all {n}" for task, n in sorted(self.dev_counts.items()) if n < self.dev_cap]
-        return f"capped: dev scored on {self.dev_cap} examples" + (f" ({', '.join(fewer)})" if fewer else "")
+        return f"capped: dev scored on {self.dev_cap} examples" + scored_whole(dict(sorted(self.dev_counts.items())),
+                                                                                  self.dev_cap)
 
     def status_cell(self) -> str:
         return ", ".join(part for part in (self.status, self.capped) if part)
@@ -177,7 +177,9 @@ def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
         Column("pooling", lambda row: row.pooling or "", align=":-:"),
         *(Column(idea.column, lambda row, name=idea.name: "" if row.flags is None else (ON if row.flags[name] else OFF),
                  align=":-:") for idea in extensions.ideas() if idea.column),   # blank: no readable config
-        Column("seeds", seeds, terminal="seeds", terminal_cell=lambda row:   # there: 1 for one seed, † capped
+        # † after a capped row's count (the note under the table says what it means); the CSV's count is a number
+        Column("seeds", lambda row: seeds(row) + (CAPPED if row.capped else ""), full=lambda row: [seeds(row)],
+               terminal="seeds", terminal_cell=lambda row:   # there: 1 for one seed
                (seeds(row) or ("1" if row.complete else "")) + (CAPPED if row.capped else "")),
         *(Column(name, cell=lambda row, t=task: _mean_std(row.dev.get(t), row.dev_std.get(t)),
                  full=lambda row, t=task: [_full(row.dev.get(t)), _full(row.dev_std.get(t))],
