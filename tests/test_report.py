@@ -27,8 +27,10 @@ from training.extensions.base import saved_flag
 from training.learning.task_schema import BUILTIN_TASKS
 from training.tools.bootstrap import resample_counts, weighted_metric
 from training.tools.grid import compatible, grid_rows, together
-from training.tools.report import (collect_runs, columns, compare_to_baselines, csv_columns, forest_panels, main,
-                                   render_markdown, seed_group_key, sort_rows, write_csv)
+from training.tools.latex import escape
+from training.tools.report import (RunRow, collect_runs, columns, compare_to_baselines, csv_columns, forest_panels,
+                                   main, render_markdown, seed_group_key, sort_rows, write_csv)
+from training.tools.table_settings import shown_settings
 
 COLUMNS = columns()
 
@@ -56,6 +58,19 @@ def markdown_rows(text: str) -> list[list[str]]:
     return rows
 
 
+def cells_by_run(text: str) -> dict[str, dict[str, str]]:
+    """Each line of the Markdown table in ``text``: its run cell -> its cells by the table's own header."""
+    header, _, *lines = markdown_rows(text)
+    return {line[0]: dict(zip(header, line)) for line in lines}
+
+
+def tabular(text: str) -> list[list[str]]:
+    """The cells of each line of a LaTeX table between \\toprule and \\bottomrule, the rules left out."""
+    lines = text.splitlines()
+    body = lines[lines.index(r"\toprule") + 1:lines.index(r"\bottomrule")]
+    return [[cell.strip() for cell in line.removesuffix(r" \\").split(" & ")] for line in body if line != r"\midrule"]
+
+
 def by_run(rows):
     return {row.run: row for row in rows}
 
@@ -65,17 +80,28 @@ def rows():
     return collect_runs(RUNS)
 
 
-def test_columns_are_the_extensions_seeds_tasks_comparison_wall_time_and_status(rows):
-    assert COLUMNS == ["run", "pooling", "U-CL", "S-CL", "LCL", "pre-QQP", "joint-loss", "SMART", "PCGrad", "anneal",
-                       "gap", "task-FT", "seeds", "SST acc", "QQP acc", "STS Pearson", "average", "Δ vs FT",
-                       "95% CI", "wall (min)", "status"]
+# The settings the fixture's runs differ in (their configurations as this version reads them: a field a run did not
+# save takes its default), each a column after "run"; those they share are said above the table.
+FIXTURE_SETTINGS = ["pooling", "U-CL", "S-CL", "pre-QQP", "joint-loss", "SMART",   # the table's own, in their order
+                    "epochs", "lr", "max_steps_per_epoch", "loss_weights"]          # the others, in config order
+FIXTURE_ALL_ROWS = ("All rows: rr min, private_layers 0, para_head concat, sts_head cosine, pair_projection none, "
+                    "sts_loss mse; every other extension off.")
+
+
+def test_columns_are_the_settings_that_differ_seeds_tasks_comparison_wall_time_and_status(rows):
+    assert COLUMNS == ["run", "seeds", "SST acc", "QQP acc", "STS Pearson", "average", "Δ vs FT", "95% CI",
+                       "wall (min)", "status"]
     assert columns(["cfimdb"])[-7:] == ["seeds", "CFIMDB acc", "average", "Δ vs FT", "95% CI", "wall (min)", "status"]
-    assert csv_columns() == [*COLUMNS[:13], "SST acc", "SST acc std", "QQP acc", "QQP acc std", "STS Pearson",
+    assert csv_columns() == [*COLUMNS[:2], "SST acc", "SST acc std", "QQP acc", "QQP acc std", "STS Pearson",
                              "STS Pearson std", "average", "average std", "Δ vs FT", "95% CI low", "95% CI high",
                              "95% CI excludes 0", "wall (min)", "status"]
-    table = markdown_rows(render_markdown(rows))
-    assert table[0] == COLUMNS
-    assert all(len(line) == len(COLUMNS) for line in table)
+    markdown = render_markdown(rows)
+    table = markdown_rows(markdown)
+    assert table[0] == ["run", *FIXTURE_SETTINGS, *COLUMNS[1:]]
+    assert all(len(line) == len(table[0]) for line in table)
+    assert markdown.startswith(FIXTURE_ALL_ROWS + "\n\n| run |")   # the settings every row shares: one line above
+    for left_out in ("LCL", "PCGrad", "rr", "private_layers", "option", "seed", "device", "data_dir", "run_name"):
+        assert left_out not in table[0]
 
 
 def test_every_run_folder_is_listed_and_non_runs_are_ignored(rows):
@@ -96,18 +122,19 @@ def test_average_is_the_cs224n_overall_score(rows):
     assert row.dev == {"sst": 0.47, "qqp": 0.76, "sts": 0.82}
 
 
-def test_flag_marks_pooling_and_baselines(rows):
-    table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(render_markdown(rows))[2:]}
-    flags = ["pre-QQP", "pooling", "joint-loss", "SMART", "U-CL", "S-CL", "LCL"]
-    expected = {
-        "ablate-pt (PT)": ["×", "MEAN", "×", "×", "×", "×", "×"],
-        "ablate-ft (FT)": ["×", "MEAN", "×", "×", "×", "×", "×"],   # config without smart/contrastive: off
-        "ablate-mean-smart": ["×", "MEAN", "×", "✓", "×", "×", "×"],
-        "ablate-cls-preqqp-ucl": ["✓", "CLS", "×", "×", "✓", "×", "×"],
-        "ablate-running": ["×", "CLS", "✓", "×", "×", "✓", "×"],
-        "ablate-failed": ["×", "MEAN", "✓", "×", "×", "×", "×"],
-        "ablate-corrupt": ["", "", "", "", "", "", ""],            # no readable config: unknown, not "off"
-        "ablate-csv-only": ["", "", "", "", "", "", ""],
+def test_flag_marks_pooling_settings_and_baselines(rows):
+    table = cells_by_run(render_markdown(rows))
+    flags = ["pre-QQP", "pooling", "joint-loss", "SMART", "U-CL", "S-CL", "epochs", "lr", "max_steps_per_epoch",
+             "loss_weights"]
+    expected = {   # – : an extension's setting (--loss_weights) in a row that has the extension off
+        "ablate-pt (PT)": ["×", "MEAN", "×", "×", "×", "×", "1", "5e-05", "30", "–"],
+        "ablate-ft (FT)": ["×", "MEAN", "×", "×", "×", "×", "1", "5e-05", "30", "–"],   # no smart/contrastive: off
+        "ablate-mean-smart": ["×", "MEAN", "×", "✓", "×", "×", "1", "5e-05", "30", "–"],
+        "ablate-cls-preqqp-ucl": ["✓", "CLS", "×", "×", "✓", "×", "1", "5e-05", "30", "–"],
+        "ablate-running": ["×", "CLS", "✓", "×", "×", "✓", "3", "0.0001", "none", "none"],   # unsaved: the defaults
+        "ablate-failed": ["×", "MEAN", "✓", "×", "×", "×", "3", "0.0001", "none", "1,2"],
+        "ablate-corrupt": [""] * 10,            # no readable config: unknown, not "off"
+        "ablate-csv-only": [""] * 10,
     }
     assert set(table) == set(expected)
     for run, marks in expected.items():
@@ -115,14 +142,15 @@ def test_flag_marks_pooling_and_baselines(rows):
 
 
 def test_markdown_numbers_have_three_decimals_and_wall_minutes_one(rows):
-    line = dict(zip(COLUMNS, markdown_rows(render_markdown(rows))[2]))
+    header, _, line, *_ = markdown_rows(render_markdown(rows))
+    line = dict(zip(header, line))
     assert line["run"] == "ablate-mean-smart"
     assert [line[c] for c in ("SST acc", "QQP acc", "STS Pearson", "average", "wall (min)")] == \
         ["0.470", "0.760", "0.820", "0.713", "5.2"]   # 315 s
 
 
 def test_unfinished_runs_show_status_and_blank_metrics(rows):
-    table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(render_markdown(rows))[2:]}
+    table = cells_by_run(render_markdown(rows))
     assert table["ablate-running"]["status"] == "incomplete (running)"
     assert table["ablate-csv-only"]["status"] == "incomplete (no metrics.json)"
     assert table["ablate-corrupt"]["status"] == "corrupt metrics.json"
@@ -138,18 +166,18 @@ def test_csv_has_the_same_rows_at_full_precision(rows, tmp_path):
     with open(tmp_path / "t.csv", encoding="utf-8", newline="") as f:
         lines = list(csv.reader(f))
     table = markdown_rows(render_markdown(rows))
-    assert lines[0] == csv_columns()
+    assert lines[0] == ["run", *FIXTURE_SETTINGS, *csv_columns()[1:]]   # the Markdown table's settings columns
     assert len(lines) == len(table) - 1   # no separator line
     numeric = {"SST acc", "QQP acc", "STS Pearson", "average", "wall (min)"}
     for csv_line, md_line in zip(lines[1:], table[2:]):
-        csv_cells, md_cells = dict(zip(lines[0], csv_line)), dict(zip(COLUMNS, md_line))
+        csv_cells, md_cells = dict(zip(lines[0], csv_line)), dict(zip(table[0], md_line))
         for column, md_cell in md_cells.items():
             if column in numeric and md_cell:
                 assert f"{float(csv_cells[column]):.{1 if column == 'wall (min)' else 3}f}" == md_cell
                 assert csv_cells.get(f"{column} std", "") == ""   # one seed: no spread
             elif column != "95% CI":   # the interval's ends have CSV columns of their own
                 assert csv_cells[column] == md_cell, column
-    first = dict(zip(csv_columns(), lines[1]))
+    first = dict(zip(lines[0], lines[1]))
     assert float(first["average"]) == pytest.approx(EXPECTED_AVERAGE["ablate-mean-smart"], abs=1e-15)
     assert float(first["wall (min)"]) == 5.25
 
@@ -159,7 +187,7 @@ def test_main_writes_markdown_and_csv_and_prints_the_table(tmp_path, capsys):
     assert main([str(RUNS), "--out", str(prefix), "--full"]) == 0
     printed = capsys.readouterr().out
     assert (tmp_path / "out" / "table.md").read_text(encoding="utf-8") == printed
-    assert markdown_rows(printed)[0] == COLUMNS
+    assert markdown_rows(printed)[0] == ["run", *FIXTURE_SETTINGS, *COLUMNS[1:]]
     with open(tmp_path / "out" / "table.csv", encoding="utf-8", newline="") as f:
         assert len(list(csv.reader(f))) == 1 + len(EXPECTED_AVERAGE) + len(UNFINISHED)
 
@@ -270,7 +298,7 @@ def test_report_runs_as_a_module(tmp_path):
                              "--full"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert markdown_rows(result.stdout)[0] == COLUMNS
+    assert markdown_rows(result.stdout)[0] == ["run", *FIXTURE_SETTINGS, *COLUMNS[1:]]
 
 
 # ---- seeds pooled into one row, and the paired bootstrap against FT ----------------------------------
@@ -374,7 +402,7 @@ def test_runs_differing_only_in_seed_are_one_row_with_mean_and_sample_std(seeds)
     ft = rows["ablate-ft"]
     assert ft.baseline == "FT" and [r.run for r in ft.seed_runs] == [f"ablate-ft-s{seed}" for seed in SEEDS]
     per_seed = [dev_scores(seeds.pred["ft", seed], seeds.gold) for seed in SEEDS]
-    table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(render_markdown(collect_runs(seeds.out)))[2:]}
+    table = cells_by_run(render_markdown(collect_runs(seeds.out)))
     for task, column in zip(TASK_NAMES, ("SST acc", "QQP acc", "STS Pearson")):
         values = [scores[task] for scores in per_seed]
         mean, std = statistics.mean(values), statistics.stdev(values)   # stdev: the sample std (n - 1)
@@ -449,7 +477,7 @@ def test_bootstrap_excludes_zero_for_a_better_row_and_not_for_an_equal_one(seeds
     assert equal.low < 0 < equal.high and not equal.excludes_zero
     assert rows["ablate-ft"].vs_ft is None and rows["ablate-ft-s11714"].vs_ft is None
     assert "ablate-ft" in footer and "1000 resamples" in footer and "seed 0" in footer
-    table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(render_markdown(list(rows.values())))[2:]}
+    table = cells_by_run(render_markdown(list(rows.values())))
     assert table["ablate-mean-preqqp"]["Δ vs FT"] == f"{better.observed:+.3f}"
     assert table["ablate-mean-preqqp"]["95% CI"] == f"[{better.low:+.3f}, {better.high:+.3f}] *"
     assert table["ablate-mean-ucl"]["95% CI"] == f"[{equal.low:+.3f}, {equal.high:+.3f}]"   # no mark
@@ -537,7 +565,7 @@ def test_unreadable_predictions_or_gold_labels_leave_blank_cells_and_a_note(seed
     (out / "ablate-mean-ucl-s11711" / "sst-dev-output.csv").write_text("\n".join(lines[:-1]) + "\n")  # one id short
     assert main([str(out), "--out", str(tmp_path / "t"), "--full"]) == 0
     captured = capsys.readouterr()
-    table = {line[0]: dict(zip(COLUMNS, line)) for line in markdown_rows(captured.out)[2:]}
+    table = cells_by_run(captured.out)
     for run in ("ablate-mean-preqqp", "ablate-mean-ucl"):
         assert table[run]["Δ vs FT"] == table[run]["95% CI"] == "" and table[run]["seeds"] == "3"
     assert table["ablate-mean-smart"]["95% CI"] != ""   # the others still have theirs
@@ -553,7 +581,7 @@ def test_unreadable_predictions_or_gold_labels_leave_blank_cells_and_a_note(seed
     (tmp_path / "empty").mkdir()   # --data_dir without the dev files: no interval anywhere, still a table
     assert main([str(out), "--out", str(tmp_path / "t"), "--data_dir", str(tmp_path / "empty"), "--full"]) == 0
     captured = capsys.readouterr()
-    assert all(line[COLUMNS.index("95% CI")] == "" for line in markdown_rows(captured.out)[2:])
+    assert all(cells["95% CI"] == "" for cells in cells_by_run(captured.out).values())
     assert "gold labels:" in captured.err and "ids-sst-dev.csv" in captured.err and "Traceback" not in captured.err
 
 
@@ -835,8 +863,7 @@ def test_ablate_loop_with_seeds_skips_finished_runs_and_the_report_pools_them(tm
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("ablate-")) == \
         ["ablate-ft-s11711", "ablate-ft-s11712", "ablate-mean-ucl-s11711", "ablate-mean-ucl-s11712"]
     assert "4 ok, 0 failed, 0 skipped" in first.stdout
-    table = {line[0]: dict(zip(COLUMNS, line))
-             for line in markdown_rows((out / "ablation.md").read_text(encoding="utf-8"))[2:]}
+    table = cells_by_run((out / "ablation.md").read_text(encoding="utf-8"))
     assert set(table) == {"ablate-ft (FT)", "ablate-mean-ucl"}
     assert table["ablate-ft (FT)"]["seeds"] == table["ablate-mean-ucl"]["seeds"] == "2"
     again = ablate("--seeds", "2", "--only", "ft", "mean-ucl", "--out_dir", str(out), env=env, timeout=120)
@@ -1066,3 +1093,137 @@ def test_the_footer_says_why_a_row_has_no_interval(capped):
     with pytest.raises(ValueError, match="--baseline trial-ft: no finished row of that name \\(a search trial is no "
                                          "baseline\\)"):
         compare_to_baselines(list(rows.values()), resamples=50, seed=0, baseline="trial-ft")
+
+
+# ---- a table for a paper: a column for each setting the rows differ in, the ones they share said once, and the
+# paper's caption, label and row names ---------------------------------------------------------------------------
+
+STUDY_ALL_ROWS = ("All rows: pooling MEAN, rr min, para_head concat, sts_head cosine, pair_projection none, "
+                  "sts_loss mse; no extension.")
+
+
+def private_layers_study(tmp_path: Path) -> Path:
+    """FT and the same recipe with --private_layers 2 (the quick grid's private2 row), two seeds each: runs that
+    differ in that one setting (FT's configuration does not save it: a run of a version before the flag, 0)."""
+    gold = write_dev_files(tmp_path / "data")
+    out = tmp_path / "runs"
+    out.mkdir()
+    for seed in SEEDS[:2]:
+        write_run(out, f"ft-s{seed}", seed, predictions(gold, 0.5, seed), gold, tmp_path / "data")
+        write_run(out, f"private2-s{seed}", seed, predictions(gold, 0.5, seed + 100), gold, tmp_path / "data")
+        edit_config(out / f"private2-s{seed}", "model", "private_layers", 2)
+    return out
+
+
+def test_a_row_differing_only_in_private_layers_gets_its_column_in_every_view(tmp_path, capsys):
+    """Issue 87: --private_layers had no column, so a row differing from FT in it alone read as FT with every mark
+    ×, while pooling MEAN, alike in every row, took a column. The one setting the rows differ in is now the one
+    settings column, in the Markdown, CSV and LaTeX tables alike; those they share are said once, above the Markdown
+    table and at the start of the LaTeX caption."""
+    out = private_layers_study(tmp_path)
+    assert main([str(out), "--bootstrap", "0", "--format", "latex", "--out", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    markdown = (tmp_path / "t.md").read_text(encoding="utf-8")
+    assert markdown.startswith(STUDY_ALL_ROWS + "\n\n| run | private_layers | seeds |")
+    assert markdown_rows(markdown)[0] == ["run", "private_layers", *COLUMNS[1:]]
+    assert {run: cells["private_layers"] for run, cells in cells_by_run(markdown).items()} == {
+        "ft (FT)": "0", "private2": "2"}   # private2 is no FT row, and the table says why
+    csv_rows = read_csv_rows(tmp_path / "t.csv")
+    assert list(csv_rows["private2"]) == ["run", "private_layers", *csv_columns()[1:]]
+    assert {run: line["private_layers"] for run, line in csv_rows.items()} == {"ft (FT)": "0", "private2": "2"}
+    latex = (tmp_path / "t.tex").read_text(encoding="utf-8")
+    header, *body = tabular(latex)
+    assert header == ["run", r"private\_layers", "seeds", "SST acc", "QQP acc", "STS Pearson", "average"]
+    assert {line[0]: line[1] for line in body} == {"ft (FT)": "0", "private2": "2"}
+    assert rf"\caption{{{escape(STUDY_ALL_ROWS)} Dev scores, mean" in latex and r"\label{tab:t}" in latex
+    assert "pooling" not in header and "pooling" not in markdown_rows(markdown)[0]
+
+
+def test_only_settings_that_differ_get_a_column_and_the_tables_own_shared_ones_are_named():
+    """The table's own settings first (pooling, the extensions' on/off, the core ideas'), then any other in
+    configuration order; an extension's setting counts only where the extension is on ("–" elsewhere); a row without
+    a readable configuration is blank and differs from nothing."""
+    def row(name, smart=True, **settings):
+        return RunRow(name, "finished", {e.name: smart and e.name == "smart" for e in EXTENSIONS}, "MEAN",
+                      settings={"rr": "min", "private_layers": 0, "lr": 1e-4, "smart_weight": 0.5, **settings})
+
+    rows = [row("a"), row("b", rr="exhaust", smart_weight=1.0), row("c", lr=2e-4), RunRow("x", "corrupt metrics.json")]
+    shown = shown_settings(rows)
+    assert [setting.header for setting in shown.columns] == ["rr", "lr", "smart_weight"]
+    assert [[setting.cell(r) for r in rows] for setting in shown.columns] == [
+        ["min", "exhaust", "min", None], ["0.0001", "0.0001", "0.0002", None], ["0.5", "1", "0.5", None]]
+    assert shown.all_rows == "All rows: pooling MEAN, private_layers 0, SMART on; every other extension off."
+    rows.append(row("d", smart=False, smart_weight=3.0))   # SMART off: its column, and its setting "–" there
+    shown = shown_settings(rows)
+    assert [setting.header for setting in shown.columns] == ["SMART", "rr", "lr", "smart_weight"]
+    assert [setting.cell(rows[-1]) for setting in shown.columns] == ["×", "min", "0.0001", "–"]
+    assert shown.all_rows == "All rows: pooling MEAN, private_layers 0; every other extension off."
+    plain = [row("e", smart=False), row("f", smart=False, lr=2e-4)]
+    assert shown_settings(plain).all_rows == "All rows: pooling MEAN, rr min, private_layers 0; no extension."
+
+
+def test_caption_label_and_row_names_reach_the_markdown_csv_and_latex(tmp_path, capsys):
+    out = private_layers_study(tmp_path)
+    names = tmp_path / "names.txt"
+    names.write_text("# the paper's names\nft = Fine-tuning\n\nprivate2=Private layers\n", encoding="utf-8")
+    assert main([str(out), "--bootstrap", "0", "--format", "latex", "--out", str(tmp_path / "t"),
+                 "--caption", "Dev scores of the study", "--label", "tab:private", "--row_names", str(names),
+                 "--row_name", "private2=Private top layers (K = 2)", "--row_name", "nope=Nothing",
+                 "--baseline", "ft"]) == 0   # --row_name wins over the file; --baseline by the folder's name
+    captured = capsys.readouterr()
+    assert "note: row names: no row 'nope' in the table (its rows: ft, private2)" in captured.err
+    renamed = {"Fine-tuning (FT)", "Private top layers (K = 2)"}
+    markdown = (tmp_path / "t.md").read_text(encoding="utf-8")
+    assert markdown.startswith(f"Dev scores of the study. {STUDY_ALL_ROWS}\n\n| run |")
+    assert set(cells_by_run(markdown)) == renamed and "Δ vs Fine-tuning" in markdown_rows(markdown)[0]
+    assert set(read_csv_rows(tmp_path / "t.csv")) == renamed
+    latex = (tmp_path / "t.tex").read_text(encoding="utf-8")
+    assert captured.out == latex and r"\label{tab:private}" in latex.splitlines()
+    assert rf"\caption{{Dev scores of the study. {escape(STUDY_ALL_ROWS)} Dev scores, mean" in latex
+    assert {line[0] for line in tabular(latex)[1:]} == renamed
+
+
+@pytest.mark.parametrize("text, error", [
+    ("ft=Fine-tuning\nprivate2\n", "line 2: want KEY=NAME"),
+    ("ft = A\n# a comment\nft = B\n", "line 3: 'ft' is named on line 1 already"),
+    ("=Nameless\n", "line 1: want KEY=NAME"),
+    ("ft=\n", "line 1: want KEY=NAME"),
+])
+def test_a_bad_row_names_file_is_one_error_line_naming_the_file_and_line(tmp_path, capsys, text, error):
+    (tmp_path / "runs").mkdir()
+    names = tmp_path / "names.txt"
+    names.write_text(text, encoding="utf-8")
+    assert main([str(tmp_path / "runs"), "--row_names", str(names), "--out", str(tmp_path / "t")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --row_names {names} {error}"), err
+    assert not list(tmp_path.glob("t.*"))
+
+
+def test_bad_row_names_and_labels_are_refused_in_one_line_and_nothing_is_written(tmp_path, capsys):
+    out = private_layers_study(tmp_path)
+    (tmp_path / "latin1.txt").write_bytes("ft=Réseau\n".encode("latin-1"))
+    cases = [
+        (["--row_names", str(tmp_path / "none.txt")], f"--row_names {tmp_path / 'none.txt'}: No such file"),
+        (["--row_names", str(tmp_path / "latin1.txt")], f"--row_names {tmp_path / 'latin1.txt'}: not UTF-8 text"),
+        (["--row_name", "ft"], "--row_name 'ft': want KEY=NAME"),
+        (["--row_name", "ft=A", "--row_name", "ft=B"], "--row_name ft: given twice ('A' and 'B')"),
+        (["--row_name", "ft=private2"], "row names: ft, private2 would all be named 'private2'; give each row a name"),
+        (["--format", "latex", "--label", "tab:my table"], "--label 'tab:my table': a LaTeX label is letters, digits"),
+        (["--label", "tab:x"], "--label tab:x: only the LaTeX table has a label; add --format latex"),
+    ]
+    for flags, error in cases:
+        assert main([str(out), "--bootstrap", "0", *flags, "--out", str(tmp_path / "t")]) == 1, flags
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {error}"), (flags, err)
+    assert not list(tmp_path.glob("t.*")) and not list(tmp_path.glob("t-*"))
+
+
+def test_the_core_ideas_name_the_flags_the_table_shows_of_them():
+    """``Idea.shows``: the report names no idea; what it shows of --rr, --private_layers and the pair heads comes
+    from training/extensions/core.py, and each is a flag of the core sections."""
+    from dataclasses import fields
+
+    from training.configuration.sections import CORE_SECTIONS
+    shown = [flag for idea in ideas() for flag in idea.shows]
+    assert shown == ["rr", "private_layers", "para_head", "sts_head", "pair_projection", "sts_loss"]
+    assert set(shown) <= {f.name for section in CORE_SECTIONS.values() for f in fields(section)}

@@ -6,20 +6,12 @@ import shutil
 
 import pytest
 
-from test_report import SEEDS, markdown_rows, seeds   # noqa: F401 (seeds: the fixture of pooled runs)
+from test_report import SEEDS, markdown_rows, seeds, tabular   # noqa: F401 (seeds: the fixture of pooled runs)
 from training.tools.bootstrap import Difference
 from training.tools.latex import STAR, escape, render_latex
 from training.tools.report import RunRow, latex_headers, main
 
-HEADER = ["run", "pooling", "pre-QQP", "seeds", "SST acc", "QQP acc", "STS Pearson", "average",
-          r"$\Delta$ vs FT [95\% CI]"]
-
-
-def tabular(text: str) -> list[list[str]]:
-    """The cells of each line between \\toprule and \\bottomrule, the rules left out."""
-    lines = text.splitlines()
-    body = lines[lines.index(r"\toprule") + 1:lines.index(r"\bottomrule")]
-    return [[cell.strip() for cell in line.removesuffix(r" \\").split(" & ")] for line in body if line != r"\midrule"]
+HEADER = ["run", "pre-QQP", "seeds", "SST acc", "QQP acc", "STS Pearson", "average", r"$\Delta$ vs FT [95\% CI]"]
 
 
 def test_escape_writes_latex_specials_and_no_raw_unicode():
@@ -56,7 +48,8 @@ def test_the_table_is_booktabs_with_escaped_cells_and_the_star_where_the_interva
         r"\toprule", r"\midrule", r"\bottomrule"]
     assert lines.index(r"\begin{table}[t]") < lines.index(r"\bottomrule") < lines.index(r"\end{table}")
     header, *body = tabular(text)
-    assert header == HEADER   # no column for an extension off in every row, none for wall time or status
+    assert header == HEADER   # none for wall time or status, nor for a setting alike in every row: the caption names
+    assert r"\caption{All rows: pooling MEAN; every other extension off. Dev scores, mean" in text   # ... those
     assert [line[0] for line in body] == ["better", r"lr\_10\%", "ft (FT)"]   # finished rows only
     better, equal, ft = (dict(zip(header, line)) for line in body)
     assert better["SST acc"] == r"$0.500 \pm 0.010$" and better["QQP acc"] == "$0.800$"   # no std: the mean alone
@@ -111,13 +104,15 @@ def test_format_latex_prints_the_table_and_out_writes_prefix_tex_beside_the_same
     # the same numbers as the Markdown table, cell for cell
     md = {line[0]: dict(zip(markdown_rows(markdown)[0], line)) for line in markdown_rows(markdown)[2:]}
     header, *body = tabular(text)
-    assert header == ["run", "pooling", "U-CL", "pre-QQP", "SMART", *HEADER[3:]]
+    assert header == ["run", "U-CL", "pre-QQP", "SMART", *HEADER[2:]]   # the settings the finished rows differ in
     tex = {line[0]: dict(zip(header, line)) for line in body}
     assert set(tex) == {"ablate-mean-preqqp", "ablate-ft (FT)", "ablate-mean-smart", r"ucl\_10\%"}   # not running
     for run, cells in tex.items():
         row = md[run.replace("\\", "")]
         for column in ("SST acc", "QQP acc", "STS Pearson", "average"):
             assert cells[column] == "$" + row[column].replace(" ± ", r" \pm ") + "$"
+        for column in ("U-CL", "pre-QQP", "SMART"):
+            assert cells[column] == escape(row[column])
         interval = row["95% CI"].removesuffix(" *")
         expected = "" if not row["Δ vs FT"] else (f"${row['Δ vs FT']}$ "
                                                   + re.sub(r"([+-]\d\.\d{3})", r"$\1$", interval)

@@ -115,9 +115,12 @@ def test_the_task_interval_is_a_bootstrap_written_out_by_hand(study):
 def test_the_table_shows_a_vs_alone_column_per_compared_task(study):
     lines = markdown_rows(study["table"])
     header = lines[0]
-    assert header == columns(["sst", "qqp", "sts"], ["sst", "sts"])
+    # the settings the rows differ in after "run" (--smart, --private_layers, --lr; --tasks: the metric columns)
+    assert header == ["run", "SMART", "private_layers", "lr", *columns(["sst", "qqp", "sts"], ["sst", "sts"])[1:]]
     assert "SST vs alone" in header and "STS vs alone" in header and "QQP vs alone" not in header
     cells = {line[0]: dict(zip(header, line)) for line in lines[2:]}
+    assert [cells["copy"][column] for column in ("SMART", "private_layers", "lr")] == ["✓", "0", "0.0002"]
+    assert [cells["private"][column] for column in ("SMART", "private_layers", "lr")] == ["×", "2", "0.0001"]
     d = study["rows"]["smart"].vs_alone["sst"]
     assert cells["smart"]["SST vs alone"] == f"{d.observed:+.3f} [{d.low:+.3f}, {d.high:+.3f}] *"
     assert cells["st-sst (ST)"]["SST vs alone"] == ""

@@ -25,6 +25,8 @@ class Idea:
     results table know of it."""
     name: str                        # the flag that switches it on (--name)
     column: str | None = None        # its on/off column in the results table (None: no column)
+    shows: tuple[str, ...] = ()      # saved settings whose values the results table shows, a column each where its
+                                     # rows differ in them and its caption where they do not (a core idea's flags)
     variants: tuple[tuple[str, list[str]], ...] = ()   # grid rows of its settings on MEAN pooling: (name, flags)
     pinned: tuple[str, ...] = ()     # flags every grid row not about it gives, so the table does not hang
                                      # on its default (e.g. --private_layers 0)

@@ -7,6 +7,9 @@ paper can ``\\input``, written from the rows the Markdown table shows (``report.
 
 The finished rows only, in the report's order (the others and the Markdown footer are comments above it); a table
 wider than the text is scaled down to its width (never up); the caption says what the rows pool and the marks mean.
+A setting has a column only where the finished rows differ in it; the caption begins with ``--caption``'s text and
+the table's own settings they all share ("All rows: pooling MEAN, ..."; ``table_settings.py``). ``--label`` sets the
+``\\label`` (default: ``tab:`` and the ``--out`` prefix's name).
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import extensions
+from .table_settings import NOT_APPLICABLE, OFF, ON, Setting, caption_opening
 
 if TYPE_CHECKING:
     from .bootstrap import Difference
@@ -33,6 +36,8 @@ class Headers:
     delta: str                                 # "Δ vs FT", or "Δ vs ROW" with --baseline ROW
     interval: str                              # "95% CI"
     by_task: list[tuple[str, str, str]]        # (task, column name, kind: "alone" or "baseline") of per-task Δs
+    settings: tuple[Setting, ...] = ()         # the settings the rows differ in (table_settings.shown_settings)
+    all_rows: str = ""                         # "All rows: pooling MEAN, ...": the table's settings they share
 
 SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
            "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
@@ -72,14 +77,12 @@ def difference(d: Difference | None) -> str:
 
 
 def latex_columns(rows: list[RunRow], headers: Headers) -> list[tuple[str, str, Callable[[RunRow], str]]]:
-    """The table's columns for ``rows`` (the finished ones), each (header, alignment, cell)."""
-    ideas = [idea for idea in extensions.ideas()
-             if idea.column and any(row.flags and row.flags.get(idea.name) for row in rows)]
+    """The table's columns for ``rows`` (the finished ones), each (header, alignment, cell): a setting's column only
+    where the rows differ in it (``headers.settings``; the caption names those they share)."""
     return [
         ("run", "l", run_cell),
-        *([("pooling", "c", lambda row: escape(row.pooling or ""))] if any(row.pooling for row in rows) else []),
-        *((escape(idea.column), "c", lambda row, name=idea.name: "" if row.flags is None else
-           (r"\checkmark{}" if row.flags.get(name) else r"$\times$")) for idea in ideas),
+        *((escape(setting.header), "c", lambda row, cell=setting.cell: escape(cell(row) or ""))
+          for setting in headers.settings),
         ("seeds", "r", lambda row: str(len(row.seed_runs) or 1)),
         *((escape(name), "r", lambda row, t=task: mean_std(row.dev.get(t), row.dev_std.get(t)))
           for task, name in headers.metrics.items()),
@@ -97,9 +100,9 @@ def run_cell(row: RunRow) -> str:
 
 
 def render_latex(rows: list[RunRow], headers: Headers, footer: str = "", baseline: str | None = None,
-                 resamples: int = 1000, seed: int = 0, label: str = "tab:ablation") -> str:
-    """The finished ``rows`` (after ``report.compare_to_baselines``) as a booktabs table with its caption; the
-    Markdown table's ``footer`` and the rows left out as comments above it."""
+                 resamples: int = 1000, seed: int = 0, label: str = "tab:ablation", title: str = "") -> str:
+    """The finished ``rows`` (after ``report.compare_to_baselines``) as a booktabs table with its caption (``title``,
+    ``--caption``, first) and ``label``; the Markdown table's ``footer`` and the rows left out as comments above it."""
     shown = [row for row in rows if row.complete]
     table = latex_columns(shown, headers)
     notes = [escape(footer)] if footer else []
@@ -108,7 +111,7 @@ def render_latex(rows: list[RunRow], headers: Headers, footer: str = "", baselin
     notes = [f"% {line}" for note in notes for line in textwrap.wrap(note, 110, break_on_hyphens=False)]
     lines = [f"% minbert-report --format latex: needs {REQUIRES}", *notes,
              r"\begin{table}[t]", r"\centering", r"\small",
-             rf"\caption{{{caption(shown, headers.delta, baseline, resamples, seed)}}}", rf"\label{{{label}}}",
+             rf"\caption{{{caption(shown, headers, baseline, resamples, seed, title)}}}", rf"\label{{{label}}}",
              SHRINK, r"\begin{tabular}{" + "".join(align for _, align, _ in table) + "}", r"\toprule",
              " & ".join(header for header, _, _ in table) + r" \\", r"\midrule",
              *(" & ".join(cell(row) for _, _, cell in table) + r" \\" for row in shown),
@@ -116,18 +119,21 @@ def render_latex(rows: list[RunRow], headers: Headers, footer: str = "", baselin
     return "\n".join(lines) + "\n"
 
 
-def caption(rows: list[RunRow], delta: str, baseline: str | None, resamples: int, seed: int) -> str:
-    """What the table shows: the seeds each row pools, the metrics, the Δ and its bootstrap, the marks."""
+def caption(rows: list[RunRow], headers: Headers, baseline: str | None, resamples: int, seed: int,
+            title: str = "") -> str:
+    """What the table shows: ``title`` (``--caption``) and the settings every row has alike first, then the seeds
+    each row pools, the metrics, the Δ and its bootstrap, the marks."""
+    opening = [escape(text)] if (text := caption_opening(title, headers.all_rows)) else []
     if not rows:
-        return "No finished rows."
+        return " ".join([*opening, "No finished rows."])
     seeds = Counter(len(row.seed_runs) or 1 for row in rows)
     usual = seeds.most_common(1)[0][0]
     others = "; ".join(f"{n} for {', '.join(escape(row.run) for row in rows if (len(row.seed_runs) or 1) == n)}"
                        for n in sorted(seeds, reverse=True) if n != usual)
-    parts = [f"Dev scores, mean $\\pm$ sample standard deviation over the seeds each row pools "
+    parts = [*opening, f"Dev scores, mean $\\pm$ sample standard deviation over the seeds each row pools "
              f"({count(usual, 'seed')}{' each' if len(rows) > 1 else ''}{f', except {others}' if others else ''}); "
              f"average: the mean of the tasks' dev scores, a Pearson $r$ counted as $(r + 1) / 2$."]
-    delta = escape(delta)
+    delta = escape(headers.delta)
     if any(row.vs_ft for row in rows):
         against = escape(baseline) if baseline else "its FT row (of the same pooling)"
         parts.append(f"{delta}: a row's average minus that of {against} scored on the same dev examples.")
@@ -146,8 +152,11 @@ def caption(rows: list[RunRow], delta: str, baseline: str | None, resamples: int
         parts.append(f"TASK {delta}: that task's metric minus that of {escape(baseline)}, with the same interval.")
     if kinds := [kind for kind in BASELINES if any(row.baseline == kind for row in rows)]:
         parts.append("; ".join(f"{kind}: {BASELINES[kind]}" for kind in kinds) + ".")
-    if any(row.flags and any(row.flags.values()) for row in rows):   # an on/off column is shown
+    cells = {setting.cell(row) for setting in headers.settings for row in rows}
+    if cells & {ON, OFF}:   # an on/off column is shown
         parts.append(r"\checkmark{} on, $\times$ off.")
+    if NOT_APPLICABLE in cells:
+        parts.append(f"{escape(NOT_APPLICABLE)}: an extension's setting in a row that has the extension off.")
     if caps := sorted({row.dev_cap for row in rows if row.dev_cap is not None and not row.val_fraction}):
         parts.append(f"{CAPPED_MARK} capped: dev scored on the first N examples of each task's dev file "
                      f"(\\texttt{{{escape('--max_eval_examples')} N}}, N = {' or '.join(map(str, caps))}), compared "
@@ -165,3 +174,11 @@ def count(n: int, noun: str) -> str:
 def label_of(name: str) -> str:
     """A ``\\label`` key from an output prefix's name: ``tab:`` and its letters, digits, ``-`` and ``:``."""
     return "tab:" + (re.sub(r"[^A-Za-z0-9:-]+", "-", name).strip("-") or "ablation")
+
+
+def checked_label(text: str) -> str:
+    """``--label``'s key as given, refused in one line unless it is letters, digits and ``: . _ -`` (what a
+    ``\\ref`` finds again in any LaTeX setup)."""
+    if not re.fullmatch(r"[A-Za-z0-9:._-]+", text):
+        raise ValueError(f"--label {text!r}: a LaTeX label is letters, digits and : . _ - only, e.g. tab:ablation")
+    return text

@@ -9,10 +9,14 @@ Give parents of run folders (a run folder itself is an error); a *run* is an imm
 ``PREFIX.md``, ``PREFIX.csv`` (full precision) and ``PREFIX-forest.png``; ``--format latex`` prints the table as
 LaTeX (``training.tools.latex``) and writes ``PREFIX.tex`` too.
 
-Columns: run, pooling, one on/off column per extension, seeds, one dev metric per task, the average, Δ vs FT with
-its 95 % interval (``training.tools.bootstrap``), "<TASK> vs alone" where the folder has single-task rows, wall time
-and status. How seeds are pooled, which row is a baseline and what the intervals mean: docs/ablation.md, "Reading
-the table: seeds and intervals". A smoke run (``--max_eval_examples N``) is marked "capped" and compared only with
+Columns: run, a column for each setting in which the rows differ (pooling, the extensions' on/off, the core ideas'
+settings, then any other flag: ``training.tools.table_settings``; the table's own settings alike in every row are
+named once, "All rows: pooling MEAN, ...", above the Markdown table and in the LaTeX caption), seeds, one dev metric
+per task, the average, Δ vs FT with its 95 % interval (``training.tools.bootstrap``), "<TASK> vs alone" where the
+folder has single-task rows, wall time and status. ``--caption``, ``--label`` and ``--row_names`` /
+``--row_name`` (``training.tools.row_names``) make the table the paper's (docs/ablation.md, "A table for a paper").
+How seeds are pooled, which row is a baseline and what the intervals mean: docs/ablation.md, "Reading the table:
+seeds and intervals". A smoke run (``--max_eval_examples N``) is marked "capped" and compared only with
 rows capped alike; a search's trial (``--val_fraction``, not scored on dev) is marked too, and never compared.
 """
 from __future__ import annotations
@@ -48,12 +52,13 @@ from ..extensions.base import saved_flag
 from ..configuration.task_declarations import DEFAULT_TASKS
 from ..learning.task_schema import BUILTIN_TASKS, saved_tasks
 from ..learning.tasks import Task, overall_score
-from .latex import Headers, count, label_of, render_latex
+from .latex import Headers, checked_label, count, label_of, render_latex
 from .bootstrap import Difference, DevSource, Unavailable, paired_difference, plot_forest, score_runs
+from .row_names import name_rows, row_names
+from .table_settings import OFF, ON, Setting, caption_opening, run_settings, shown_settings
 
-ON, OFF = "✓", "×"
-LEGEND = ("✓ on, × off. PT = frozen BERT, heads only (--option pretrain); FT = fine-tuning with no extension; "
-          "ST = one task trained alone. "
+LEGEND = ("✓ on, × off; – an extension's setting in a row that has the extension off. PT = frozen BERT, heads "
+          "only (--option pretrain); FT = fine-tuning with no extension; ST = one task trained alone. "
           "seeds = runs differing only in --seed, pooled: metrics are their mean ± sample std, wall time their "
           "mean. average = mean of the tasks' dev scores, a Pearson r counted as (r + 1) / 2 (the CS224N score for "
           "SST, QQP and STS). Unfinished runs are listed last with blank metrics.")
@@ -87,7 +92,8 @@ def delta_column(baseline: str | None = None) -> str:
 
 
 def columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None) -> list[str]:
-    """The Markdown table's header for runs of ``tasks``, with a "vs alone" column for each of ``alone``."""
+    """The Markdown table's header for runs of ``tasks`` that differ in no setting, with a "vs alone" column for each
+    of ``alone`` (``columns_of`` adds the settings columns of given rows after "run")."""
     return [column.header for column in table_columns(tasks, alone, baseline)]
 
 
@@ -105,6 +111,8 @@ class RunRow:
     flags: dict[str, bool] | None = None   # extension flag name -> on/off, None without a readable config
     pooling: str | None = None
     baseline: str = ""                     # "PT", "FT", "ST" or ""
+    settings: dict[str, object] | None = None   # what it trained as the table compares it (table_settings), None
+                                                # without a readable config
     dev: dict[str, float | None] = field(default_factory=dict)   # task -> dev metric (the seeds' mean)
     average: float | None = None
     wall_minutes: float | None = None
@@ -167,16 +175,16 @@ class Column:
 
 
 def table_columns(tasks=DEFAULT_TASKS, alone=(), baseline: str | None = None,
-                  known: Mapping[str, Task] = BUILTIN_TASKS, versus=()) -> list[Column]:
-    """The table's columns in order, for runs of ``tasks`` (rows in ``known``) with a "vs alone" column for each of
+                  known: Mapping[str, Task] = BUILTIN_TASKS, versus=(), settings: list[Setting] = ()) -> list[Column]:
+    """The table's columns in order, for runs of ``tasks`` (rows in ``known``) with a column for each of
+    ``settings`` (those in which the rows differ: ``table_settings.shown_settings``), a "vs alone" column for each of
     ``alone`` and a "Δ vs ``baseline``" column for each of ``versus``: the one list every view draws from."""
     delta, seeds = delta_column(baseline), lambda row: str(len(row.seed_runs)) if row.seed_runs else ""
     return [
         Column("run", lambda row: f"{row.run} ({row.baseline})" if row.baseline else row.run, terminal="run",
                align="---"),
-        Column("pooling", lambda row: row.pooling or "", align=":-:"),
-        *(Column(idea.column, lambda row, name=idea.name: "" if row.flags is None else (ON if row.flags[name] else OFF),
-                 align=":-:") for idea in extensions.ideas() if idea.column),   # blank: no readable config
+        *(Column(setting.header, lambda row, cell=setting.cell: cell(row) or "", align=":-:")   # blank: unknown
+          for setting in settings),
         # † after a capped row's count (the note under the table says what it means); the CSV's count is a number
         Column("seeds", lambda row: seeds(row) + (CAPPED if row.capped else ""), full=lambda row: [seeds(row)],
                terminal="seeds", terminal_cell=lambda row:   # there: 1 for one seed
@@ -229,19 +237,22 @@ def compared_tasks(rows: list[RunRow], kind: str) -> list[str]:
 
 
 def latex_headers(rows: list[RunRow], baseline: str | None = None) -> Headers:
-    """The column names of the LaTeX table (``latex.py``): the finished rows' tasks and Δs, named as here."""
+    """The column names of the LaTeX table (``latex.py``): the finished rows' settings, tasks and Δs, named as
+    here, and the sentence on the settings every finished row has alike."""
     done = [row for row in rows if row.complete]
     known = report_tasks(done)
     by_task = [(task, task_column(task, kind, baseline), kind)
                for kind in ("alone", "baseline") for task in compared_tasks(done, kind)]
+    shown = shown_settings(done)
     return Headers({task: metric_column(task, known) for task in table_tasks(done)}, delta_column(baseline), INTERVAL,
-                   by_task)
+                   by_task, tuple(shown.columns), shown.all_rows)
 
 
 def columns_of(rows: list[RunRow], baseline: str | None = None) -> list[Column]:
-    """The columns of a table of ``rows``: their tasks, and their "vs alone" and "Δ vs ROW" ones."""
+    """The columns of a table of ``rows``: the settings they differ in, their tasks, and their "vs alone" and
+    "Δ vs ROW" ones."""
     return table_columns(table_tasks(rows), compared_tasks(rows, "alone"), baseline, report_tasks(rows),
-                         compared_tasks(rows, "baseline"))
+                         compared_tasks(rows, "baseline"), shown_settings(rows).columns)
 
 
 def collect_runs(folder: str | Path, sort: str = "average") -> list[RunRow]:
@@ -496,13 +507,16 @@ def _named(baselines: dict, kind: str) -> str:
                                                       poolings.items()) + f"; else {baselines[None].run})")
 
 
-def render_markdown(rows: list[RunRow], footer: str = "", baseline: str | None = None) -> str:
-    """A Markdown table (metrics to 3 decimals, wall time to 0.1 minute) followed by the legend and ``footer``."""
+def render_markdown(rows: list[RunRow], footer: str = "", baseline: str | None = None, title: str = "") -> str:
+    """A Markdown table (metrics to 3 decimals, wall time to 0.1 minute) followed by the legend and ``footer``; above
+    it a caption line where there is one: ``title`` (``--caption``) and the settings every row has alike."""
     table = columns_of(rows, baseline)
     lines = [_md_line([column.header for column in table]), _md_line([column.align for column in table])]
     lines += [_md_line([column.cell(row) for column in table]) for row in rows]
+    caption = caption_opening(title, shown_settings(rows).all_rows)
     footer = _with_cap_note(rows, footer)
-    return "\n".join(lines) + "\n\n" + LEGEND + "\n" + ("\n" + footer + "\n" if footer else "")
+    return ((caption + "\n\n" if caption else "") + "\n".join(lines) + "\n\n" + LEGEND + "\n"
+            + ("\n" + footer + "\n" if footer else ""))
 
 
 def render_compact(rows: list[RunRow], footer: str = "", baseline: str | None = None,
@@ -652,7 +666,8 @@ def read_run(folder: Path) -> RunRow:
     tasks = [t for t in named.split(",") if t.strip()] if isinstance(named, str) else list(dev)
     row = RunRow(folder.name, status, flags, None if pooling is None else str(pooling).upper(),
                  _baseline(saved_flag(config, "option", "finetune"), config, len(tasks)),
-                 dev=dev, wall_minutes=None if wall is None else wall / 60.0, folder=folder,
+                 settings=run_settings(config) if config else None, dev=dev,
+                 wall_minutes=None if wall is None else wall / 60.0, folder=folder,
                  data_dir=str(data_dir) if data_dir else None, seed=saved_flag(config, "seed"),
                  group_key=seed_group_key(config, data.get("inputs"), tasks),
                  dev_cap=_whole_number(saved_flag(config, "max_eval_examples")),
@@ -755,12 +770,26 @@ def main(argv=None) -> int:
     parser.add_argument("--bootstrap_seed", type=int, default=0, help="seed of the resamples (default: 0)")
     parser.add_argument("--data_dir", type=Path, default=None,
                         help="folder with the dev files' gold labels (default: each run's data_dir in metrics.json)")
+    paper = parser.add_argument_group("a table for a paper")
+    paper.add_argument("--caption", default="", metavar="TEXT",
+                       help="the table's caption, plain text (escaped for LaTeX): the first sentence of the LaTeX "
+                            "caption, and a line above the Markdown table; the settings every row has alike follow it")
+    paper.add_argument("--label", default=None, metavar="TEXT",
+                       help="the LaTeX table's \\label, e.g. tab:ablation (letters, digits and : . _ -; default: tab: "
+                            "and the --out prefix's name, tab:ablation without --out); with --format latex only")
+    paper.add_argument("--row_names", type=Path, default=None, metavar="FILE",
+                       help="display names of rows: a UTF-8 file of KEY=NAME lines, KEY a row as the table names it "
+                            "(without its mark, e.g. ablate-ft), NAME its name in every view (--baseline takes "
+                            "either); blank lines and lines starting with # are skipped")
+    paper.add_argument("--row_name", action="append", default=[], metavar="KEY=NAME",
+                       help="a row's display name, as a line of --row_names (repeatable; it wins over the file's)")
     args = parser.parse_args(argv)
     return run_command(lambda: execute(args))
 
 
 def execute(args: argparse.Namespace) -> int:
-    """The report's work; its errors (a missing folder, an unwritable --out) become one line in ``main``."""
+    """The report's work; its errors (a missing folder, an unwritable --out, a bad --row_names) become one line in
+    ``main``."""
     if args.bootstrap < 0 or args.bootstrap_seed < 0:
         raise ValueError(f"--bootstrap and --bootstrap_seed must be >= 0, got {args.bootstrap} and "
                          f"{args.bootstrap_seed}")
@@ -768,34 +797,50 @@ def execute(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {args.out} is a folder; give a file prefix, e.g. {args.out / 'ablation'} (it writes "
                          f"PREFIX.md, PREFIX.csv{', PREFIX.tex' if args.format == 'latex' else ''} and "
                          f"PREFIX-forest.png)")
+    label = table_label(args)
+    names = row_names(args.row_names, args.row_name)   # before any run is read: a bad file is refused at once
     # each run folder once, however often its parent is given (DIR DIR/): not a rerun of itself, nor listed twice
     runs = list({run.folder.resolve(): run for folder in args.folders for run in read_runs(folder)}.values())
-    rows = sort_rows(pool_seeds(runs), args.sort)
+    pooled_rows = pool_seeds(runs)
+    for note in name_rows(pooled_rows, names):
+        print(note, file=sys.stderr)
+    rows = sort_rows(pooled_rows, args.sort)
+    baseline = names.get(args.baseline, args.baseline)   # --baseline may name a row by its folder or its new name
     if not rows:
         print(f"note: no run folders in {', '.join(map(str, args.folders))}", file=sys.stderr)
-    footer, notes = compare_to_baselines(rows, args.bootstrap, args.bootstrap_seed, args.data_dir, args.baseline)
+    footer, notes = compare_to_baselines(rows, args.bootstrap, args.bootstrap_seed, args.data_dir, baseline)
     for note in notes:
         print(note, file=sys.stderr)
-    markdown = render_markdown(rows, footer, args.baseline)
+    markdown = render_markdown(rows, footer, baseline, args.caption)
     latex = None
     if args.format == "latex":   # from the same rows, after the same comparison
         commented = " ".join([footer, *notes])   # the caption says "the comments above say why": the notes too
-        latex = render_latex(rows, latex_headers(rows, args.baseline), commented, args.baseline, args.bootstrap,
-                             args.bootstrap_seed, "tab:ablation" if args.out is None else label_of(args.out.name))
-    print(latex or (markdown if args.full else render_compact(rows, footer, args.baseline)), end="")
+        latex = render_latex(rows, latex_headers(rows, baseline), commented, baseline, args.bootstrap,
+                             args.bootstrap_seed, label, args.caption)
+    print(latex or (markdown if args.full else render_compact(rows, footer, baseline)), end="")
     prefix = args.out
     if prefix is None:  # the table on stdout only: nothing is written into the given folders
         print(f"({len(rows)} rows from {len(runs)} runs; nothing written: --out PREFIX writes PREFIX.md, "
               f"PREFIX.csv{', PREFIX.tex' if latex else ''} and PREFIX-forest.png)", file=sys.stderr)
         return 0
     write_text_atomic(prefix.with_name(prefix.name + ".md"), markdown)
-    write_csv(rows, prefix.with_name(prefix.name + ".csv"), args.baseline)
+    write_csv(rows, prefix.with_name(prefix.name + ".csv"), baseline)
     if latex:
         write_text_atomic(prefix.with_name(prefix.name + ".tex"), latex)
-    forest = write_forest(rows, prefix.with_name(prefix.name + "-forest.png"), args.baseline)
+    forest = write_forest(rows, prefix.with_name(prefix.name + "-forest.png"), baseline)
     print(f"({len(rows)} rows from {len(runs)} runs; wrote {prefix}.md, {prefix}.csv"
           f"{f', {prefix}.tex' if latex else ''}{f' and {prefix}-forest.png' if forest else ''})", file=sys.stderr)
     return 0
+
+
+def table_label(args: argparse.Namespace) -> str:
+    """The LaTeX table's ``\\label``: ``--label``, checked, else tab: and the ``--out`` prefix's name (tab:ablation
+    without ``--out``); ``--label`` without ``--format latex`` is refused (no other view has a label)."""
+    if args.label is not None:
+        if args.format != "latex":
+            raise ValueError(f"--label {args.label}: only the LaTeX table has a label; add --format latex")
+        return checked_label(args.label)
+    return "tab:ablation" if args.out is None else label_of(args.out.name)
 
 
 if __name__ == "__main__":
