@@ -397,16 +397,96 @@ def test_the_quick_grid_is_four_rows_of_three_seeds_capped_alike():
     assert caps == {"300"} and all("--no_test_predictions" in words for words in runs)
 
 
+def finished_runs(out_dir, *seconds):
+    """Run folders in ``out_dir`` whose metrics.json says finished in ``seconds`` each: GridRuns done0, done1, ..."""
+    from training.tools.grid import GridRun
+    done = [GridRun(f"done{i}", "ft", ()) for i in range(len(seconds))]
+    for run, wall in zip(done, seconds):
+        (out_dir / run.name).mkdir()
+        (out_dir / run.name / "metrics.json").write_text(json.dumps({"status": "finished", "wall_seconds": wall}))
+    return done
+
+
 def test_the_estimate_comes_from_the_grid_s_finished_runs(tmp_path):
     from argparse import Namespace
 
     from training.tools.grid import GridRun
     from training.tools.ray_grid import estimate
-    done = [GridRun(f"done{i}", "ft", ()) for i in range(2)]
-    for run, seconds in zip(done, (60, 120)):
-        (tmp_path / run.name).mkdir()
-        (tmp_path / run.name / "metrics.json").write_text(json.dumps({"status": "finished", "wall_seconds": seconds}))
+    done = finished_runs(tmp_path, 60, 120)
     todo = [GridRun(f"todo{i}", "ft", ()) for i in range(4)]
-    line = estimate(todo, done, tmp_path, Namespace(address="h:1", cpus_per_run=1.0))
-    assert line == "time: about 6 min for 4 runs, 1 at once (the 2 finished here took 1.5 min each)"
-    assert estimate(todo, [], tmp_path, Namespace(address=None, cpus_per_run=1.0)).startswith("time: no estimate yet")
+    guess = estimate(todo, done, tmp_path, Namespace(address="h:1", cpus_per_run=1.0))
+    assert guess.line == (f"time: about 6.0 min for 4 runs, 1 at once, from this grid's 2 finished runs in {tmp_path} "
+                          "(1.5 min each)")
+    assert (guess.each, guess.at_once) == (90.0, 1)
+
+
+def test_a_fresh_quick_grid_is_estimated_from_its_documented_measurement(tmp_path, monkeypatch):
+    """Issue 87: a fresh --grid quick said "no estimate yet", although docs/grid.md has its measured time (8 min
+    13 s for the 12 runs, 2 at once on 2 cores): the estimate is that, saying where it comes from."""
+    from training.tools.grid import plan
+    monkeypatch.setattr(ray_grid.os, "cpu_count", lambda: 2)
+    args = ray_grid.parse_args(["--grid", "quick", "--", "--data_dir", "data"])
+    runs = plan(args)
+    guess = ray_grid.estimate(runs, [], tmp_path, args)
+    assert guess.line == ("time: about 8.2 min for 12 runs, 2 at once, from the measured time of --grid quick (12 runs "
+                          "in 8.2 min, 2 at once, one thread each, on the project's 2-core AMD EPYC with nothing else "
+                          "running, docs/grid.md#a-table-in-minutes; this machine may differ)")
+    assert guess.each == pytest.approx(493 * 2 / 12) and guess.at_once == 2
+    # the grid's own finished runs come first
+    kept = finished_runs(tmp_path, 30)
+    assert ray_grid.estimate(runs, kept, tmp_path, args).line.startswith(
+        f"time: about 3.0 min for 12 runs, 2 at once, from this grid's 1 finished run in {tmp_path} (0.5 min each)")
+
+
+@pytest.mark.parametrize("argv", [["--grid", "quick", "--max_steps_per_epoch", "5"],
+                                  ["--grid", "quick", "--", "--epochs", "2"],
+                                  ["--grid", "quick", "--", "--pre_qqp_steps=40"],
+                                  ["--grid", "quick", "--cpus_per_run", "2"],
+                                  ["--grid", "quick", "--gpus_per_run", "0.25"],
+                                  ["--grid", "ablation"], []])
+def test_a_grid_not_run_as_measured_has_no_estimate_until_a_run_finishes(tmp_path, argv):
+    """The measured time holds for its grid's pinned budget on CPUs, one thread a run: another budget, more threads a
+    run, a GPU, or a grid without a measured time say there is no estimate yet, and when the time left comes."""
+    from training.tools.grid import measured_time, plan
+    args = ray_grid.parse_args(argv)
+    assert measured_time(args) is None
+    runs = plan(args)
+    guess = ray_grid.estimate(runs, [], tmp_path, args)
+    assert guess.each is None
+    assert guess.line == (f"time: no estimate yet ({len(runs)} runs; none of this grid has finished in {tmp_path}, and "
+                          "none of its runs as given has a measured time written down): from the first finished run "
+                          "on, each run's line says the time left")
+
+
+def ended(name, status, seconds, action="started", overall=None, error=""):
+    """A trial's result as ``ray_grid.result`` reports it."""
+    return {"run": name, "status": status, "action": action, "exit_code": 0, "error": error, "signal": None,
+            "overall": overall, "seconds": seconds, "node": "n"}
+
+
+def test_each_run_s_line_says_the_time_left(capsys):
+    """The runs not ended, at the mean wall time of this command's finished runs, as many at once as estimated."""
+    progress = ray_grid.Progress(5, ray_grid.Estimate(60.0, 2, ""))
+    progress.started("a")
+    progress.started("b")
+    capsys.readouterr()
+    progress.finished(ended("a", "finished", 120.0, overall=0.675))   # 4 left at 2.0 min each, 2 at once
+    assert capsys.readouterr().out == ("[1/5 done, 1 running, 0 failed] a: finished in 2.0 min, overall 0.675; "
+                                       "about 4.0 min left\n")
+    progress.crashed("b", "worker died")   # 3 left; a failed run's time is not a run's
+    assert capsys.readouterr().out == ("[1/5 done, 0 running, 1 failed] b: FAILED: trial crashed (worker died); "
+                                       "about 3.0 min left\n")
+
+
+def test_the_time_left_takes_the_estimate_until_a_run_of_this_command_finishes(capsys):
+    progress = ray_grid.Progress(3, ray_grid.Estimate(90.0, 1, ""))
+    progress.finished(ended("x", "failed", 6.0, error="boom"))   # 2 left at the estimate's 1.5 min, 1 at once
+    assert capsys.readouterr().out == ("[0/3 done, 0 running, 1 failed] x: FAILED after 0.1 min: boom; "
+                                       "about 3.0 min left\n")
+    progress.finished(ended("k", "finished", 0.0, action="kept"))   # kept: trained nothing here, not a run's time
+    assert capsys.readouterr().out == "[1/3 done, 0 running, 1 failed] k: kept in 0.0 min; about 1.5 min left\n"
+    progress.finished(ended("z", "finished", 30.0))   # the last: nothing left to say
+    assert capsys.readouterr().out == "[2/3 done, 0 running, 1 failed] z: finished in 0.5 min\n"
+    nothing = ray_grid.Progress(2, ray_grid.Estimate(None, 2, ""))   # no estimate, no run finished: no time left
+    nothing.finished(ended("y", "failed", 6.0, error="boom"))
+    assert capsys.readouterr().out == "[0/2 done, 0 running, 1 failed] y: FAILED after 0.1 min: boom\n"

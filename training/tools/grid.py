@@ -67,6 +67,22 @@ def first_refused(named_flags: list[tuple[str, list[str]]]) -> str | None:
 
 
 @dataclass(frozen=True)
+class MeasuredTime:
+    """A named grid's wall time as its doc measured it, at its pinned budget, on CPUs, one core and one torch thread a
+    run (as ``minbert-grid`` runs by default): what the grid's time is estimated from before any of its runs has
+    finished on this machine."""
+    runs: int
+    seconds: float       # the whole grid's wall time
+    at_once: int         # runs at a time
+    machine: str         # the machine, and the doc that has the measurement
+
+    @property
+    def seconds_a_run(self) -> float:
+        """One run's wall time: the runs went ``at_once`` at a time."""
+        return self.seconds * self.at_once / self.runs
+
+
+@dataclass(frozen=True)
 class NamedGrid:
     """A documented grid, pinned: its rows' flags and its budget as they were when its table was made."""
     source: str                                  # where its table is, and the commit that made it
@@ -74,6 +90,7 @@ class NamedGrid:
     budget: tuple[str, ...] = ()                 # flags of every run (none: the run defaults, the full budget)
     prefix: str = ""                             # run folder: <prefix><row>-s<seed>, as the table's folders
     seeds: int = 3                               # how many seeds the table pools (the default of --seeds)
+    measured: MeasuredTime | None = None         # its documented wall time, where one was measured as it runs
 
 
 # Each stage at two thirds of one full --rr min epoch (189 rounds): 126 batches.
@@ -91,7 +108,12 @@ NAMED_GRIDS = {
               ("mean-joint", ("--pooling", "mean", "--joint_loss", "--private_layers", "0"))),
         budget=("--epochs", "1", "--max_steps_per_epoch", "20", "--pre_qqp_epochs", "1", "--pre_qqp_steps", "20",
                 "--max_eval_examples", "300", "--no_test_predictions"),
-        prefix="quick-"),
+        prefix="quick-",
+        # docs/grid.md, "A table in minutes": 8 min 13 s for the 12 runs, 2 at once, one thread each, Ray's start
+        # and the report included (82 s a run, in the 1.1-1.5 min a run the doc gives)
+        measured=MeasuredTime(runs=12, seconds=8 * 60 + 13, at_once=2,
+                              machine="the project's 2-core AMD EPYC with nothing else running, "
+                                      "docs/grid.md#a-table-in-minutes")),
     # docs/ablation.md, "The grid at a real budget, 3 seeds a row" (0e0746a): the registry had the six
     # extensions of its columns; --private_layers 0 was then the default, and is pinned as the registry pins it.
     "ablation": NamedGrid(
@@ -195,6 +217,19 @@ def refused_after_dashes(extra: list[str], runs: list[GridRun]) -> str | None:
         if name == "--seed" and seeded:
             return f"{flag} after --: the grid seeds its runs itself ({min(seeded)}, ...)"
     return None
+
+
+def measured_time(args: argparse.Namespace) -> MeasuredTime | None:
+    """The documented wall time of ``args``' named grid where its runs are as they were measured: its pinned budget (no
+    budget flag before --, none of the budget's flags after it), on CPUs, one core and one torch thread a run."""
+    named = NAMED_GRIDS.get(getattr(args, "grid", None))
+    if named is None or named.measured is None:
+        return None
+    budget_given = any(getattr(args, name, None) is not None
+                       for name in ("epochs", "max_steps_per_epoch", "stage_steps"))
+    budget_after = any(flag.split("=")[0] in flag_values(named.budget) for flag in getattr(args, "extra", ()))
+    as_measured = 1 <= getattr(args, "cpus_per_run", 1.0) < 2 and not getattr(args, "gpus_per_run", 0.0)
+    return named.measured if as_measured and not budget_given and not budget_after else None
 
 
 def flag_values(words: tuple[str, ...]) -> dict[str, str | None]:

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -42,7 +42,8 @@ from ..harness.outputs import read_metrics
 from ..harness.run_lock import LOCK, is_live
 from ..harness.status import FINAL, UNFINISHED, RunStatus
 from .command import run_command
-from .grid import DEFAULT_SEED, NAMED_GRIDS, ROOT, GridRun, first_refused, plan, refused_after_dashes, rows_of
+from .grid import (DEFAULT_SEED, NAMED_GRIDS, ROOT, GridRun, first_refused, measured_time, plan, refused_after_dashes,
+                   rows_of)
 
 NOT_STARTED = "not started"
 EXIT_INTERRUPTED = 130
@@ -403,10 +404,11 @@ def run_grid(args: argparse.Namespace, runs: list[GridRun], out_dir: Path, lock:
     print(f"grid -> {out_dir}: {len(runs)} runs, {len(kept)} finished already (kept), {len(todo)} to run on {where}, "
           f"{args.cpus_per_run:g} CPU{'s' if args.cpus_per_run != 1 else ''}"
           + (f" and {args.gpus_per_run:g} GPU" if args.gpus_per_run else "") + " a run", flush=True)
-    progress = Progress(len(todo))
+    guess = estimate(todo, kept, out_dir, args) if todo else None
+    progress = Progress(len(todo), guess)
     stop = Stop(out_dir, lambda: [out_dir / run.name for run in todo])
-    if todo:
-        print(estimate(todo, kept, out_dir, args), flush=True)
+    if guess is not None:
+        print(guess.line, flush=True)
         on_ray(args, lock, stop, lambda: run_trials(args, todo, out_dir, progress, stop))
     return summarize(args, runs, kept, progress.results, out_dir, stop.requested)
 
@@ -420,17 +422,45 @@ def on_ray(args: argparse.Namespace, lock: GridLock, stop: Stop, trials: Callabl
     stop.file.unlink(missing_ok=True)
 
 
-def estimate(todo: list[GridRun], kept: list[GridRun], out_dir: Path, args: argparse.Namespace) -> str:
-    """The time ``todo`` should take at the pace of this grid's finished runs, as many at once as the CPUs hold."""
+@dataclass(frozen=True)
+class Estimate:
+    """The grid's time before it starts: the seconds a run (None: nothing to go on), how many run at once, and the
+    line that says it and where the seconds come from."""
+    each: float | None
+    at_once: int
+    line: str
+
+
+def estimate(todo: list[GridRun], kept: list[GridRun], out_dir: Path, args: argparse.Namespace) -> Estimate:
+    """The time ``todo`` should take, as many at once as the CPUs hold (one on a cluster), at the pace of this grid's
+    finished runs in ``out_dir``, else of the named grid's documented measurement (``grid.measured_time``)."""
+    at_once = 1 if args.address else max(1, min(len(todo), int((os.cpu_count() or 1) // args.cpus_per_run)))
+    runs = f"{len(todo)} runs, {at_once} at once"
     seconds = [metrics["wall_seconds"] for run in kept
                if isinstance((metrics := read_metrics(out_dir / run.name)).get("wall_seconds"), (int, float))]
-    if not seconds:
-        return (f"time: no estimate yet ({len(todo)} runs; none of this grid has finished in {out_dir}: the next "
-                "start of the same command estimates from those that have)")
-    each = sum(seconds) / len(seconds)
-    at_once = 1 if args.address else max(1, min(len(todo), int((os.cpu_count() or 1) // args.cpus_per_run)))
-    return (f"time: about {each * -(-len(todo) // at_once) / 60:.0f} min for {len(todo)} runs, {at_once} at once "
-            f"(the {len(seconds)} finished here took {each / 60:.1f} min each)")
+    if seconds:
+        each = sum(seconds) / len(seconds)
+        finished = f"{len(seconds)} finished run{'s' if len(seconds) != 1 else ''}"
+        return Estimate(each, at_once, f"time: about {minutes(time_for(len(todo), each, at_once))} for {runs}, from "
+                                       f"this grid's {finished} in {out_dir} ({minutes(each)} each)")
+    if (measured := measured_time(args)) is not None:
+        each = measured.seconds_a_run
+        return Estimate(each, at_once, f"time: about {minutes(time_for(len(todo), each, at_once))} for {runs}, from "
+                                       f"the measured time of --grid {args.grid} ({measured.runs} runs in "
+                                       f"{minutes(measured.seconds)}, {measured.at_once} at once, one thread each, "
+                                       f"on {measured.machine}; this machine may differ)")
+    return Estimate(None, at_once, f"time: no estimate yet ({len(todo)} runs; none of this grid has finished in "
+                                   f"{out_dir}, and none of its runs as given has a measured time written down): "
+                                   "from the first finished run on, each run's line says the time left")
+
+
+def time_for(runs: int, each: float, at_once: int) -> float:
+    """The seconds ``runs`` take at ``each`` seconds a run, ``at_once`` at a time."""
+    return runs * each / at_once
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
 
 
 class Stop:
@@ -679,10 +709,12 @@ def run_config(kind: str, out_dir: Path, events, stop_all: Callable[[], bool], m
 
 
 class Progress:
-    """One line a trial event: runs done / running / failed of the grid's runs to do."""
+    """One line a trial event: runs done / running / failed of the grid's runs to do; a run's end adds the time
+    left: the runs not ended at the mean wall time of those finished in this command (before one has, the
+    estimate's seconds a run), as many at once as the estimate says."""
 
-    def __init__(self, total: int):
-        self.total, self.running, self.results = total, set(), {}
+    def __init__(self, total: int, guess: Estimate | None = None):
+        self.total, self.running, self.results, self.guess = total, set(), {}, guess
 
     def started(self, name: str) -> None:
         self.running.add(name)
@@ -692,29 +724,45 @@ class Progress:
         name = result["run"]
         self.running.discard(name)
         self.results[name] = result
-        minutes = f"{result['seconds'] / 60:.1f} min"
+        took = minutes(result["seconds"])
         if result["status"] == NOT_STARTED:
             self.line(f"{name}: not started (the grid is stopping)")
         elif result["status"] == RunStatus.FINISHED:
             score = f", overall {result['overall']:.3f}" if isinstance(result.get("overall"), float) else ""
-            self.line(f"{name}: {'kept' if result['action'] == 'kept' else 'finished'} in {minutes}{score}")
+            self.line(f"{name}: {'kept' if result['action'] == 'kept' else 'finished'} in {took}{score}{self.left()}")
         elif result["status"] in UNFINISHED:
-            self.line(f"{name}: stopped ({result['status']}) after {minutes}")
+            self.line(f"{name}: stopped ({result['status']}) after {took}")
         elif result.get("signal"):
             then = result["error"].split("; ", 1)[-1]   # the error line's first part names the signal again
-            self.line(f"{name}: failed (killed by {result['signal']}) after {minutes}: {then}")
+            self.line(f"{name}: failed (killed by {result['signal']}) after {took}: {then}{self.left()}")
         else:
-            self.line(f"{name}: {result['status'].upper()} after {minutes}: {result['error']}")
+            self.line(f"{name}: {result['status'].upper()} after {took}: {result['error']}{self.left()}")
 
     def crashed(self, name: str, detail: str) -> None:
         self.running.discard(name)
         self.results[name] = {"run": name, "status": RunStatus.FAILED, "error": f"trial crashed (Ray: {detail})",
                               "action": "started", "overall": None, "seconds": 0.0, "node": ""}
-        self.line(f"{name}: FAILED: trial crashed ({detail})")
+        self.line(f"{name}: FAILED: trial crashed ({detail}){self.left()}")
 
-    def line(self, event: str) -> None:
+    def counts(self) -> tuple[int, int]:
+        """Runs finished and runs failed so far."""
         done = sum(r["status"] == RunStatus.FINISHED for r in self.results.values())
         failed = sum(r["status"] not in (RunStatus.FINISHED, NOT_STARTED, *UNFINISHED) for r in self.results.values())
+        return done, failed
+
+    def left(self) -> str:
+        """What a run's end adds, "; about N min left"; nothing when no run is left or nothing to go on yet."""
+        took = [r["seconds"] for r in self.results.values() if r["status"] == RunStatus.FINISHED
+                and r["action"] != "kept"]   # a kept run trained nothing in this command
+        each = sum(took) / len(took) if took else (self.guess.each if self.guess else None)
+        still = self.total - sum(self.counts())
+        if each is None or still <= 0:
+            return ""
+        at_once = self.guess.at_once if self.guess else 1
+        return f"; about {minutes(time_for(still, each, at_once))} left"
+
+    def line(self, event: str) -> None:
+        done, failed = self.counts()
         print(f"[{done}/{self.total} done, {len(self.running)} running, {failed} failed] {event}", flush=True)
 
 
