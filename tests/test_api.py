@@ -1,6 +1,7 @@
 """The Python API takes what users pass (issue 28, class 4): ``LoadedRun.encode`` and ``predict``
 take a str, a list, a pandas Series or a numpy array, as sentence-transformers' ``encode`` does;
-class ids are ints; probabilities and logits are one keyword away; a run still training says so."""
+class ids are ints; probabilities and logits are one keyword away; a run still training says so. ``similarity``
+and ``search`` (issue 87, item 6) are checked against cosine similarity and a sort written out here with numpy."""
 import json
 import shutil
 import warnings
@@ -127,3 +128,84 @@ def test_load_run_puts_the_model_on_the_device_asked(run, monkeypatch):
     for device in ("cuda", "cuda:1", torch.device("cuda:0")):
         with pytest.raises(ValueError, match="no CUDA device is available"):
             load_run(run.source, device=device)
+
+
+QUERIES = ["A man plays a guitar.", "Prices fell sharply."]
+CORPUS = ["A man is playing music.", "The stock market dropped.", "A cat sleeps on a mat.", "Two dogs run.",
+          "It rains today."]
+
+
+def cosine_by_hand(u, v):
+    """The reference: the cosine of every row of ``u`` with every row of ``v``, in float64, as its definition
+    writes it (a 1-D input is one row)."""
+    u, v = np.atleast_2d(u).astype(np.float64), np.atleast_2d(v).astype(np.float64)
+    return (u @ v.T) / np.outer(np.linalg.norm(u, axis=1), np.linalg.norm(v, axis=1))
+
+
+def test_similarity_is_the_cosine_of_the_vectors_encode_gives(run):
+    """``run.similarity`` as sentence-transformers' ``util.cos_sim``: a matrix for two lists, a row for a str and a
+    list, a float for two str; vectors from ``encode`` (array or tensor) are taken as they are."""
+    matrix = run.similarity(SENTENCES, CORPUS)
+    assert isinstance(matrix, np.ndarray) and matrix.shape == (3, 5) and matrix.dtype == np.float32
+    np.testing.assert_allclose(matrix, cosine_by_hand(run.encode(SENTENCES), run.encode(CORPUS)), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(np.diag(run.similarity(SENTENCES, SENTENCES)), 1.0, rtol=0, atol=1e-5)
+    one = run.similarity(SENTENCES[0], CORPUS[1])
+    assert isinstance(one, float)
+    assert one == pytest.approx(cosine_by_hand(run.encode(SENTENCES[0]), run.encode(CORPUS[1]))[0, 0], abs=1e-5)
+    row, column = run.similarity(SENTENCES[0], CORPUS), run.similarity(SENTENCES, CORPUS[0])
+    assert row.shape == (5,) and column.shape == (3,)
+    np.testing.assert_allclose(row, cosine_by_hand(run.encode(SENTENCES[0]), run.encode(CORPUS))[0], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(column, cosine_by_hand(run.encode(SENTENCES), run.encode(CORPUS[0]))[:, 0], rtol=0,
+                               atol=1e-5)
+    vectors = run.encode(CORPUS)
+    for given in (vectors, torch.from_numpy(vectors), vectors.astype(np.float64)):
+        np.testing.assert_allclose(run.similarity(SENTENCES, given), matrix, rtol=0, atol=1e-6)
+    assert run.similarity(run.encode(SENTENCES[0]), CORPUS[1]) == pytest.approx(one, abs=1e-6)
+
+
+def assert_best_hits(hits, scores, top_k):
+    """``hits`` are the ``top_k`` best of the reference ``scores`` (one query's against the corpus), best first:
+    checked by score, so that two entries of equal score may come in either order."""
+    assert len(hits) == top_k and all(set(hit) == {"corpus_id", "score"} for hit in hits)
+    ids, found = [hit["corpus_id"] for hit in hits], [hit["score"] for hit in hits]
+    assert all(type(i) is int for i in ids) and len(set(ids)) == top_k and all(type(s) is float for s in found)
+    assert found == sorted(found, reverse=True)
+    np.testing.assert_allclose(found, np.sort(scores)[::-1][:top_k], rtol=0, atol=1e-5)   # the best scores
+    np.testing.assert_allclose(found, scores[ids], rtol=0, atol=1e-5)                     # each its entry's
+
+
+def test_search_finds_the_corpus_entries_of_highest_cosine(run):
+    """``run.search`` as sentence-transformers' ``util.semantic_search``: per query the top_k corpus entries, each
+    ``{"corpus_id", "score"}``, against cosine similarity and a sort by hand; the whole corpus when top_k is larger;
+    one list for a str query; the corpus's vectors from ``encode`` give the same hits."""
+    expected = cosine_by_hand(run.encode(QUERIES), run.encode(CORPUS))
+    found = run.search(QUERIES, CORPUS, top_k=3)
+    assert isinstance(found, list) and len(found) == 2
+    for hits, scores in zip(found, expected):
+        assert_best_hits(hits, scores, 3)
+    assert_best_hits(run.search(QUERIES, CORPUS)[0], expected[0], 5)          # top_k 5 by default
+    assert_best_hits(run.search(QUERIES, CORPUS, top_k=50)[1], expected[1], 5)   # no more than the corpus
+    alone = cosine_by_hand(run.encode(QUERIES[0]), run.encode(CORPUS))[0]
+    assert_best_hits(run.search(QUERIES[0], CORPUS, top_k=2), alone, 2)        # a str: one list of hits
+    vectors = run.encode(CORPUS)
+    for given in (vectors, torch.from_numpy(vectors)):   # the corpus encoded once, searched as it is
+        for hits, scores in zip(run.search(QUERIES, given, top_k=3), expected):
+            assert_best_hits(hits, scores, 3)
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda run: run.similarity([], CORPUS), "^a: empty, give at least one sentence"),
+    (lambda run: run.similarity(SENTENCES, np.array([], dtype=str)), "^b: empty"),
+    (lambda run: run.search([], CORPUS), "^queries: empty"),
+    (lambda run: run.search(QUERIES, pd.Series([], dtype=object)), "^corpus: empty"),
+    (lambda run: run.search(QUERIES, np.zeros((0, 16), dtype=np.float32)), "^corpus: empty"),
+    (lambda run: run.search(QUERIES, CORPUS, top_k=0), "top_k must be a whole number of at least 1, got 0"),
+    (lambda run: run.search(QUERIES, CORPUS, top_k=2.5), "top_k must be a whole number of at least 1, got 2.5"),
+    (lambda run: run.search(QUERIES, CORPUS[0]), "^corpus: a sequence of sentences .* got one sentence"),
+    (lambda run: run.similarity(SENTENCES, np.ones((2, 7), dtype=np.float32)), r"different widths \(16 and 7\)"),
+    (lambda run: run.similarity(np.ones((2, 3, 16), dtype=np.float32), CORPUS), r"^a: vectors are 1-D .* \(2, 3, 16\)"),
+])
+def test_similarity_and_search_refuse_empty_inputs_and_a_bad_top_k_in_one_line(run, call, error):
+    with pytest.raises(ValueError, match=error) as caught:
+        call(run)
+    assert "\n" not in str(caught.value)

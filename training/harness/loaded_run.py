@@ -1,6 +1,7 @@
 """A run as a model: ``LoadedRun``, what ``load_run`` (training/harness/runs.py) gives back, with ``encode`` and
 ``predict`` taking their inputs as sentence-transformers' ``encode`` does (a str, a list, a pandas Series or
-a numpy array). It sits below the registry of extensions, so a stage may hold one.
+a numpy array), and ``similarity`` and ``search`` beside them (cosine similarity of encode's vectors). It sits
+below the registry of extensions, so a stage may hold one.
 """
 from __future__ import annotations
 
@@ -44,9 +45,56 @@ class LoadedRun:
         vectors = encode(self.model.bert, self.tokenizer, texts, pooling or self.model.pooling, reduction,
                          batch_size, max_length or self.config.data.max_length, progress)
         if normalize_embeddings:
-            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            vectors = unit_rows(vectors)
         result = torch.from_numpy(vectors) if convert_to_tensor else vectors
         return result[0] if single else result
+
+    def similarity(self, a, b, batch_size: int = 64):
+        """Cosine similarity of the sentence vectors of ``a`` and ``b``, as sentence-transformers' ``util.cos_sim``
+        gives it: a float32 ``(len(a), len(b))`` matrix for two sequences, ``(len(b),)`` for a str and a sequence,
+        ``(len(a),)`` for a sequence and a str, a float for two str. Each of ``a``, ``b``: what ``encode`` takes,
+        or vectors it gave (a float array or tensor; 1-D for one vector, 2-D for one a row)."""
+        first, one_first = self.unit_vectors(a, "a", batch_size)
+        second, one_second = self.unit_vectors(b, "b", batch_size)
+        check_widths(("a", first), ("b", second))
+        scores = first @ second.T
+        if one_first and one_second:
+            return float(scores[0, 0])
+        return scores[0] if one_first else scores[:, 0] if one_second else scores
+
+    def search(self, queries, corpus, top_k: int = 5, batch_size: int = 64):
+        """Semantic search, as sentence-transformers' ``util.semantic_search`` returns it: for each query the
+        ``top_k`` entries of ``corpus`` nearest by cosine similarity, a list of ``{"corpus_id": index, "score":
+        float}``, highest score first (equal scores in corpus order), all of the corpus if it is shorter; a list of
+        such lists for a sequence of queries, one list for a str. ``corpus``: sentences, or the ``(n, width)``
+        vectors ``encode`` gave for them (encode a large corpus once, search it often)."""
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
+        query_vectors, one_query = self.unit_vectors(queries, "queries", batch_size)
+        corpus_vectors, one_entry = self.unit_vectors(corpus, "corpus", batch_size)
+        if one_entry:
+            raise ValueError("corpus: a sequence of sentences or an (n, width) array of their vectors, got one "
+                             "sentence or vector")
+        check_widths(("queries", query_vectors), ("corpus", corpus_vectors))
+        hits = [[{"corpus_id": int(index), "score": float(scores[index])}
+                 for index in np.argsort(-scores, kind="stable")[:top_k]]
+                for scores in query_vectors @ corpus_vectors.T]
+        return hits[0] if one_query else hits
+
+    def unit_vectors(self, given, name: str, batch_size: int) -> tuple[np.ndarray, bool]:
+        """``given`` (sentences ``encode`` takes, or vectors it gave) as float32 rows of unit length, and whether
+        it was one sentence or one vector; ``name`` (the argument) says which input an error is about."""
+        if is_vectors(given):
+            vectors = given.detach().float().cpu().numpy() if isinstance(given, torch.Tensor) else given
+            if vectors.ndim not in (1, 2):
+                raise ValueError(f"{name}: vectors are 1-D (one) or 2-D (one a row), got shape {tuple(vectors.shape)}")
+            one, vectors = vectors.ndim == 1, np.atleast_2d(vectors).astype(np.float32)
+        else:
+            texts, one = sentence_list(given)
+            vectors = self.encode(texts, batch_size)   # (0, width) for no sentences
+        if len(vectors) == 0:
+            raise ValueError(f"{name}: empty, give at least one sentence (or its vector)")
+        return unit_rows(vectors), one
 
     def predict(self, task: str, inputs, batch_size: int | None = None, *, output: str = "label"):
         """The task head on sentences or ``(sentence1, sentence2)`` pairs; one input gives one value, a
@@ -94,6 +142,27 @@ class LoadedRun:
 OUTPUTS = {"label": None,
            "probabilities": {"multiclass": lambda logits: logits.softmax(dim=-1), "binary": torch.sigmoid},
            "logits": {kind: lambda output: output for kind in ("multiclass", "binary", "regression")}}
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """Each row divided by its length (a zero row stays zero): ``normalize_embeddings``, and cosine similarity
+    as a dot product."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def is_vectors(value) -> bool:
+    """Vectors already encoded (a float numpy array or tensor), which ``similarity`` and ``search`` take as they are."""
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point()
+    return isinstance(value, np.ndarray) and value.dtype.kind == "f"
+
+
+def check_widths(first: tuple[str, np.ndarray], second: tuple[str, np.ndarray]) -> None:
+    """One line unless two sets of vectors are alike wide, as vectors of one encoder and pooling are."""
+    (first_name, first_vectors), (second_name, second_vectors) = first, second
+    if first_vectors.shape[1] != second_vectors.shape[1]:
+        raise ValueError(f"{first_name} and {second_name} are vectors of different widths ({first_vectors.shape[1]} "
+                         f"and {second_vectors.shape[1]}): give sentences, or vectors of this run's encode")
 
 
 def sentence_list(sentences) -> tuple[list[str], bool]:
