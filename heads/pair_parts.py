@@ -1,9 +1,10 @@
 """The parts a ``PairHead`` is made of (docs/heads.md): a projection of the two sentence vectors u, v, then a
 scorer of the pair. Each part is a small class in its registry (``PROJECTIONS``, ``SCORERS``) that carries
-its formula (the model card reads it) and adds its parameters to the head under their own names
-(``project_u``, ``classifier``, ``threshold``), so saved heads load whichever class holds the code. A new
-head kind is one class and one registry line; ``DEFAULTS`` are the heads' defaults, said once. A scorer made
-with a setting of its own (``ClassesScorer(k)``) is given to the head as it is.
+its formula (the model card reads it) and its words in ``--help`` (the flags' help lists the registry), and
+adds its parameters to the head under their own names (``project_u``, ``classifier``, ``threshold``), so
+saved heads load whichever class holds the code. A new head kind is one class and one registry line;
+``DEFAULTS`` are the heads' defaults, said once. A scorer made with a setting of its own (``ClassesScorer(k)``)
+is given to the head as it is.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Projection:
     """No projection: u, v as pooled."""
     name = "none"
     formula = ""   # what the model card writes before the scorer's formula
+    help = "u, v as pooled"   # its part of --pair_projection's help (plain ASCII, as --help prints)
 
     def build(self, head: nn.Module, in_dim: int, dropout: float) -> None:
         pass
@@ -30,6 +32,7 @@ class Projection:
 class SharedProjection(Projection):
     """One linear layer on each dropped-out sentence vector, the same for both sides (Siamese)."""
     name = "shared"
+    help = "one linear layer for both sides"
     formula = ("u ← `project_u`·dropout(u), v ← `project_u`·dropout(v) (one linear layer for both sides); "
                "then ")
 
@@ -47,6 +50,7 @@ class SharedProjection(Projection):
 class SeparateProjection(SharedProjection):
     """One linear layer a side, as the CS224N seed design has."""
     name = "separate"
+    help = "one linear layer a side"
     formula = "u ← `project_u`·dropout(u), v ← `project_v`·dropout(v) (one linear layer a side); then "
 
     def build(self, head, in_dim, dropout):
@@ -61,6 +65,7 @@ class Scorer:
     """How a pair's (projected) vectors become one logit z (``output="logit"``, QQP) or a 0..5 similarity
     (``output="score"``, STS: 5·sigmoid(z) unless the scorer says otherwise)."""
     name: str
+    logit_help: str             # z in --para_head's help, plain ASCII as --help prints it (--sts_head's: score_help)
     takes_probability = False   # whether --sts_loss ce makes its score 5·sigmoid(z) (the cosine head's 5·cos)
 
     def build(self, head: nn.Module, in_dim: int, dropout: float) -> None:
@@ -71,6 +76,10 @@ class Scorer:
 
     def score(self, head: nn.Module, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return 5.0 * torch.sigmoid(self.logit(head, u, v))
+
+    def score_help(self) -> str:
+        """The 0..5 score in ``--sts_head``'s help, as ``score`` computes it."""
+        return f"5*sigmoid({self.logit_help})"
 
     def thresholded(self, head: nn.Module) -> bool:
         """Whether the head cuts a similarity with a learned threshold (``PairHead.calibrate`` starts it)."""
@@ -84,6 +93,7 @@ class Scorer:
 class ConcatScorer(Scorer):
     """z = w·[u; v; |u − v|] + c after dropout (Sentence-BERT, Reimers & Gurevych 2019, §3)."""
     name = "concat"
+    logit_help = "linear[u; v; |u-v|]"
     outputs = 1   # the classifier's outputs: one logit
 
     def build(self, head, in_dim, dropout):
@@ -106,6 +116,7 @@ class ConcatScorer(Scorer):
 class SumScorer(Scorer):
     """z = w·(dropout(u) + dropout(v)) + c (the CS224N handout's baseline)."""
     name = "sum"
+    logit_help = "linear(u + v)"
 
     def build(self, head, in_dim, dropout):
         head.dropout = nn.Dropout(dropout)
@@ -124,6 +135,7 @@ class CosineScorer(Scorer):
     """z = (cos(u, v) − b) / τ with a learned threshold b (started from the data: ``PairHead.calibrate``); its
     score is 5·cos(u, v), or 5·sigmoid(z) read as a probability (``--sts_loss ce``)."""
     name = "cosine"
+    logit_help = "(cos(u, v) - b)/tau, b learned and started from the data, tau: --head_temp"
     takes_probability = True
 
     def build(self, head, in_dim, dropout):
@@ -138,6 +150,9 @@ class CosineScorer(Scorer):
         if head.sigmoid_score:
             return 5.0 * torch.sigmoid(self.logit(head, u, v))
         return 5.0 * F.cosine_similarity(u, v, dim=-1)
+
+    def score_help(self):
+        return "5*cos(u, v)"   # 5*sigmoid(z) under --sts_loss ce: that loss's help says so
 
     def thresholded(self, head):
         return head.output == "logit" or head.sigmoid_score

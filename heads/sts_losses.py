@@ -55,8 +55,9 @@ def probability_loss(scores: torch.Tensor, labels: torch.Tensor, eps: float = 1e
 
 class StsLoss:
     """One ``--sts_loss``: the loss the STS head trains with (None: the task's own, MSE), what the model card
-    says of it, and whether the cosine head reads its score as a probability for it."""
+    and ``--help`` say of it, and whether the cosine head reads its score as a probability for it."""
     name: str
+    help: str   # its part of --sts_loss's help, plain ASCII as --help prints it
     probability = False
 
     def loss(self, temperature: float):
@@ -68,6 +69,7 @@ class StsLoss:
 
 class MseLoss(StsLoss):
     name = "mse"
+    help = "squared error of the 0..5 score"
 
     def trained(self, temperature):
         return "trained with MSE"
@@ -75,6 +77,7 @@ class MseLoss(StsLoss):
 
 class CosentLoss(StsLoss):
     name = "cosent"
+    help = "only the order of the batch's pairs counts, tau: --head_temp"
 
     def loss(self, temperature):
         return partial(cosent_loss, temperature=temperature)
@@ -85,6 +88,7 @@ class CosentLoss(StsLoss):
 
 class ProbabilityLoss(StsLoss):
     name, probability = "ce", True
+    help = "score/5 read as a probability against similarity/5 (the cosine head's score: 5*sigmoid((cos - b)/tau))"
 
     def loss(self, temperature):
         return probability_loss

@@ -33,10 +33,10 @@ class PairHead(nn.Module):
     """Scores a sentence pair from its two sentence vectors u, v (docs/heads.md): a projection, then a scorer,
     each a part from its registry (``heads/pair_parts.py``).
 
-    ``kind``: the scorer, ``"concat"`` (w·[u; v; |u − v|] + c), ``"cosine"`` ((cos(u, v) − b)/τ, b learned)
-    or ``"sum"`` (w·(u + v) + c); or a scorer itself, e.g. ``ClassesScorer(k)`` (k logits, ``output="logit"``).
-    ``projection``: ``"none"``, ``"shared"`` or ``"separate"`` linear layers on the dropped-out sentence vectors
-    first.
+    ``kind``: a scorer's name in ``SCORERS``, e.g. ``"concat"`` (w·[u; v; |u − v|] + c) or ``"cosine"``
+    ((cos(u, v) − b)/τ, b learned); or a scorer itself, e.g. ``ClassesScorer(k)`` (k logits, ``output="logit"``).
+    ``projection``: a projection's name in ``PROJECTIONS``: ``"none"``, or linear layers on the dropped-out
+    sentence vectors first.
     ``output="logit"``: z, one unnormalised log-odds per pair (QQP; BCE-with-logits).
     ``output="score"``: a similarity on the STS scale 0..5: ``5·sigmoid(z)``, for ``cosine`` ``5·cos(u, v)``,
     or with ``sigmoid_score`` ``5·sigmoid((cos(u, v) − b)/τ)`` (STS read as a probability, ``--sts_loss ce``).

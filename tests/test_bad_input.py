@@ -337,10 +337,10 @@ def test_existing_run_folder_is_refused_before_bad_data_is_read(box, capsys):
 # --- flags argparse refuses: exit 2, usage, the flag named ------------------------------------
 
 @pytest.mark.parametrize("flags, named", [
-    (["--pooling", "average"], "argument --pooling: invalid choice: 'average'"),
+    (["--pooling", "not-a-mode"], "argument --pooling: invalid choice: 'not-a-mode'"),   # names no registry takes
     (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
     (["--batch_size", "1.5"], "argument --batch_size: invalid int value: '1.5'"),
-    (["--para_head", "bilinear"], "argument --para_head: invalid choice: 'bilinear'"),
+    (["--para_head", "not-a-head"], "argument --para_head: invalid choice: 'not-a-head'"),
 ])
 def test_parser_rejects_with_usage_and_exit_2(box, capsys, flags, named):
     with pytest.raises(SystemExit) as exit_info:

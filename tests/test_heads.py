@@ -100,7 +100,7 @@ def test_cosine_score_is_five_cos():
 
 
 @pytest.mark.parametrize("kwargs", [
-    {"kind": "bilinear"},
+    {"kind": "not-a-head"},   # a name no head kind will take (a plausible one might be registered)
     {"output": "probability"},
     {"kind": "cosine", "temperature": 0.0},
     {"kind": "cosine", "temperature": -0.1},

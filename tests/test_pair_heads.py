@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import run_multitask
 from heads import PairHead
-from heads.pair_parts import SCORERS, Scorer
+from heads.pair_parts import PROJECTIONS, SCORERS, Scorer
 from training.harness.runs import load_run
 from heads.sts_losses import STS_LOSSES, StsLoss, cosent_loss, mse_loss, probability_loss
 from training.learning.task_schema import BUILTIN_TASKS
@@ -155,6 +155,7 @@ def test_each_design_trains_and_reloads_to_its_own_predictions(name, tmp_path, t
 class DotScorer(Scorer):
     """A toy head kind: z = w·(u ⊙ v) + c after dropout."""
     name = "dot"
+    logit_help = "linear(u * v)"
 
     def build(self, head, in_dim, dropout):
         head.dropout = torch.nn.Dropout(dropout)
@@ -173,6 +174,7 @@ class DotScorer(Scorer):
 class HuberLoss(StsLoss):
     """A toy STS loss."""
     name = "huber"
+    help = "Huber loss of the 0..5 score"
 
     def loss(self, temperature):
         return lambda scores, labels: F.huber_loss(scores, labels.float())
@@ -181,13 +183,39 @@ class HuberLoss(StsLoss):
         return "trained with the Huber loss"
 
 
-@pytest.mark.slow
-def test_a_new_head_kind_and_sts_loss_reach_help_a_run_load_run_and_the_model_card(monkeypatch, tmp_path,
-                                                                                  tiny_model_dir):
+def squeezed(text: str) -> str:
+    """``text`` without whitespace: --help wraps its lines wherever it likes."""
+    return "".join(text.split())
+
+
+def test_help_lists_each_registered_part_with_its_words():
+    """--help's choices and words for the pair-head flags are the registries' (``flags.listing``), not a copy."""
+    help_text = run_multitask.build_parser().format_help()
+    for option, registry, says in (("--para_head", SCORERS, lambda scorer: scorer.logit_help),
+                                   ("--sts_head", SCORERS, lambda scorer: scorer.score_help()),
+                                   ("--pair_projection", PROJECTIONS, lambda projection: projection.help),
+                                   ("--sts_loss", STS_LOSSES, lambda loss: loss.help)):
+        assert f"{option} {{{','.join(registry)}}}" in help_text
+        for name, part in registry.items():
+            assert squeezed(f"{name}: {says(part)}") in squeezed(help_text), (option, name)
+    assert squeezed("cosine: 5*cos(u, v)") in squeezed(help_text)   # the cosine STS head's own score
+
+
+def test_a_new_head_kind_and_sts_loss_reach_help(monkeypatch):
     monkeypatch.setitem(SCORERS, "dot", DotScorer())          # the one line each registers
     monkeypatch.setitem(STS_LOSSES, "huber", HuberLoss())
     help_text = run_multitask.build_parser().format_help()
-    assert "--para_head {concat,cosine,sum,dot}" in help_text and "--sts_loss {mse,cosent,ce,huber}" in help_text
+    assert f"--para_head {{{','.join(SCORERS)}}}" in help_text and ",dot}" in help_text
+    assert f"--sts_loss {{{','.join(STS_LOSSES)}}}" in help_text and ",huber}" in help_text
+    help_text = squeezed(help_text)
+    assert squeezed("dot: linear(u * v)") in help_text and squeezed("dot: 5*sigmoid(linear(u * v))") in help_text
+    assert squeezed("huber: Huber loss of the 0..5 score") in help_text
+
+
+@pytest.mark.slow
+def test_a_new_head_kind_and_sts_loss_reach_a_run_load_run_and_the_model_card(monkeypatch, tmp_path, tiny_model_dir):
+    monkeypatch.setitem(SCORERS, "dot", DotScorer())          # the one line each registers
+    monkeypatch.setitem(STS_LOSSES, "huber", HuberLoss())
     argv = ["--data_dir", str(FIXTURE_DATA), "--model", str(tiny_model_dir), "--epochs", "1", "--max_steps_per_epoch",
             "3", "--batch_size", "4", "--max_length", "24", "--out_dir", str(tmp_path), "--run_name", "toy", "--quiet",
             "--para_head", "dot", "--sts_head", "dot", "--sts_loss", "huber"]

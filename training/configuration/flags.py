@@ -10,13 +10,22 @@ import dataclasses
 import re
 from dataclasses import field
 from pathlib import Path
+from typing import Callable
 
 
-def flag(default, help: str, choices=None, type=None, path=None):
+def flag(default, help: str | Callable[[], str], choices=None, type=None, path=None):
     """A dataclass field that is also a command-line flag. ``path=True``: the value names a file or folder;
-    the run saves it absolute (``absolute_paths``), so it resumes and reloads from any working directory."""
+    the run saves it absolute (``absolute_paths``), so it resumes and reloads from any working directory.
+    ``help`` may be a function that writes it, called as the parser is built: a help that lists a registry
+    (``listing``) then says what the registry holds, as ``choices`` do."""
     meta = {"help": help, "choices": choices, "type": type, "path": path}
     return field(default=default, metadata={key: value for key, value in meta.items() if value is not None})
+
+
+def listing(what: str, registry: dict, says: Callable[[object], str]) -> Callable[[], str]:
+    """The help of a flag whose choices are ``registry``: ``what``, then each entry's name and what it ``says``,
+    written when the parser is built (``flag``), so a new entry shows in ``--help`` with no other edit."""
+    return lambda: f"{what} ({'; '.join(f'{name}: {says(part)}' for name, part in registry.items())})"
 
 
 def absolute_paths(section):
@@ -92,6 +101,8 @@ def add_flags(parser: argparse.ArgumentParser, section: type, only: tuple[str, .
             continue   # not asked for, or a field the run saves that is no flag (DataConfig.own_tasks)
         # path: what the run saves (``absolute_paths``); type: ``converter``'s; neither is argparse's business
         meta = {key: value for key, value in f.metadata.items() if key not in ("path", "type")}
+        if callable(meta["help"]):
+            meta["help"] = meta["help"]()
         default = overrides.get(f.name, f.default)
         if is_switch(f):
             said = "" if default is None else f" (default: {'on' if default else 'off'}; off: --no_{f.name})"

@@ -15,7 +15,8 @@ from heads import POOLING_MODES
 from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 from heads.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
 
-from .flags import add_flags, device_name, flag, optional_float, optional_int, per_task, section_from_args  # noqa: F401
+from .flags import (add_flags, device_name, flag, listing, optional_float, optional_int, per_task,  # noqa: F401
+                    section_from_args)
 from .task_declarations import BUILTIN_NAMES, DEFAULT_TASKS, check_declaration, parse_tasks
 from .task_shares import AUTO, tempered_batch_sizes
 
@@ -29,19 +30,18 @@ class ModelConfig:
                                    "saved run (its folder or checkpoint/) to start from its encoder; default: the "
                                    "embedded all-MiniLM-L6-v2", type=str)
     pooling: str = flag("mean", "sentence vector from the encoder", choices=sorted(POOLING_MODES))
-    # the choices are the registries of the heads' parts (heads/pair_parts.py, heads/sts_losses.py), read when
-    # parsed: a new part is one line there
-    para_head: str = flag(PAIR_DEFAULTS["para_head"], "paraphrase (QQP) head: linear on [u; v; |u-v|]; "
-                          "(cos(u, v) - b)/tau with b learned, started from the data (tau: --head_temp); or linear "
-                          "on u + v", choices=SCORERS)
-    sts_head: str = flag(PAIR_DEFAULTS["sts_head"], "similarity (STS) head: 5*sigmoid(linear[u; v; |u-v|]), "
-                         "5*cos(u, v), or 5*sigmoid(linear(u + v))", choices=SCORERS)
-    pair_projection: str = flag(PAIR_DEFAULTS["pair_projection"], "a linear layer on each sentence vector before "
-                                "both pair heads: one for both sides (shared) or one per side (separate)",
-                                choices=PROJECTIONS)
-    sts_loss: str = flag(DEFAULT_STS_LOSS, "STS loss: mse on the 0..5 score; cosent (the batch's pairs ordered, "
-                                "tau: --head_temp); ce (score/5 as a probability against similarity/5; the cosine "
-                                "head becomes 5*sigmoid((cos - b)/tau))", choices=STS_LOSSES)
+    # the choices and the help are the registries of the heads' parts (heads/pair_parts.py, heads/sts_losses.py),
+    # read when the parser is built: a new part is one class and one line there
+    para_head: str = flag(PAIR_DEFAULTS["para_head"],
+                          listing("paraphrase (QQP) head, its logit", SCORERS, lambda scorer: scorer.logit_help),
+                          choices=SCORERS)
+    sts_head: str = flag(PAIR_DEFAULTS["sts_head"],
+                         listing("similarity (STS) head, its 0..5 score", SCORERS, lambda scorer: scorer.score_help()),
+                         choices=SCORERS)
+    pair_projection: str = flag(PAIR_DEFAULTS["pair_projection"],
+                                listing("the sentence vectors u, v before both pair heads", PROJECTIONS,
+                                        lambda projection: projection.help), choices=PROJECTIONS)
+    sts_loss: str = flag(DEFAULT_STS_LOSS, listing("STS loss", STS_LOSSES, lambda loss: loss.help), choices=STS_LOSSES)
     head_temp: float = flag(0.05, "temperature tau of the cosine heads' (cos(u, v) - b)/tau and of --sts_loss cosent")
     hidden_dropout_prob: float = flag(0.1, "dropout in the encoder and before the heads")
     attention_probs_dropout_prob: float | None = flag(None, "dropout on the attention weights (default: the "
