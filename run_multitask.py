@@ -1,8 +1,11 @@
 """Multi-task BERT fine-tuning on SST-5, Quora paraphrase and STS-B.
 
-    python run_multitask.py                       # embedded model, data from $MINBERT_DATA or ./data
-    python run_multitask.py --data_dir ../shared/data/multitask --pooling cls --para_head cosine
-    python run_multitask.py --pre_qqp --pooling mean --smart --scl
+examples:
+  python run_multitask.py --data_dir ../shared/data/multitask --run_name smoke --epochs 1 \\
+      --max_steps_per_epoch 30 --max_eval_examples 100 --no_test_predictions    # a smoke run, about a minute
+  python run_multitask.py --data_dir ../shared/data/multitask                    # the default run (3 epochs)
+  python run_multitask.py --data_dir ../shared/data/multitask --pre_qqp --smart --scl    # extensions, a flag each
+  (data from --data_dir, else $MINBERT_DATA, else ./data; the embedded all-MiniLM-L6-v2 unless --model)
 
 Flags come from the config dataclasses in ``training/configuration/sections.py`` (one field, one flag).
 """
@@ -42,7 +45,8 @@ EPILOG = """other tools:
 def build_parser(abbreviations: bool = False) -> argparse.ArgumentParser:
     # flags in full, never abbreviated: --see 3 passed the grid's check of --seed, and a flag added later would make
     # an abbreviation in a saved command ambiguous (one rule for the run, the grid and the search)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+    # --help opens with the docstring's examples (its paragraphs before the one on where flags come from)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\nFlags come")[0], epilog=EPILOG,
                                      allow_abbrev=abbreviations, formatter_class=argparse.RawDescriptionHelpFormatter)
     for section, cls in CORE_SECTIONS.items():
         add_flags(parser, cls, title=section)

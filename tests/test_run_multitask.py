@@ -191,6 +191,19 @@ def test_help_shows_every_default_and_names_the_other_tools():
                                                                "sentence_finetune"))
 
 
+def test_help_opens_with_three_examples_before_the_flags():
+    """Issue 87, item 7: ``--help`` was 394 lines with no example at its top; the examples come first, and each
+    parses as a command of this parser (the smoke run, the default run, extensions)."""
+    parser = run_multitask.build_parser()
+    text = parser.format_help()
+    head = text[:text.index("options:")]
+    commands = [line.split("#")[0].strip() for line in head.replace("\\\n", "").splitlines()
+                if line.strip().startswith("python run_multitask.py")]
+    assert len(commands) == 3, head
+    for command in commands:
+        parser.parse_args(command.split()[2:])   # a usage error exits 2 and fails here
+
+
 def test_docs_flags_names_every_flag_of_help():
     """docs/flags.md says it lists every flag of ``--help``: a flag added without a word there fails here."""
     text = (Path(__file__).parents[1] / "docs" / "flags.md").read_text(encoding="utf-8")
