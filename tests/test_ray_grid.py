@@ -257,6 +257,12 @@ def test_local_grid_two_rows_two_seeds_same_runs_as_alone_and_nothing_of_ray_lef
     assert "4 of 4 runs finished" in done.stdout and "[4/4 done, 0 running, 0 failed]" in done.stdout
     summary = json.loads((out_dir / "logs" / "grid.json").read_text())
     assert summary["failed"] == [] and set(summary["trials"]) == set(names)
+    # TensorBoard lists each run once, by its folder (Tune's own event files under logs/tune made it twice), and
+    # every run is tracked as a run of one experiment named for the grid (no --grid: the --out_dir folder's name)
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+    assert sorted(EventMultiplexer().AddRunsFromDirectory(str(out_dir)).Runs()) == sorted(names)
+    assert {json.loads((out_dir / name / "metrics.json").read_text())["config"]["output"]["experiment"]
+            for name in names} == {"grid"}
     # the same run alone, one thread: the same bits
     listing = listed("--only", "mean-smart", "--seeds", "2", *budget, "--list", "--", *tiny_flags(tiny_model_dir))
     flags = dict((line.split()[0], line.split()[1:]) for line in listing.stdout.splitlines())

@@ -94,14 +94,22 @@ def test_tensorboard_writer_failing_during_a_run_costs_only_the_scalars(box, cap
 
 
 def test_a_failed_run_is_marked_failed_even_when_closing_tensorboard_raises(box, capsys, monkeypatch):
-    """RunFolder.__exit__ closed TensorBoard first; when that raised, metrics.json stayed "running"."""
+    """RunFolder.__exit__ closed TensorBoard first; when that raised, metrics.json stayed "running". Now the status
+    is written first, and a tracker that raises then (``Trackers``) is one warning."""
+    from training.harness import trainer
+
     def fail(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error", "tensorboard/events")
 
-    monkeypatch.setattr(TensorBoardScalars, "add", lambda self, tag, value, step: fail() if self.writer is not None else None)
+    def disk_error(*args, **kwargs):   # the run's own failure, after it started
+        raise OSError(errno.EIO, "Input/output error", str(box.run_dir / "sst-dev-output.csv"))
+
     monkeypatch.setattr(TensorBoardScalars, "close", fail)
+    monkeypatch.setattr(trainer, "train_and_predict", disk_error)
     assert box.main("--quiet") == 1
     assert status(box.run_dir) == "failed"
+    out, err = capsys.readouterr()
+    assert (out + err).count("warning: TensorBoard stopped tracking this run") == 1, out + err
 
 
 def test_curves_png_that_cannot_be_written_warns_once_and_the_run_finishes(box, capsys, monkeypatch):

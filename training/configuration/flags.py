@@ -60,6 +60,21 @@ def device_name(text: str) -> str:
     return found[1] if found[2] is None else f"cuda:{int(found[2])}"
 
 
+def some_of(choices: tuple[str, ...], alone: str):
+    """The type of a flag that takes one or more of ``choices``, comma-separated, or ``alone`` by itself (e.g.
+    ``none``): checked as the flag is parsed, so a typo is a usage line naming the flag and the choices; the value
+    comes back lower-case, without spaces (``MLflow, wandb`` -> ``mlflow,wandb``)."""
+    def read(text: str) -> str:
+        names = [name.strip().lower() for name in text.split(",")]
+        if names == [alone]:
+            return alone
+        if not all(name in choices for name in names) or len(set(names)) != len(names):
+            raise argparse.ArgumentTypeError(f"{text!r}: give one or more of {', '.join(choices)} (comma-separated, "
+                                             f"each once), or {alone} alone")
+        return ",".join(names)
+    return read
+
+
 def per_task(flag_name: str, text: str | None, names: list[str], default, convert, ok, what: str) -> dict:
     """A comma-separated flag value with one entry per task of ``--tasks`` (``names``; ``default`` each
     when not given), as task -> value; one error line naming the flag otherwise."""

@@ -16,12 +16,14 @@ from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 from heads.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
 
 from .flags import (add_flags, device_name, flag, listing, optional_float, optional_int, per_task,  # noqa: F401
-                    section_from_args)
+                    section_from_args, some_of)
 from .task_declarations import BUILTIN_NAMES, DEFAULT_TASKS, check_declaration, parse_tasks
 from .task_shares import AUTO, tempered_batch_sizes
 
 DEFAULT_SEED = 11711   # --seed's default; a grid's seeds count up from it (training/tools/grid.py)
 STRATEGIES = ("min", "exhaust", "proportional")   # --rr: how long a round-robin epoch is (training/learning/schedule.py)
+# --report_to: where a run's numbers go besides metrics.json, each a tracker of training/harness/trackers/ (or none)
+TRACKERS = ("tensorboard", "mlflow", "wandb")
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,21 @@ class OutputConfig:
                                         "training/harness/trial_control.py)")
     quiet: bool = flag(False, "no progress bars; only one line per epoch and the final summary")
     log_file: str | None = flag(None, "also append every log line to this file", type=str)
+    # how the run is tracked, not where it is: a resumed run keeps its own (its mlflow run goes on), a settings file
+    # may set them
+    report_to: str = flag("tensorboard", "where the run's configuration, every step's numbers, its final scores and "
+                                         "files go besides metrics.json: tensorboard (event files in the run folder), "
+                                         "mlflow (a local store in --out_dir: mlflow.db and mlartifacts/), wandb (an "
+                                         "offline run in the run folder, `wandb sync` uploads it), several "
+                                         "comma-separated, or none; mlflow and wandb are extras: "
+                                         "pip install -e '.[mlflow]' or '.[wandb]'", type=some_of(TRACKERS, "none"))
+    experiment: str | None = flag(None, "the mlflow experiment (and wandb project) the run is tracked under (default: "
+                                        "the --out_dir folder's name; minbert-grid gives its runs the grid's name)",
+                                  type=str)
+
+    def trackers(self) -> tuple[str, ...]:
+        """The trackers of ``--report_to``, in its order; none: ``()``."""
+        return () if self.report_to == "none" else tuple(self.report_to.split(","))
 
 
 def saved_values(data: dict) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import extensions as registry   # the registry's one list, read where it is (tests extend it)
-from ..configuration.sections import RunSettings
+from ..configuration.sections import TRACKERS, RunSettings
 from ..configuration.task_file import read_task_file
 from ..configuration.task_shares import AUTO
 from ..extensions.base import Extension
@@ -108,6 +108,12 @@ class RunConfig(RunSettings):
             (m.private_layers >= 0, "--private_layers must not be negative"),
             (self.output.save_every >= 0, "--save_every must not be negative"),
             (self.output.keep_checkpoints >= 1, "--keep_checkpoints must be at least 1"),
+            # the flag's type checks what the command line gives; this, a saved configuration edited by hand
+            (self.output.report_to == "none" or isinstance(self.output.report_to, str)
+             and set(self.output.report_to.split(",")) <= set(TRACKERS),
+             f"--report_to {self.output.report_to!r}: give one or more of {', '.join(TRACKERS)}, or none"),
+            (self.output.experiment is None or str(self.output.experiment).strip() != "",
+             "--experiment must not be empty (leave it out: the --out_dir folder's name)"),
             (not (self.speed.sparse_embeddings is True and self.speed.compile),
              "--sparse_embeddings and --compile do not go together (torch.compile cannot build the sparse "
              "embedding backward); choose one"),

@@ -1,13 +1,13 @@
 """The run folder through one run: claimed, or with ``--resume`` taken back (``resume_from``: its lock, its
 saved configuration, its newest checkpoint); ``metrics.json`` written "running" at the start and "finished"
-(or "stopped early") at the end, TensorBoard's event files, the model card; on an error, a run that had not
-started gives its folder back and one that had is marked "failed" or "interrupted".
+(or "stopped early") at the end, the model card, the run's trackers (``--report_to``: TensorBoard's event files,
+mlflow, wandb) started and told how it ended; on an error, a run that had not started gives its folder back and one
+that had is marked "failed" or "interrupted".
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import shutil
 import time
 from datetime import datetime
@@ -28,7 +28,7 @@ from .resume import CHECKPOINTS, Checkpoint, ResumeError, latest_checkpoint, lis
 from .run_lock import RunLock
 from .run_log import RunLog
 from ..configuration.task_file import check_agreement
-from .tensorboard import TensorBoardScalars
+from .trackers import RUN_FILES, TrackedRun, Trackers, final_scores, open_trackers
 from .status import FINAL, RunStatus
 
 
@@ -44,7 +44,7 @@ class RunFolder:
         # --resume of a run stopped before its first checkpoint: it starts again in its own folder
         self.restart = resume is None and bool(config.output.resume)
         self.dir = Path(config.output.resume) if config.output.resume else None
-        self.tensorboard = TensorBoardScalars()
+        self.trackers = Trackers()   # --report_to's, started with the run's scalars (process 0 alone)
 
     def __enter__(self) -> "RunFolder":
         if self.resume is None and not self.restart:
@@ -94,16 +94,23 @@ class RunFolder:
     def seconds(self) -> float:
         return round(time.time() - self.started, 1)
 
-    def scalars(self, resume: Checkpoint | None) -> TensorBoardScalars:
-        """The run's TensorBoard event files (process 0); a resumed run redraws from its checkpoint's step."""
-        self.tensorboard = TensorBoardScalars(self.dir if self.write.enabled else None,
-                                   purge_step=resume.step if resume is not None else None, warn=self.log.result)
-        if self.tensorboard.missing:
-            self.log(self.tensorboard.missing)
-        if resume is None:   # a resumed run's event files have it already
-            config = json.dumps(self.config.to_dict(), indent=1)
-            self.tensorboard.text("config", "    " + config.replace("\n", "\n    "))
-        return self.tensorboard
+    def scalars(self, resume: Checkpoint | None) -> Trackers:
+        """The run's trackers (``--report_to``; process 0 alone), started: the ``Scalars`` of the loop and the
+        evaluations. What they record of the run goes into metrics.json (``tracked``), where a resumed run finds it
+        (its mlflow run goes on; TensorBoard redraws from the checkpoint's step)."""
+        if not self.write.enabled:
+            return self.trackers
+        output, earlier = self.config.output, self.metrics.get("tracked")
+        earlier = earlier if isinstance(earlier, dict) else {}
+        self.trackers = open_trackers(output.trackers(), warn=self.log.result, note=self.log)
+        run = TrackedRun(name=self.dir.name, experiment=output.experiment or self.dir.resolve().parent.name,
+                         config=self.config.to_dict(), folder=self.dir,
+                         resumed_at=resume.step if resume is not None else None, earlier=earlier)
+        tracked = self.trackers.start(run)
+        if tracked:
+            self.metrics["tracked"] = {**earlier, **tracked}
+            self.write.json(self.metrics)
+        return self.trackers
 
     def finish(self, status: RunStatus = RunStatus.FINISHED, **results) -> None:
         """Mark the run finished (or "stopped early" by a search's scheduler) in metrics.json, draw its curves,
@@ -126,10 +133,10 @@ class RunFolder:
     def __exit__(self, kind, err, traceback) -> bool:
         try:
             try:
-                self.tensorboard.close()
-            finally:  # the status is written whatever closing a side writer does (Scalars.close warns, not raises)
+                self._end(err)
+            finally:   # the status is written first, whatever a tracker does; then they are told it (Trackers warn)
                 try:
-                    self._end(err)
+                    self._end_trackers()
                 finally:   # after the last status is written: until then the folder is live
                     if self.lock is not None:
                         self.lock.release()
@@ -162,6 +169,13 @@ class RunFolder:
             with contextlib.suppress(OSError):
                 self.log.last(f"{self.metrics['status']}: {self.metrics['error']}")
             shutdown()
+
+    def _end_trackers(self) -> None:
+        """Tell the trackers how the run ended: its status, final scores and files as they are now (a run that did
+        not start started none)."""
+        if self.metrics is not None:
+            files = [name for name in RUN_FILES if (self.dir / name).is_file()]
+            self.trackers.end(self.metrics.get("status", RunStatus.FAILED), final_scores(self.metrics), files)
 
 
 def resume_from(config: RunConfig, given: set[str] | None = None

@@ -40,6 +40,7 @@ from .runs import build_model, check_lengths, model_directory, tokenizer_for
 from ..learning.stages import MULTITASK, Run, multitask_stage, task_batch_sizes
 from ..learning.tasks import Task, format_metrics, overall_score
 from .status import RunStatus
+from .trackers import check_installed
 from .trial_control import ask_scheduler
 from .watching import recording_watch
 
@@ -52,6 +53,7 @@ def run(config: RunConfig, log: RunLog | None = None, given: set[str] | None = N
     started = time.time()
     config, resume, stale, lock = resume_from(config, given)
     try:
+        check_installed(config.output.trackers())   # --report_to mlflow without mlflow: one line, nothing written
         place, device = init_distributed(pick_device(config.train.device))
         check_processes(config, place)
         precision = Precision(config.speed.amp, device)  # an impossible --amp fails before the run folder exists
@@ -218,8 +220,9 @@ def with_absolute_paths(config: RunConfig, inputs: RunInputs) -> RunConfig:
 def assemble(config: RunConfig, inputs: RunInputs, folder: RunFolder, device: torch.device, place: Distributed,
              precision: Precision, log: RunLog, resume: Checkpoint | None) -> Run:
     """The kernel's recipe (``learning.recipe.build_run``, with ``RunConfig.plugins``) and the harness's callbacks:
-    the resume clock, each stage's watch (replay, checkpoints, TensorBoard, the bar, the processes' totals), each
-    evaluation's (checkpoint/ of an improved one, metrics.json, the search's scheduler); DDP under torchrun."""
+    the resume clock, each stage's watch (replay, checkpoints, the trackers of ``--report_to``: TensorBoard, mlflow,
+    wandb; the bar, the processes' totals), each evaluation's (checkpoint/ of an improved one, metrics.json, the
+    search's scheduler); DDP under torchrun."""
     log(f"data: {folder.metrics['data_dir'] or 'no task file'}   model: {folder.metrics['model_dir']}   "
         f"device: {device}")
     clock = TrainingClock(inputs.model, folder.dir, config.to_dict(), config.output.save_every,

@@ -2,10 +2,10 @@
 
 The loop (``loop.py``) and the objectives call three things that are not learning: a ``StepClock`` (the
 harness's resume clock, ``training/harness/resume.py``, also replays and checkpoints), a ``Scalars`` sink (the
-harness's TensorBoard writer) and a ``Log`` (the harness's ``RunLog`` adds ``--quiet`` and ``--log_file``); each
-step and epoch goes to the stage's watch (``watch.py``; the harness's replaces it). The defaults here count, drop
-and print, so a test, a study script or a reader can train with the kernel alone. This is fastai's idea: the loop
-is the learning; everything else is called back.
+harness's trackers, TensorBoard by default) and a ``Log`` (the harness's ``RunLog`` adds ``--quiet`` and
+``--log_file``); each step and epoch goes to the stage's watch (``watch.py``; the harness's replaces it). The
+defaults here count, drop and print, so a test, a study script or a reader can train with the kernel alone. This is
+fastai's idea: the loop is the learning; everything else is called back.
 """
 from __future__ import annotations
 

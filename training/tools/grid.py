@@ -41,11 +41,13 @@ sys.path.insert(0, sys.argv[1])
 import run_multitask
 from minbert.errors import describe
 from training.harness.runs import check_fits_model
+from training.harness.trackers import check_installed
 for name, flags in json.loads(sys.argv[2]):
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
             config = run_multitask.parse_config(flags).validate()
+            check_installed(config.output.trackers())   # --report_to mlflow without mlflow: said before Ray starts
     except SystemExit:   # a parser error; or -h/--help, its help on stdout and nothing on stderr
         said = stderr.getvalue().strip().splitlines() or ["-h/--help after -- (the flags: run_multitask.py --help)"]
         sys.exit(name + ": " + said[-1].split("error: ", 1)[-1])
@@ -60,7 +62,8 @@ for name, flags in json.loads(sys.argv[2]):
 
 def first_refused(named_flags: list[tuple[str, list[str]]]) -> str | None:
     """None, or "NAME: why" for the first of (name, ``run_multitask.py`` flags) that it refuses (its parser,
-    ``RunConfig.validate``, or ``check_fits_model``), in one line: a bad flag after -- fails once, before Ray."""
+    ``RunConfig.validate``, a missing tracker package, or ``check_fits_model``), in one line: a bad flag after -- fails
+    once, before Ray."""
     done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT), json.dumps(named_flags)], capture_output=True,
                           text=True)
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["flags refused"])[-1]

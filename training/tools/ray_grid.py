@@ -207,8 +207,10 @@ def next_step(run_dir: Path) -> str:
     return "resume" if status in UNFINISHED else "start"
 
 
-def run_words(run_dir: Path, flags) -> tuple[str, list[str]]:
-    """``next_step`` of ``run_dir`` and the ``run_multitask.py`` words that take it; a start sets an attempt aside."""
+def run_words(run_dir: Path, flags, experiment: str | None = None) -> tuple[str, list[str]]:
+    """``next_step`` of ``run_dir`` and the ``run_multitask.py`` words that take it; a start sets an attempt aside.
+    A new run is tracked under ``experiment`` (default: the folder's parent's name; a flag among ``flags`` wins),
+    so that every run of a grid or a search is one run of one mlflow experiment; a resumed run keeps its own."""
     wait_until_free([run_dir], seconds=120.0)   # a killed driver's run may still be ending
     step = next_step(run_dir)
     if step == "keep":
@@ -216,7 +218,8 @@ def run_words(run_dir: Path, flags) -> tuple[str, list[str]]:
     if step == "resume":
         return step, ["--resume", str(run_dir)]
     set_aside(run_dir, run_dir.parent)
-    return step, ["--run_name", run_dir.name, "--out_dir", str(run_dir.parent), *flags]
+    return step, ["--run_name", run_dir.name, "--out_dir", str(run_dir.parent),
+                  "--experiment", experiment or run_dir.parent.name, *flags]
 
 
 def start_run(words: list[str], out, threads: int, cwd: str, **streams) -> subprocess.Popen:
@@ -241,7 +244,7 @@ def train_one(config: dict) -> None:
     if stop.exists():   # the grid is stopping: a trial Tune starts now runs nothing
         tune.report({**result(run, run_dir, "none", 0, started, node), "status": NOT_STARTED})
         return
-    step, words = run_words(run_dir, run.flags)
+    step, words = run_words(run_dir, run.flags, config["experiment"])
     if step == "keep":
         tune.report(result(run, run_dir, "kept", 0, started, node))
         return
@@ -590,6 +593,9 @@ def set_ray_environment(address: str | None, temp_dir: str) -> None:
     os.environ["TUNE_RESULT_BUFFER_LENGTH"] = "1"
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"        # Ctrl-C is ours (Stop): runs end cleanly first
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"                 # our progress lines, not Tune's tables
+    # no result files of Tune's own under <out_dir>/logs/tune (its event files made TensorBoard list every run twice;
+    # the driver hears each result through its callbacks)
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     # not SIGKILL (a run left "running", a stale .lock): die_with_parent's SIGTERM ends it "interrupted"
     os.environ["RAY_kill_child_processes_on_worker_exit"] = "0"
     if not address:   # a local Ray's own token: no ~/.ray/auth_token written, nothing else joins it by accident
@@ -683,7 +689,9 @@ def run_trials(args, todo: list[GridRun], out_dir: Path, progress: "Progress", s
             progress.crashed(trial.config["run"]["name"], str(trial.error_file or ""))
 
     space = {"run": tune.grid_search([asdict(run) for run in todo]), "out_dir": str(out_dir),
-             "threads": max(1, int(args.cpus_per_run)), "cwd": os.getcwd()}
+             "threads": max(1, int(args.cpus_per_run)), "cwd": os.getcwd(),
+             # every run one run of one experiment, named for the grid (a search's --confirm grid has no name)
+             "experiment": getattr(args, "grid", None) or out_dir.name}
     resources = {"cpu": args.cpus_per_run, "gpu": args.gpus_per_run}
     tune.Tuner(tune.with_resources(train_one, resources), param_space=space,
                tune_config=tune.TuneConfig(trial_name_creator=lambda t: t.config["run"]["name"],
