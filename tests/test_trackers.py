@@ -5,7 +5,7 @@ the fan-out (every number to every tracker; a tracker that raises costs one warn
 scores and mlflow's parameters. Slow tests train the tiny model and read what the run logged back with each
 package's own reader: mlflow's ``MlflowClient`` on the run's store, wandb's transaction log of the offline run (the
 reader ``wandb sync`` uploads from). mlflow and wandb are optional: outside CI a test that needs one is skipped
-without it; in CI (``CI`` set, as .ci/run sets it after installing both) it fails.
+without it; in CI (``MINBERT_CI`` set, as .ci/run sets it and installs both) it fails.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def run(out_dir: Path, model_dir: Path, name: str, *extra: str) -> int:
 
 def needed(package: str):
     """``package``, imported. Outside CI a test that needs it is skipped without it (an optional extra); in CI (the
-    variable ``CI`` set) it fails instead, so that a tracker's tests cannot pass there by not running."""
+    variable ``MINBERT_CI`` set) it fails instead, so that a tracker's tests cannot pass there by not running."""
     if os.environ.get("MINBERT_CI"):
         return importlib.import_module(package)
     return pytest.importorskip(package)
