@@ -28,14 +28,18 @@ from test_resume import one_thread
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden.json"
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
+# The defaults before issue 84 (every task at --batch_size, every layer at --lr): the configurations pinned before
+# the default changed keep them, so their numbers are those they had; "default" follows today's defaults.
+BEFORE_ISSUE_84 = ["--task_batch_sizes", "none", "--layer_lr_decay", "1"]
 CONFIGURATIONS = {
     "default": [],
-    "private_layers_0": ["--private_layers", "0"],
-    "stages_and_smart": ["--pre_qqp", "--pre_qqp_steps", "2", "--smart", "--scl", "--scl_steps", "2",
-                         "--scl_batch_size", "4"],
-    "joint_learned": ["--joint_loss", "--loss_weighting", "learned"],
-    "pcgrad_anneal": ["--pcgrad", "--anneal_sampling"],
-    "cosine_heads": ["--para_head", "cosine", "--pair_projection", "shared", "--sts_loss", "cosent"],
+    "previous_default": BEFORE_ISSUE_84,
+    "private_layers_0": [*BEFORE_ISSUE_84, "--private_layers", "0"],
+    "stages_and_smart": [*BEFORE_ISSUE_84, "--pre_qqp", "--pre_qqp_steps", "2", "--smart", "--scl", "--scl_steps",
+                         "2", "--scl_batch_size", "4"],
+    "joint_learned": [*BEFORE_ISSUE_84, "--joint_loss", "--loss_weighting", "learned"],
+    "pcgrad_anneal": [*BEFORE_ISSUE_84, "--pcgrad", "--anneal_sampling"],
+    "cosine_heads": [*BEFORE_ISSUE_84, "--para_head", "cosine", "--pair_projection", "shared", "--sts_loss", "cosent"],
 }
 # ATen's own kernels and oneDNN's (matrix products) limited to AVX2 on a wider CPU: they then sum in the order
 # of an AVX2 machine (MKL's instruction set made no difference here); how docs/defaults.md reproduces its rows
@@ -84,9 +88,12 @@ def test_the_pinned_runs_give_the_pinned_numbers(tmp_path, tiny_model_dir):
         by_capability[capability] = found
         GOLDEN.write_text(json.dumps(by_capability, indent=1, sort_keys=True) + "\n")
     pinned = by_capability[capability]
-    assert sorted(pinned) == sorted(CONFIGURATIONS)
-    for name in CONFIGURATIONS:   # exact: the same code on the same torch gives the same bits
+    assert set(pinned) <= set(CONFIGURATIONS), sorted(set(pinned) - set(CONFIGURATIONS))
+    for name in pinned:   # exact: the same code on the same torch gives the same bits
         assert found[name] == pinned[name], f"{name}: the numbers moved (see this file's docstring)"
+    if unpinned := sorted(set(CONFIGURATIONS) - set(pinned)):
+        pytest.skip(f"{', '.join(unpinned)}: no numbers pinned for CPU capability {capability} (the others held); "
+                    "record them with MINBERT_UPDATE_GOLDEN=1")
 
 
 def pinned_runs(model_dir: Path, out_dir: Path) -> dict:
@@ -116,5 +123,6 @@ def test_an_avx512_machine_narrowed_to_avx2_gives_the_avx2_numbers(tmp_path, tin
     capability, found = json.loads(result.stdout.strip().splitlines()[-1])
     assert capability == "AVX2"
     pinned = json.loads(GOLDEN.read_text())["AVX2"]
+    assert sorted(pinned) == sorted(CONFIGURATIONS)
     for name in CONFIGURATIONS:
         assert found[name] == pinned[name], f"{name}: the AVX2 numbers moved on a narrowed AVX-512 machine"

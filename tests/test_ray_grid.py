@@ -96,7 +96,7 @@ def test_named_grid_is_pinned_and_seeds_can_be_split():
     smoke = listed("--grid", "full", "--max_steps_per_epoch", "5", "--list", "--", "--max_eval_examples", "10")
     assert smoke.returncode == 0 and "--max_eval_examples 10" in smoke.stdout   # a smoke run of it: allowed
     full = listed("--grid", "full", "--list").stdout.splitlines()
-    assert len(full) == 3 * len(NAMED_GRIDS["full"].rows) and full[0].startswith("st-sst-s11711 --tasks sst")
+    assert len(full) == 3 * len(NAMED_GRIDS["full"].rows) and full[0].startswith("st-sst-s11711 --task_batch_sizes none --layer_lr_decay 1 --tasks sst")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -105,8 +105,8 @@ def test_named_grid_is_pinned_and_seeds_can_be_split():
     (["--seeds", "2", "--", "--seed=3"], "--seed=3 after --: the grid seeds its runs itself (11711, ...)"),
     (["--seeds", "0"], "--seeds"),
     (["--gpus_per_run", "1.5"], "whole number"),
-    (["--grid", "full", "--", "--max_eval_examples", "10"], "budget pinned (every dev example scored, the test"),
-    (["--grid", "quick", "--", "--no_test_predictions"], "pinned (--epochs 1 --max_steps_per_epoch 20 --pre_qqp"),
+    (["--grid", "full", "--", "--max_eval_examples", "10"], "budget pinned (--task_batch_sizes none --layer_lr_decay 1)"),
+    (["--grid", "quick", "--", "--no_test_predictions"], "pinned (--task_batch_sizes none --layer_lr_decay 1 --epochs 1 --max_steps_per_epoch 20"),
     (["--out_dir", ""], "--out_dir needs a folder"),
 ])
 def test_bad_grid_flags_are_one_usage_line(args, message):

@@ -10,6 +10,7 @@ import pytest
 import run_multitask
 from test_resume import FIXTURE_DATA, assert_resumes_exactly
 from training.configuration.task_shares import tempered_batch_sizes
+from training.harness.run_config import RunConfig
 from training.harness.trainer import read_inputs
 from training.learning.callbacks import Log
 
@@ -57,8 +58,26 @@ def test_auto_reads_as_the_batch_size_each_until_the_sizes_are_known():
         "sst": 32, "qqp": 86, "sts": 32}   # written-out sizes ignore the data
 
 
+def test_the_default_is_auto_and_none_is_the_plain_round_robin_of_before():
+    """Issue 84's decision (docs/defaults.md): auto at T = 1 with --layer_lr_decay 0.9 is the default; ``none``
+    gives every task --batch_size; a configuration saved before the change (neither key) reads as it trained."""
+    default = run_multitask.parse_config([]).validate()
+    assert default.data.task_batch_sizes == "auto" and default.train.layer_lr_decay == 0.9
+    assert default.batch_sizes(SIZES) == {"sst": 45, "qqp": 86, "sts": 32}
+    plain = run_multitask.parse_config(["--task_batch_sizes", "none"]).validate()
+    assert plain.batch_sizes(SIZES) == {"sst": 32, "qqp": 32, "sts": 32}
+    saved = default.to_dict()
+    for section in saved.values():
+        if isinstance(section, dict):
+            section.pop("task_batch_sizes", None), section.pop("layer_lr_decay", None)
+    before = RunConfig.from_dict(saved)
+    assert before.data.task_batch_sizes is None and before.train.layer_lr_decay == 1.0
+
+
 @pytest.mark.parametrize("flags, message", [
-    (["--sampling_temperature", "2"], "--sampling_temperature has no effect without --task_batch_sizes auto"),
+    (["--task_batch_sizes", "none", "--sampling_temperature", "2"],
+     "--sampling_temperature has no effect without --task_batch_sizes auto"),
+    (["--task_batch_sizes", "32,86,32", "--sampling_temperature", "2"], "--sampling_temperature has no effect"),
     (["--task_batch_sizes", "auto", "--sampling_temperature", "0"], "--sampling_temperature must be positive"),
     (["--task_batch_sizes", "auto", "--sampling_temperature", "-1"], "--sampling_temperature must be positive"),
     (["--task_batch_sizes", "Auto"], "--task_batch_sizes must be 3 positive whole numbers"),

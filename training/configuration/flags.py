@@ -50,6 +50,11 @@ def optional_int(text: str) -> int | None:
     return optional_float(text, int, "whole number")
 
 
+def optional_text(text: str) -> str | None:
+    """A flag value that is a word or ``none`` (the setting off)."""
+    return None if text.lower() == "none" else text
+
+
 def device_name(text: str) -> str:
     """A ``--device`` value: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (N a GPU's index, written as torch
     writes it), checked as the flag is parsed, so a typo is a usage line before anything starts; whether

@@ -15,8 +15,8 @@ from heads import POOLING_MODES
 from heads.pair_parts import DEFAULTS as PAIR_DEFAULTS, PROJECTIONS, SCORERS
 from heads.sts_losses import DEFAULT_STS_LOSS, STS_LOSSES
 
-from .flags import (add_flags, device_name, flag, listing, optional_float, optional_int, per_task,  # noqa: F401
-                    section_from_args, some_of)
+from .flags import (add_flags, device_name, flag, listing, optional_float, optional_int, optional_text,  # noqa: F401
+                    per_task, section_from_args, some_of)
 from .task_declarations import BUILTIN_NAMES, DEFAULT_TASKS, check_declaration, parse_tasks
 from .task_shares import AUTO, tempered_batch_sizes
 
@@ -60,11 +60,12 @@ class DataConfig:
     data_dir: str | None = flag(None, "folder with the CS224N CSVs (default: $MINBERT_DATA, then ./data)", type=str)
     max_length: int = flag(128, "truncate each sentence to this many word pieces, [CLS]/[SEP] included")
     batch_size: int = flag(32, "examples (sentences or pairs) per batch, per task")
-    task_batch_sizes: str | None = flag(None, "training batch size of each task of --tasks, in its order, e.g. "
-                                              "48,64,32; or auto: each task's batch follows its training-set size "
-                                              "N as N^(1/T) (--sampling_temperature), the smallest task's at "
-                                              "--batch_size (default: --batch_size each; evaluation uses "
-                                              "--batch_size)", type=str)
+    task_batch_sizes: str | None = flag(AUTO, "training batch size of each task of --tasks, in its order, e.g. "
+                                              "48,64,32; auto: each task's batch follows its training-set size N "
+                                              "as N^(1/T) (--sampling_temperature), the smallest task's at "
+                                              "--batch_size (docs/defaults.md: why it is the default); none: "
+                                              "--batch_size each, the plain round robin (evaluation uses "
+                                              "--batch_size)", type=optional_text)
     sampling_temperature: float = flag(1.0, "temperature T of --task_batch_sizes auto: 1 gives each task its whole "
                                             "training set each epoch, a large T every task --batch_size")
     strict: bool = flag(False, "stop at the first bad data row instead of skipping and reporting it")
@@ -98,7 +99,7 @@ class TrainConfig:
     epochs: int = flag(3, "multi-task epochs; 0: the stages alone (e.g. --ucl), the run keeps the encoder they "
                           "leave (no heads, no predictions)")
     lr: float = flag(1e-4, "learning rate of the encoder")
-    layer_lr_decay: float = flag(1.0, "layer-wise learning-rate decay: each encoder layer below the top at this "
+    layer_lr_decay: float = flag(0.9, "layer-wise learning-rate decay: each encoder layer below the top at this "
                                       "times the rate of the one above, the embeddings below the bottom layer "
                                       "(1: every layer at --lr)")
     head_lr: float = flag(1e-3, "learning rate of the task heads (higher than the encoder's: they start from scratch)")
@@ -255,7 +256,7 @@ def removed_settings(data: dict) -> list[str]:
 # version without the field did: a saved configuration that lacks one is from such a version.
 ABSENT_MEANS = {"warmup_ratio": None, "decay_bias_norm": True, "max_grad_norm": None,
                 "attention": "manual", "bucket": False, "dropout_masks": "bernoulli", "sparse_embeddings": False,
-                "private_layers": 0}
+                "private_layers": 0, "task_batch_sizes": None, "layer_lr_decay": 1.0}
 
 # Fields saved under an older name: old name -> (the fields it became, the old value as their value).
 RENAMED = {"no_decay_bias_norm": (("decay_bias_norm",), lambda no_decay: not no_decay),

@@ -139,8 +139,10 @@ class RunConfig(RunSettings):
 
     def training_batch_sizes(self) -> list[tuple[str, int]]:
         """Every training batch size in use as (the flag that sets it, size): the global batches that
-        data-parallel processes split. ``--batch_size`` is named only when it is what the tasks use."""
-        task_flag = "--task_batch_sizes ({})" if self.data.task_batch_sizes else "--batch_size"
+        data-parallel processes split. ``--batch_size`` is named only when it is what the tasks use (with
+        ``--task_batch_sizes auto``, the smallest task's: the others follow the training sets, read later)."""
+        given = self.data.task_batch_sizes not in (None, AUTO)
+        task_flag = "--task_batch_sizes ({})" if given else "--batch_size"
         sizes = [(task_flag.format(name), size) for name, size in self.batch_sizes().items()]
         return sizes + [size for e, settings in self.switched_on() for size in e.batch_sizes(settings, self.core())]
 

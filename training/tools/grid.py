@@ -96,6 +96,9 @@ class NamedGrid:
     measured: MeasuredTime | None = None         # its documented wall time, where one was measured as it runs
 
 
+# The multi-task budget the named grids' tables ran with, the defaults before issue 84 (docs/defaults.md): every task
+# at --batch_size and every encoder layer at --lr; given first, so that a row's own --task_batch_sizes wins.
+BEFORE_ISSUE_84 = ("--task_batch_sizes", "none", "--layer_lr_decay", "1")
 # Each stage at two thirds of one full --rr min epoch (189 rounds): 126 batches.
 REAL_BUDGET_STAGES = tuple(word for stage in ("ucl", "scl", "lcl", "pre_qqp")
                            for word in (f"--{stage}_epochs", "1", f"--{stage}_steps", "126"))
@@ -109,7 +112,8 @@ NAMED_GRIDS = {
               ("private2", ("--pooling", "mean", "--private_layers", "2")),
               ("mean-preqqp", ("--pooling", "mean", "--pre_qqp", "--private_layers", "0")),
               ("mean-joint", ("--pooling", "mean", "--joint_loss", "--private_layers", "0"))),
-        budget=("--epochs", "1", "--max_steps_per_epoch", "20", "--pre_qqp_epochs", "1", "--pre_qqp_steps", "20",
+        budget=(*BEFORE_ISSUE_84, "--epochs", "1", "--max_steps_per_epoch", "20", "--pre_qqp_epochs", "1",
+                "--pre_qqp_steps", "20",
                 "--max_eval_examples", "300", "--no_test_predictions"),
         prefix="quick-",
         # docs/grid.md, "A table in minutes": 8 min 13 s for the 12 runs, 2 at once, one thread each, Ray's start
@@ -130,7 +134,7 @@ NAMED_GRIDS = {
               ("mean-all", ("--pooling", "mean", "--ucl", "--scl", "--lcl", "--pre_qqp", "--joint_loss", "--smart",
                             "--private_layers", "0")),
               ("mean-joint", ("--pooling", "mean", "--joint_loss", "--private_layers", "0"))),
-        budget=("--epochs", "1", "--max_steps_per_epoch", "none", *REAL_BUDGET_STAGES),
+        budget=(*BEFORE_ISSUE_84, "--epochs", "1", "--max_steps_per_epoch", "none", *REAL_BUDGET_STAGES),
         prefix="ablate-"),
     # docs/runs/full/README.md: the full-budget table's rows (run defaults, 3 epochs), without its teacher-annealing
     # rows (an extension since removed, issue 73; docs/ablation.md keeps their numbers).
@@ -148,7 +152,8 @@ NAMED_GRIDS = {
               ("cosine", ("--para_head", "cosine")),
               ("sts-ce", ("--sts_loss", "ce")),
               ("sum", ("--para_head", "sum", "--sts_head", "sum")),
-              ("para-cosine-shared", ("--para_head", "cosine", "--pair_projection", "shared")))),
+              ("para-cosine-shared", ("--para_head", "cosine", "--pair_projection", "shared"))),
+        budget=BEFORE_ISSUE_84),
     # docs/ablation.md, "Multi-task that pays by default" (issue 84), run defaults (3 epochs): the size-aware budget
     # at T = 1 and 2, with and without layer-wise decay, sampling by the gap to the single-task scores of
     # docs/runs/full (3 seeds), the per-task second stage; at one seed first (--first_seed 11711 --seeds 1), the
@@ -161,7 +166,8 @@ NAMED_GRIDS = {
               ("auto-t1-lld", ("--task_batch_sizes", "auto", "--sampling_temperature", "1", "--layer_lr_decay", "0.9")),
               ("auto-t2-lld", ("--task_batch_sizes", "auto", "--sampling_temperature", "2", "--layer_lr_decay", "0.9")),
               ("gap", ("--gap_sampling", "--gap_reference", "sst=0.493,qqp=0.850,sts=0.885")),
-              ("task-ft", ("--task_finetune",)))),
+              ("task-ft", ("--task_finetune",))),
+        budget=BEFORE_ISSUE_84),
 }
 
 
