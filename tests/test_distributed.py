@@ -104,6 +104,7 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, extra):
              "--max_length", "24", "--epochs", "2", "--max_steps_per_epoch", "3", "--hidden_dropout_prob", "0",
              "--attention_probs_dropout_prob", "0", "--save_every", "1", "--keep_checkpoints", "100", "--quiet",
              "--keep_training_state", "--no_sparse_embeddings",  # sparse rows: one process only
+             "--task_batch_sizes", "none",   # global batches of 4, split evenly (issue 86: uneven shares)
              "--out_dir", str(tmp_path), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     single = subprocess.run([sys.executable, str(ROOT / "run_multitask.py"), *flags, "--run_name", "single"],

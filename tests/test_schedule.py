@@ -110,7 +110,8 @@ def test_proportional_has_no_rounds_for_the_joint_loss():
 def test_a_proportional_run_trains_on_every_batch_of_every_task_once(tmp_path, tiny_model_dir):
     data = Path(__file__).parent / "fixtures" / "data"
     argv = ["--data_dir", str(data), "--model", str(tiny_model_dir), "--out_dir", str(tmp_path), "--run_name", "p",
-            "--epochs", "1", "--batch_size", "4", "--max_length", "24", "--rr", "proportional", "--quiet"]
+            "--epochs", "1", "--batch_size", "4", "--task_batch_sizes", "none", "--max_length", "24", "--rr",
+            "proportional", "--quiet"]
     assert run_multitask.main(argv) == 0
     metrics = json.loads((tmp_path / "p" / "metrics.json").read_text())
     read = [metrics["data"][f] for f in ("ids-sst-train.csv", "quora-train.csv", "sts-train.csv")]
