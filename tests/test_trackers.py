@@ -290,16 +290,14 @@ def test_wandb_keeps_an_offline_run_in_the_run_folder(tmp_path, tiny_model_dir):
 
 
 def read_offline_run(offline: Path) -> dict:
-    """An offline wandb run as its transaction log (``run-<id>.wandb``) holds it, read with wandb's own reader of
-    that log (what ``wandb sync`` uploads from; an offline run has no API to read it back): the project, the run's
-    name, its configuration, each history row (``_step`` included), the summary, and the exit code."""
+    """An offline wandb run as its transaction log (``run-<id>.wandb``) holds it, each record decoded with wandb's own
+    message type (``wandb_internal_pb2.Record``, what ``wandb sync`` uploads; an offline run has no API to read it
+    back, and wandb 0.2x moved its log reader out of Python): the project, the run's name, its configuration, each
+    history row (``_step`` included), the summary, and the exit code."""
     from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
     [log] = offline.glob("run-*.wandb")
-    store = datastore.DataStore()
-    store.open_for_scan(str(log))
     found = {"project": None, "name": None, "config": {}, "history": [], "summary": {}, "exit_code": None}
-    while (data := store.scan_data()) is not None:
+    for data in log_records(log.read_bytes()):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(data)
         kind = record.WhichOneof("record_type")
@@ -314,8 +312,28 @@ def read_offline_run(offline: Path) -> dict:
             found["summary"].update(items(record.summary.update))
         elif kind == "exit":
             found["exit_code"] = record.exit.exit_code
-    store.close()
     return found
+
+
+def log_records(data: bytes):
+    """The payloads of wandb's transaction log, LevelDB's log format under a 7-byte header (":W&B", magic, version):
+    blocks of 32 KiB, each record a 7-byte header (checksum, little-endian length, type: 1 whole, 2 first, 3 middle,
+    4 last piece) and its bytes; fewer than 7 bytes left in a block are padding."""
+    assert data[:4] == b":W&B", "not a wandb transaction log"
+    block, position, pieces = 32768, 7, b""
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:
+            position += left
+            continue
+        length, kind = int.from_bytes(data[position + 4:position + 6], "little"), data[position + 6]
+        if kind == 0:   # a zero-filled tail
+            position += left
+            continue
+        piece, position = data[position + 7:position + 7 + length], position + 7 + length
+        pieces = piece if kind in (1, 2) else pieces + piece
+        if kind in (1, 4):
+            yield pieces
 
 
 def items(entries) -> dict:

@@ -104,7 +104,8 @@ PEER_LOST_WORDS = ("Connection closed by peer", "Connection reset by peer", "Bro
 def peer_lost(err: BaseException) -> bool:
     """Whether ``err`` is a collective's failure because another process of the run ended (killed, crashed): that
     process is the cause, and the launcher names it (training/tools/launch.py); this one's traceback says nothing."""
-    if not (dist.is_available() and dist.is_initialized()) or not isinstance(err, RuntimeError):
+    # a run of several processes (torchrun's WORLD_SIZE): asked after the run has ended its process group too
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2 or not dist.is_available() or not isinstance(err, RuntimeError):
         return False
     return isinstance(err, (dist.DistError, dist.DistBackendError, dist.DistNetworkError)) or any(
         words in str(err) for words in PEER_LOST_WORDS)

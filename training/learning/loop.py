@@ -115,8 +115,9 @@ class TrainingLoop:
                 if watch.step_done(StepNumbers(epoch, losses, examples, lrs, grad_norm)):
                     break   # the objective ends the stage here (early stopping)
             watch.epoch_done(epoch)
+        result = watch.result()   # first: the harness's restores a resumed run's states, this objective's among them
         self.objective = None
-        return watch.result()
+        return result
 
     def make_scheduler(self, objective: Objective):
         """The objective's learning-rate schedule over all its optimizer steps (``grad_accum`` batches a step), or

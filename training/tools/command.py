@@ -49,13 +49,16 @@ def run_command(body: Callable[[], int | None]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE   # a tool's exit code when ended by SIGPIPE
     except USER_ERRORS as err:
+        _ending()
         return _say(f"error: {describe(err)}", 1)
     except RuntimeError as err:
         if not peer_lost(err):
             raise
+        _ending()   # the launcher is about to end this process too (torchrun's SIGTERM): its line says why
         # another process of the run ended first: its line is the one the launcher prints; this one is recorded
         return _say(f"error: {LOST_PEER} ({first_line(err)})", 1, printed=True, lost_peer=True)
     except KeyboardInterrupt as stop:
+        _ending()
         if code is not None:   # the command had ended: a stop after it changes nothing
             return code
         # under training.tools.launch the launcher says it, once (it sent the stop, or got it itself)
@@ -149,6 +152,12 @@ def check_overwrite(targets: list[Path], overwrite: bool, flag: str = "--out") -
         raise FileExistsError(errno.EEXIST, f"already exists{more}; pass --overwrite to replace "
                                             f"{'them' if others else 'it'}, or choose another {flag}",
                               str(existing[0]))
+
+
+def _ending() -> None:
+    """How the command ends is decided: a SIGTERM from now on (a launcher ending the run's other processes, a second
+    stop) changes nothing, instead of raising out of the lines that say how it ended."""
+    _on_sigterm(signal.SIG_IGN)
 
 
 def _raise_terminated(signum, frame):
