@@ -36,9 +36,9 @@ class RecordingWatch(StageWatch):
         """The epoch's steps under a progress bar of rounds; those done before a resumed run's checkpoint skipped
         (their batches still drawn); none once the saved progress says the stage had stopped."""
         groups = super().batches(epoch, groups)
-        per_round = max(1, getattr(self.objective, "batches_per_round", 1))   # round-robin: one batch a task
-        batches = self.objective.steps()
-        self.bar = tqdm(total=batches and -(-batches // per_round), unit="round" if per_round > 1 else "batch",
+        rounds = getattr(self.objective, "batches_per_round", None)   # round robin: one batch a task; None: no rounds
+        per_round, batches = rounds or 1, self.objective.steps()
+        self.bar = tqdm(total=batches and -(-batches // per_round), unit="round" if rounds else "batch",
                         desc=f"{self.objective.log_prefix}epoch {epoch}/{self.objective.epochs}",
                         dynamic_ncols=True, disable=not self.log.progress_bars)
         drawn = 0

@@ -115,7 +115,7 @@ class TrainingLoop:
                 if watch.step_done(StepNumbers(epoch, losses, examples, lrs, grad_norm)):
                     break   # the objective ends the stage here (early stopping)
             watch.epoch_done(epoch)
-        result = watch.result()   # first: the harness's restores a resumed run's states, this objective's among them
+        result = watch.result()   # first: the harness's watch brings back the saved states, this objective's too
         self.objective = None
         return result
 

@@ -135,12 +135,12 @@ class TaskObjective(Objective):
         return len(self.scheduler) // (len(self.scheduler.loaders) if self.joint else 1)
 
     @property
-    def batches_per_round(self) -> int:
+    def batches_per_round(self) -> int | None:
         """The batches of a round (one of every task): what ``--max_steps_per_epoch`` and the bar count. A joint
-        step is a round; ``--rr proportional`` has no rounds (each batch is one)."""
-        if self.joint or self.scheduler.strategy == "proportional":
-            return 1
-        return len(self.scheduler.loaders)
+        step is a round (1); ``--rr proportional`` has no rounds (None: the bar counts batches)."""
+        if self.scheduler.strategy == "proportional":
+            return None
+        return 1 if self.joint else len(self.scheduler.loaders)
 
     def loss(self, batches):
         return self.run.task_loss(batches)
