@@ -40,7 +40,19 @@ def test_the_claim_of_a_run_killed_before_it_started_is_taken_over(tmp_path):
     assert not (tmp_path / "run" / ".lock").exists()
 
 
-@pytest.mark.parametrize("alive, extra", [(True, None), (False, "notes.txt")])
+def test_a_claim_killed_while_writing_its_next_metrics_is_taken_over(tmp_path):
+    """SIGKILLed inside the atomic write of its "running" metrics.json, a run leaves that write's temporary file
+    beside its claim (seen in CI at 1.58 s); the same command takes the folder over and removes it."""
+    config = RunConfig.defaults(output=OutputConfig(out_dir=str(tmp_path), run_name="run"))
+    pid = dead_pid()
+    folder = starting_claim(tmp_path / "run", pid)
+    (folder / f".metrics.json.{pid}-pgeiyg13.tmp").write_text("")
+    assert abandoned_claim(folder)
+    assert claim_run_dir(config.output, config.model) == folder
+    assert sorted(path.name for path in folder.iterdir()) == ["metrics.json"]
+
+
+@pytest.mark.parametrize("alive, extra", [(True, None), (False, "notes.txt"), (False, ".metrics.json.1-abcdefgh.tmp")])
 def test_a_live_claim_or_a_folder_holding_more_is_never_taken(tmp_path, alive, extra):
     import os
     folder = starting_claim(tmp_path / "run", os.getpid() if alive else dead_pid())

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from minbert.atomic import check_folder, output_set, write_text_atomic
+from minbert.atomic import check_folder, output_set, remove_stale_temporaries, write_text_atomic
 from minbert.errors import describe
 
 from .curves import MatplotlibMissing, plot_curves
@@ -68,8 +68,10 @@ def way_on(run_dir: Path) -> str:
 
 def abandoned_claim(run_dir: Path) -> bool:
     """A folder holding nothing but the "starting" metrics.json of ``claim_run_dir`` (and the run's ``.lock``)
-    of a process that is gone: killed before it saved anything, so nothing is lost by starting again."""
-    if {path.name for path in run_dir.iterdir()} - {"metrics.json", ".lock"}:
+    of a process that is gone: killed before it saved anything, so nothing is lost by starting again. The
+    temporary file of its next metrics.json, cut short by the kill, is removed with it."""
+    names = {path.name for path in run_dir.iterdir()} - {"metrics.json", ".lock"}
+    if any(not (name.startswith(".metrics.json.") and name.endswith(".tmp")) for name in names):
         return False
     metrics = read_metrics(run_dir)
     if metrics.get("status") != "starting" or not isinstance(metrics.get("pid"), int):
@@ -77,7 +79,7 @@ def abandoned_claim(run_dir: Path) -> bool:
     try:   # the claiming process holds the .lock too: gone, it holds nothing
         os.kill(metrics["pid"], 0)
     except ProcessLookupError:
-        return True
+        return len(remove_stale_temporaries(run_dir / "metrics.json")) == len(names)
     except OSError:   # alive, another user's
         return False
     return False
