@@ -66,7 +66,8 @@ from training.learning.recipe import ParamSet, build_adamw
 from training.configuration.sections import DataConfig, ModelConfig, SpeedConfig, TrainConfig, add_flags
 from training.harness.distributed import pick_device
 from training.learning.evaluate import predict
-from training.learning.loop import Objective, TrainingLoop
+from training.learning.loop import TrainingLoop
+from training.learning.objective import Objective
 from training.learning.precision import Precision
 from training.harness.run_log import RunLog
 from training.harness.runs import build_model, tokenizer_for

@@ -28,7 +28,8 @@ import run_multitask
 from bench import glued_sides
 from training.data.readers import resolve_data_dir
 from minbert.weights import resolve_model_dir
-from training.learning.loop import Objective, TrainingLoop
+from training.learning.loop import TrainingLoop
+from training.learning.objective import Objective
 from training.learning.precision import Precision
 from training.harness.run_log import RunLog
 from training.harness.runs import build_model, tokenizer_for

@@ -43,7 +43,8 @@ from training.harness.run_config import RunConfig
 from training.data.batching import to_device
 from training.harness.distributed import pick_device
 from training.configuration.flags import add_refused
-from training.learning.loop import Objective, TrainingLoop
+from training.learning.loop import TrainingLoop
+from training.learning.objective import Objective
 from training.learning.watch import CURVE_EVERY
 from training.learning.losses import label_contrastive_loss
 from training.harness.outputs import write_json

@@ -1,5 +1,5 @@
 """The cosine paraphrase head's threshold b in (cos(u, v) − b)/τ starts from the data
-(``heads.PairHead.calibrate``, ``training.learning.stages.calibrate_heads``): the best cut against hand-computed cases, the
+(``heads.PairHead.calibrate``, ``training.learning.calibration.calibrate_heads``): the best cut against hand-computed cases, the
 start against cosines computed independently with ``training.learning.encoding.encode``, heads without a threshold
 left alone, and a resumed stage never started again."""
 from pathlib import Path
@@ -15,7 +15,7 @@ from training.data.batching import make_loader
 from heads.tasks import PairHead, best_threshold
 from minbert import BertModel
 from training.learning import stages
-from training.learning.stages import CALIBRATION_PAIRS, calibrate_heads
+from training.learning.calibration import CALIBRATION_PAIRS, calibrate_heads
 from training.learning.encoding import encode
 from training.harness.runs import tokenizer_for, with_heads
 from training.learning.task_schema import BUILTIN_TASKS, run_tasks

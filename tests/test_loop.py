@@ -3,7 +3,8 @@ torch's own, epochs log and record their figures, and loss curves keep their win
 import pytest
 import torch
 
-from training.learning.loop import Objective, TrainingLoop, clip_grad_norm, warmup_then_linear_decay
+from training.learning.loop import TrainingLoop, clip_grad_norm, warmup_then_linear_decay
+from training.learning.objective import Objective
 from training.learning.watch import CURVE_EVERY, LossCurve
 from training.learning.precision import Precision
 from training.harness.run_log import RunLog

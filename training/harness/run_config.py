@@ -20,7 +20,7 @@ from ..configuration.task_file import read_task_file
 from ..configuration.task_shares import AUTO
 from ..extensions.base import Extension
 from ..learning.recipe import Plugins
-from ..learning.stages import BatchOrder
+from ..learning.schedule import BatchOrder
 from ..learning.task_schema import known_tasks
 
 

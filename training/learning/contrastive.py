@@ -11,7 +11,7 @@ from typing import Callable
 from training.data.readers import DataError
 
 from training.data.batching import examples_in_whole_batch, to_device, weighted_by_share
-from .loop import Objective
+from .objective import Objective
 from .recipe import ParamSet, build_adamw
 from .stages import Run
 

@@ -72,3 +72,4 @@ class Evaluation:
     metrics: dict[str, float | None]  # each task's metric
     score: float                      # the overall score (``tasks.overall_score``)
     seconds: float
+    loss_weights: dict[str, float] | None = None   # a learned loss weighting's weights when dev was scored

@@ -29,7 +29,8 @@ from .callbacks import GradientHook, Log, StepClock
 from .loop import TrainingLoop, warmup_then_linear_decay
 from .precision import Precision
 from .keep_best import KeepBest
-from .stages import BatchOrder, Run
+from .schedule import BatchOrder
+from .stages import Run
 from .watch import StageWatch
 from .task_loss import TaskLoss
 from .tasks import Task
@@ -96,7 +97,7 @@ def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precisi
     evaluations = callbacks.evaluations or KeepBest(t.early_stopping)   # keeps the best weights, stops early
     return Run(config=config, model=model, forward_model=forward_model, device=device, splits=inputs.splits,
                loader=loader_for(config, inputs.tokenizer, parallel.shard), optimizer=optimizer, task_loss=task_loss,
-               loop=loop, log=callbacks.log, evaluations=evaluations.bind(model, inputs.tasks),
+               loop=loop, log=callbacks.log, evaluations=evaluations.bind(model, inputs.tasks, callbacks.log),
                joint=plugins.joint, batch_order=plugins.batch_order,
                surgery=plugins.surgery(model) if plugins.surgery is not None else None, tokenizer=inputs.tokenizer,
                data_dir=inputs.data_dir)

@@ -1,12 +1,24 @@
-"""Round-robin iteration over several task loaders (one batch per task per step)."""
+"""The order of a stage's task batches: round-robin over several task loaders (one batch per task per step), or an
+extension's order (``BatchOrder``)."""
 from __future__ import annotations
 
 import itertools
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from torch.utils.data import DataLoader
 
 from ..configuration.sections import STRATEGIES
+
+
+@dataclass(frozen=True)
+class BatchOrder:
+    """An extension's order of the multi-task batches (``Extension.batch_order``): its flag, ``order`` and what
+    it measures after each epoch for later orders (``Extension.measure_epoch``)."""
+    name: str
+    # (epoch, each task's examples, batches, the records of the epochs before it) -> the epoch's tasks, or None
+    order: Callable[[int, dict[str, int], int, list[dict]], list[str] | None]
+    measure: Callable[..., None] | None = None   # (the stage's Run, the records so far): adds to the last one
 
 
 class RoundRobinScheduler:

@@ -1,7 +1,7 @@
 """The parts every stage shares, and the multi-task stage. A run is a sequence of stages, each an
 *objective* trained by the one loop (``training/learning/loop.py``): the extensions' stages (in the registry's
 order), then multi-task training. ``Run`` is everything a stage needs, built once by ``recipe.build_run``.
-A stage that trains a thresholded pair head first starts its threshold from the data (``calibrate_heads``).
+A stage that trains a thresholded pair head first starts its threshold from the data (``calibration.py``).
 """
 from __future__ import annotations
 
@@ -13,34 +13,25 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from minbert import BertTokenizer
-from training.data.batching import examples_in, to_device
+from training.data.batching import examples_in
 from training.data.readers import Example
 
 from ..configuration.task_shares import AUTO
+from .calibration import calibrate_heads
 from .callbacks import GradientHook, Log
 from .evaluate import Evaluation, predict
 from .keep_best import KeepBest
-from .loop import Objective, TrainingLoop
-from .schedule import RoundRobinScheduler
+from .loop import TrainingLoop
+from .objective import Objective
+from .schedule import BatchOrder, RoundRobinScheduler
 from .task_loss import TaskLoss
 from .tasks import overall_score
-from .watch import lr_curve
 
 if TYPE_CHECKING:   # annotations only
     from ..configuration.sections import RunSettings
 
 
 MULTITASK = "multitask"   # the multi-task stage's name: its checkpointed progress, log and TensorBoard tags
-
-
-@dataclass(frozen=True)
-class BatchOrder:
-    """An extension's order of the multi-task batches (``Extension.batch_order``): its flag, ``order`` and what
-    it measures after each epoch for later orders (``Extension.measure_epoch``)."""
-    name: str
-    # (epoch, each task's examples, batches, the records of the epochs before it) -> the epoch's tasks, or None
-    order: Callable[[int, dict[str, int], int, list[dict]], list[str] | None]
-    measure: Callable[[Run, list[dict]], None] | None = None   # (run, the records so far): adds to the last one
 
 
 @dataclass
@@ -156,9 +147,10 @@ class TaskObjective(Objective):
 
 
 class MultitaskObjective(TaskObjective):
-    """The multi-task stage: after each epoch, or every ``--eval_every`` optimizer steps of the stage (and after
-    its last), dev is scored (``measure``: what it measured, nothing else), the loss weighting hears the scores,
-    and the run's ``evaluations`` (``keep_best.KeepBest``) decide: keep the best weights, stop early."""
+    """The multi-task stage: dev is scored (``evaluate``: what it measured) after each epoch, or every
+    ``--eval_every`` optimizer steps of the stage (and after its last), the loss weighting hears the scores, and the
+    run's ``evaluations`` (``keep_best.KeepBest``: when to score, the records) decide: keep the best weights, stop
+    early."""
 
     def __init__(self, run: Run, loaders: dict, rr: str, max_steps: int | None, epochs: int):
         super().__init__(run, loaders, rr, max_steps, epochs, joint=run.joint)
@@ -166,91 +158,28 @@ class MultitaskObjective(TaskObjective):
 
     def start(self, progress: dict) -> None:
         super().start(progress)
-        progress.setdefault("best", None)   # the keys in the order a checkpoint's state.json has always had them
-        progress.setdefault("evaluations", [])
-        self.first_step = self.run.loop.clock.step   # the run's step count when the stage began (before a replay)
-        self.run.evaluations.start(progress)
+        self.run.evaluations.start(progress, self.run.loop.clock.step, self.epochs, self.run.config.train.eval_every)
 
     def step_done(self, step: int, progress: dict) -> bool:
-        every = self.run.config.train.eval_every
-        if not every or (step - self.first_step) % every:
-            return False
-        record = {"step": step - self.first_step, "epoch": progress["current"]["epoch"], "run_step": step}
-        progress["evaluations"].append(record)
-        self.run.log.result(f"step {record['step']}: {self.evaluate(record, progress, step)}")
-        return bool(progress.get("stopped"))
+        return self.run.evaluations.step_done(step, progress, self.evaluate)
 
     def end_epoch(self, record: dict, progress: dict) -> str:
         if self.order is not None and self.order.measure is not None:
             self.order.measure(self.run, progress["epochs"])   # into ``record``, the last: what later orders read
-        every, step = self.run.config.train.eval_every, self.run.loop.clock.step
-        if not every:
-            return " | " + self.evaluate(record, progress, step, record["epoch"] == self.epochs)
-        if record["epoch"] == self.epochs and (step - self.first_step) % every and not progress.get("stopped"):
-            final = {"step": step - self.first_step, "epoch": record["epoch"], "run_step": step}
-            progress["evaluations"].append(final)   # the last weights are a candidate too
-            return " | " + self.evaluate(final, progress, step, last=True)
-        self.run.evaluations.epoch_ended(progress)
-        return ""
+        return self.run.evaluations.epoch_done(record, progress, self.run.loop.clock.step, self.evaluate)
 
-    def evaluate(self, record: dict, progress: dict, step: int, last: bool = False) -> str:
-        """Score dev into ``record``, let the loss weighting hear it, and hand it to the run's ``evaluations``;
-        returns the log line's text. ``step`` is the run's step count (``record["run_step"]``); ``last``: the
-        stage's last evaluation."""
-        evaluation = self.measure()
-        record.update(dev=evaluation.metrics, dev_overall=evaluation.score,
-                      dev_loss={name: p.loss for name, p in evaluation.dev.items()}, eval_seconds=evaluation.seconds)
-        weighting = self.run.task_loss.weighting
-        if weighting is not None:
-            record["loss_weights"] = weighting.current_weights()
-            weighting.update(evaluation.metrics)
-        return self.run.evaluations.evaluated(evaluation, record, progress, step - self.first_step, last)
-
-    def measure(self) -> Evaluation:
-        """Each task's dev predictions and metric, and the overall score."""
+    def evaluate(self) -> Evaluation:
+        """Each task's dev predictions and metric, and the overall score; then the loss weighting hears them."""
         run, started, tasks = self.run, time.time(), self.run.task_loss.tasks
         dev = {name: predict(run.model, tasks[name], run.loader(split["dev"], run.config.data.batch_size, False, 0),
                              run.device, f"dev {name}", run.log.nested_progress_bars, run.loop.precision)
                for name, split in run.splits.items()}
         metrics = {name: dev[name].score(tasks[name]) for name in dev}
-        return Evaluation(dev, metrics, overall_score(metrics, tasks), round(time.time() - started, 1))
+        weighting, weights = run.task_loss.weighting, None
+        if weighting is not None:
+            weights = weighting.current_weights()   # the weights dev was scored with, before it hears the scores
+            weighting.update(metrics)
+        return Evaluation(dev, metrics, overall_score(metrics, tasks), round(time.time() - started, 1), weights)
 
     def result(self, progress: dict) -> dict:
-        return {**self.run.evaluations.snapshot(progress, improved=False), "lr_curve": lr_curve(progress)}
-
-
-CALIBRATION_PAIRS = 512   # training pairs a thresholded head sees before its first stage
-
-
-@torch.no_grad()
-def calibrate_heads(run, tasks) -> None:
-    """A data-dependent start for the heads that cut a similarity with a threshold (the cosine/τ paraphrase head's
-    b in (cos(u, v) − b)/τ): ``PairHead.calibrate`` on each of ``tasks`` whose head has one; logs each start.
-    Why: a pretrained sentence encoder gives most pairs a cosine well above 0 (QQP with the embedded MiniLM and
-    mean pooling: about 0.56 for non-duplicates, 0.87 for duplicates), so a threshold that starts at 0 calls every
-    pair a paraphrase and b cannot move far enough in time (docs/heads.md). The head sees the cosines of the first
-    ``CALIBRATION_PAIRS`` training pairs through its own tower, the encoder in eval mode: no dropout, no random
-    numbers drawn, so every other part of the run is as without it."""
-    model, was_training = run.model, run.model.training
-    model.eval()
-    try:
-        for name in tasks:
-            head = model.heads[name]
-            if not getattr(head, "thresholded", False):
-                continue
-            similarities, labels = [], []
-            for batch in run.loader(run.splits[name]["train"][:CALIBRATION_PAIRS], run.config.data.batch_size, False):
-                u, v = (model.embed(to_device(encoding, run.device), head_name=name).float()
-                        for encoding in batch["inputs"])
-                similarities.append(head.similarity(u, v).float().cpu())
-                labels.append(batch["labels"])
-            similarities, labels = torch.cat(similarities), torch.cat(labels)
-            cut = head.calibrate(similarities, labels)
-            if cut is not None:
-                positive = head.positives(labels)
-                right = ((similarities > cut) == positive).float().mean().item()
-                run.log(f"{name}: the cosine head's threshold starts at b = {cut:.3f} (right on {right:.1%} of the "
-                        f"first {len(labels)} training pairs; b = 0 would be right on "
-                        f"{positive.float().mean().item():.1%})")
-    finally:
-        model.train(was_training)
+        return self.run.evaluations.result(progress)
