@@ -75,10 +75,13 @@ class BertModel(nn.Module):
         save_pretrained(self, directory)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, embeddings_hook=None, top_layers=None) -> dict:
+                token_type_ids: torch.Tensor | None = None, embeddings_hook=None, top_layers=None,
+                layer_hook=None) -> dict:
         """``embeddings_hook``, if given, maps the embeddings output to a new tensor before the
         encoder (used by adversarial training to add a perturbation there). ``top_layers``, if given,
-        replace as many of the encoder's top layers (a task's private tower, ``heads.MultitaskBert``)."""
+        replace as many of the encoder's top layers (a task's private tower, ``heads.MultitaskBert``).
+        ``layer_hook``, if given, maps each layer's output to what the next layer reads:
+        ``layer_hook(index, hidden)``, index 0 for the bottom layer (a model part, e.g. an adapter)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if self.config.model_type == "distilbert":  # no token types: a pair's are ignored, as by HF's DistilBertModel
@@ -86,7 +89,7 @@ class BertModel(nn.Module):
         hidden = self.embeddings(input_ids, token_type_ids)
         if embeddings_hook is not None:
             hidden = embeddings_hook(hidden)
-        hidden_states = self.encoder(hidden, attention_mask, top_layers)
+        hidden_states = self.encoder(hidden, attention_mask, top_layers, layer_hook)
         last = hidden_states[-1]
         return {"last_hidden_state": last, "pooler_output": self.pooler(last), "hidden_states": hidden_states}
 
@@ -118,20 +121,22 @@ class BertEmbeddings(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    """A stack of identical layers; returns the input and every layer's output."""
+    """A stack of identical layers; returns the input and every layer's output (after ``layer_hook``, if given)."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor,
-                top_layers: nn.ModuleList | None = None) -> tuple[torch.Tensor, ...]:
+                top_layers: nn.ModuleList | None = None, layer_hook=None) -> tuple[torch.Tensor, ...]:
         # Additive mask (B, 1, 1, T): 0 at real keys, a huge negative at padding (zero softmax weight).
         additive_mask = (1.0 - attention_mask[:, None, None, :].to(hidden.dtype)) * torch.finfo(hidden.dtype).min
         layers = self.layer if not top_layers else [*self.layer[:len(self.layer) - len(top_layers)], *top_layers]
         hidden_states = [hidden]
-        for layer in layers:
+        for index, layer in enumerate(layers):
             hidden = layer(hidden, additive_mask)
+            if layer_hook is not None:
+                hidden = layer_hook(index, hidden)
             hidden_states.append(hidden)
         return tuple(hidden_states)
 

@@ -260,7 +260,8 @@ STATE_RUNS = {"default": [], "joint-learned": ["--joint_loss", "--loss_weighting
               "smart-bregman": ["--smart", "--smart_bregman"], "pcgrad": ["--pcgrad"],
               "ucl-curve": ["--ucl", "--ucl_steps", "2", "--ucl_eval_every", "1"], "scl": ["--scl", "--scl_steps", "2"],
               "lcl": ["--lcl", "--lcl_steps", "2"], "pre_qqp-anneal": ["--pre_qqp", "--pre_qqp_steps", "2",
-                                                                       "--anneal_sampling"]}
+                                                                       "--anneal_sampling"],
+              "adapters": ["--adapters", "--adapter_size", "4"]}
 
 
 @pytest.mark.parametrize("name", sorted(STATE_RUNS))

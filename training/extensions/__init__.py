@@ -14,7 +14,7 @@ from .core import CORE_IDEAS
 # in stage order: the stages run in this order before multi-task training (and those after it, after it)
 EXTENSIONS: tuple[Extension, ...] = tuple(import_module(f"{__name__}.{name}").EXTENSION for name in (
     "ucl", "scl", "lcl", "pre_qqp", "joint_loss", "smart", "pcgrad", "anneal_sampling", "gap_sampling",
-    "task_finetune",
+    "task_finetune", "adapters",
 ))
 
 # hooks that one extension at a time may provide: what two would both decide

@@ -141,6 +141,14 @@ class Extension(Idea):
         (``training/data/holdout.py``, the same examples for every seed), from what ``--val_fraction`` leaves."""
         return 0.0
 
+    def model_parts(self, settings, core: CoreSettings, model) -> dict[str, torch.nn.Module]:
+        """Modules it adds to the model (``model``: the ``heads.MultitaskBert`` just built, before the optimizer), by
+        name: each a ``heads.model_parts.ModelPart``, which says where it acts. The model applies them, the recipe
+        trains each in an optimizer group of its own, the checkpoint saves them (``parts.<name>.*``) and ``load_run``
+        builds them again from the saved configuration before the weights load. Made the same way every time
+        (random draws from the run's seed only): a resumed run builds them as the first sitting did."""
+        return {}
+
     def gradient_surgery(self, settings, core: CoreSettings, model) -> GradientHook | None:
         """A gradient hook (usually a ``GradientSurgery``) that takes each task's loss of a multi-task step and
         leaves the gradient to apply, or None."""

@@ -43,7 +43,8 @@ class LoadedRun:
         Series or 1-D numpy array of str gives (n, width), float32 numpy unless ``convert_to_tensor``."""
         texts, single = sentence_list(sentences)
         vectors = encode(self.model.bert, self.tokenizer, texts, pooling or self.model.pooling, reduction,
-                         batch_size, max_length or self.config.data.max_length, progress)
+                         batch_size, max_length or self.config.data.max_length, progress,
+                         self.model.layer_hook(None))   # the home task's parts at the layers, as its tower
         if normalize_embeddings:
             vectors = unit_rows(vectors)
         result = torch.from_numpy(vectors) if convert_to_tensor else vectors

@@ -193,6 +193,10 @@ def _about(metrics: dict, config: dict, tasks: list[str], checkpoint_dir: Path, 
         lines.append(f"- Private layers: each task has its own {top}. "
                      f"`{ENCODER}` is the {home} tower (what `encode`, transformers and sentence-transformers "
                      f"use); the others' top layers are `towers.<task>.*` in `{HEADS}`, read by `load_run` alone")
+    for name, part in (metrics.get("model_parts") or {}).items():   # what extensions added (heads/model_parts.py)
+        lines.append(f"- Model part `{name}`: {part.get('about')}, {part.get('parameters'):,} parameters "
+                     f"(`parts.{name}.*` in `{HEADS}`, read by `load_run` alone: transformers and sentence-transformers "
+                     f"load the encoder without it)")
     rows = ", ".join(f"{name} {r.get('rows')}" + (f" ({r['skipped']} skipped)" if r.get("skipped") else "")
                      for name, r in (metrics.get("data") or {}).items() if isinstance(r, dict))
     lines.append(f"- Data: `{metrics.get('data_dir') or 'no task file'}`" + (f"; rows: {rows}" if rows else ""))

@@ -175,6 +175,13 @@ class RunConfig(RunSettings):
                            partial(order[0].measure_epoch, order[1], core)),
                        surgery=None if surgeon is None else partial(surgeon[0].gradient_surgery, surgeon[1], core))
 
+    def add_model_parts(self, model) -> None:
+        """Attach to ``model`` (a ``heads.MultitaskBert``) the parts the enabled extensions add
+        (``Extension.model_parts``), in registry order: when it is built for training and when ``load_run`` builds it
+        again, before weights load."""
+        for extension, settings in self.switched_on():
+            model.add_parts(extension.model_parts(settings, self.core(), model))
+
     def held_out(self) -> list[tuple[str, float]]:
         """(name, fraction) of each enabled extension that holds a split out of every training file
         (``Extension.held_out``), in registry order."""

@@ -66,7 +66,8 @@ class RunFolder:
         check_unchanged(earlier.get("inputs", {}), files)   # runs saved before inputs were recorded: none
         if self.resume is None:   # a new run, or a restarted one (its history kept)
             metrics = {"run_name": self.dir.name, "status": RunStatus.RUNNING, "config": self.config.to_dict(),
-                       "started": earlier.get("started") or now, "inputs": earlier.get("inputs") or fingerprint(files)}
+                       "started": earlier.get("started") or now, "inputs": earlier.get("inputs") or fingerprint(files),
+                       **model_parts(inputs.model)}
             if self.restart:
                 metrics["restarted"] = [*earlier.get("restarted", []), now]
         else:
@@ -239,3 +240,11 @@ def resumed_config(flags: RunConfig, saved_config: dict, source: Path, given: se
              if hasattr(config.output, name)}                              # resumed by hand, it runs on its own
     data = dataclasses.replace(config.data, data_dir=flags.data.data_dir) if flags.data.data_dir else config.data
     return config.with_sections(output=dataclasses.replace(config.output, **taken), data=data).validate()
+
+
+def model_parts(model) -> dict:
+    """What metrics.json (and so the model card) records of the parts extensions added to ``model``: name -> what it
+    is and its parameters; nothing when there are none."""
+    parts = getattr(model, "parts", {})
+    return {"model_parts": {name: {"about": part.describe(), "parameters": sum(p.numel() for p in part.parameters())}
+                            for name, part in parts.items()}} if parts else {}

@@ -128,6 +128,11 @@ def load_run(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise WeightsError(f"{config_file}: unusable configuration: {first_line(err)}") from None
     model = with_heads(bert, config.model, tasks)
+    if tasks:   # a run of the stages alone saved its encoder only
+        try:
+            config.add_model_parts(model)   # the extensions' parts, as the run built them, before its weights load
+        except (AttributeError, KeyError, TypeError, ValueError) as err:
+            raise WeightsError(f"{run_file}: unusable run configuration: {first_line(err)}") from None
     load_fitting(model, state, weights, config_file)
     set_attention(model, config.speed.attention)
     return LoadedRun(directory, config, model.to(device).eval(), tokenizer_for(directory, bert))

@@ -119,6 +119,7 @@ def read_inputs(config: RunConfig, log: RunLog) -> RunInputs:
         extension.check_files(settings, config.core())
     tasks = run_tasks(config)
     model = build_model(config.model, tasks, model_dir)
+    config.add_model_parts(model)   # the extensions' parts, before the optimizer and any saved state
     check_lengths(config.max_lengths(), model.bert.config, model_dir / "config.json")   # build_model checked the depth
     tokenizer = tokenizer_for(model_dir, model.bert)
     # a test file not predicted (--no_test_predictions) is neither read nor checked (nor fingerprinted for --resume)

@@ -85,6 +85,7 @@ def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precisi
     t, model = config.train, inputs.model.to(device)
     weighting = plugins.weighting.to(device) if plugins.weighting is not None else None
     optimizer = run_adamw(config, model, weighting)
+    check_all_trained(model, optimizer)
     trained = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
     callbacks.log(f"parameters: {sum(p.numel() for p in model.parameters()):,} in the model, {trained:,} trained "
                   f"(option {config.model.option})")
@@ -105,12 +106,26 @@ def build_run(config: RunSettings, inputs: Inputs, device: torch.device, precisi
 
 def run_adamw(config: RunSettings, model: MultitaskBert, weighting: torch.nn.Module | None = None):
     """A multi-task run's AdamW: the encoder (and its towers) at ``--lr`` (``--layer_lr_decay``: layer by layer),
-    the heads and any learned loss weights (no weight decay on those) at ``--head_lr``."""
+    the heads and any learned loss weights (no weight decay on those) at ``--head_lr``, then each model part that
+    an extension added in a group of its own, at its ``lr`` (None: ``--head_lr``)."""
     t = config.train
     return build_adamw(t, config.speed, [*encoder_sets(model, t.lr, t.layer_lr_decay),
                                          ParamSet(model.heads.named_parameters(), lr=t.head_lr),
                                          ParamSet(weighting.named_parameters() if weighting else [], lr=t.head_lr,
-                                                  decay=False)], lr=t.lr)
+                                                  decay=False),
+                                         *(ParamSet(part.named_parameters(prefix=f"parts.{name}"),
+                                                    lr=t.head_lr if part.lr is None else part.lr)
+                                           for name, part in model.parts.items())], lr=t.lr)
+
+
+def check_all_trained(model: torch.nn.Module, optimizer) -> None:
+    """A parameter that would get gradients but no update is a mistake (a part added but left out of the groups):
+    refuse it, naming it, unless it is frozen."""
+    held = {id(p) for group in (optimizer.param_groups if optimizer is not None else ()) for p in group["params"]}
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad and id(parameter) not in held:
+            raise ValueError(f"model parameter {name} is trained by no optimizer group: add it to a ParamSet or "
+                             f"freeze it (requires_grad False)")
 
 
 def encoder_sets(model: MultitaskBert, lr: float, decay: float) -> list[ParamSet]:
