@@ -10,6 +10,7 @@ run: the ``home`` task's, whose layers the encoder's own are):
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 SITES = ("layer", "pooled")
@@ -32,3 +33,38 @@ class ModelPart(nn.Module):
     def describe(self) -> str:
         """What it is, in one line (the model card's list of parts)."""
         return type(self).__name__
+
+
+class ModelParts(nn.ModuleDict):
+    """A model's parts by name (``MultitaskBert.parts``, saved as ``parts.<name>.*``), applied at their sites; empty,
+    it holds no weight and changes nothing."""
+
+    def add(self, parts: dict[str, ModelPart]) -> None:
+        """Attach an extension's parts, each a ``ModelPart`` at a known site, under names not taken."""
+        for name, part in parts.items():
+            if not isinstance(part, ModelPart) or getattr(part, "site", None) not in SITES:
+                raise ValueError(f"model part {name!r} must be a heads.model_parts.ModelPart acting at one of "
+                                 f"{', '.join(SITES)}")
+            if name in self:
+                raise ValueError(f"two model parts are named {name!r}")
+            self[name] = part
+
+    def layer_hook(self, task: str):
+        """What ``BertModel`` applies to each layer's output for ``task``'s batch: the "layer" parts in order, or
+        None when there are none (the encoder as it is)."""
+        at_layers = [part for part in self.values() if part.site == "layer"]
+        if not at_layers:
+            return None
+
+        def after_layer(index: int, hidden: torch.Tensor) -> torch.Tensor:
+            for part in at_layers:
+                hidden = part.after_layer(task, index, hidden)
+            return hidden
+        return after_layer
+
+    def on_pooled(self, task: str, vector: torch.Tensor) -> torch.Tensor:
+        """``vector`` through the "pooled" parts in order, as ``task``'s head is to read it."""
+        for part in self.values():
+            if part.site == "pooled":
+                vector = part.on_pooled(task, vector)
+        return vector

@@ -11,7 +11,7 @@ from torch import nn
 
 from minbert import BertModel
 
-from .model_parts import SITES, ModelPart
+from .model_parts import ModelParts
 from .pair_parts import PROJECTIONS, SCORERS, Scorer
 from .pooling import POOLING_MODES, pool
 
@@ -134,8 +134,7 @@ class MultitaskBert(nn.Module):
     so ``bert`` alone is that task's whole encoder. An optimizer step trains one task's batch, so a tower
     costs no compute per step, only memory.
 
-    ``parts``: what extensions add (``add_parts``; ``heads/model_parts.py``), each applied at its site for the task
-    being run; none by default (an empty ``ModuleDict``: no weight, no random draw).
+    ``parts``: what extensions add (``heads/model_parts.py``), each at its site for the task being run (None: home's).
     """
 
     def __init__(self, bert: BertModel, heads: dict[str, nn.Module], pooling: str = "cls",
@@ -153,31 +152,7 @@ class MultitaskBert(nn.Module):
         top = bert.encoder.layer[depth - private_layers:] if private_layers else []
         self.towers = nn.ModuleDict({name: copy.deepcopy(nn.ModuleList(top)) for name in heads
                                      if private_layers and name != self.home})
-        self.parts = nn.ModuleDict()
-
-    def add_parts(self, parts: dict[str, ModelPart]) -> None:
-        """Attach an extension's parts by name (saved as ``parts.<name>.*``), each a ``ModelPart`` at a known site."""
-        for name, part in parts.items():
-            if not isinstance(part, ModelPart) or getattr(part, "site", None) not in SITES:
-                raise ValueError(f"model part {name!r} must be a heads.model_parts.ModelPart acting at one of "
-                                 f"{', '.join(SITES)}")
-            if name in self.parts:
-                raise ValueError(f"two model parts are named {name!r}")
-            self.parts[name] = part
-
-    def layer_hook(self, head_name: str | None):
-        """What ``BertModel`` applies to each layer's output for ``head_name``'s batch (None: ``home``'s): its
-        "layer" parts in order, or None when there are none (the encoder as it is)."""
-        at_layers = [part for part in self.parts.values() if part.site == "layer"]
-        if not at_layers:
-            return None
-        task = self.home if head_name is None else head_name
-
-        def after_layer(index: int, hidden: torch.Tensor) -> torch.Tensor:
-            for part in at_layers:
-                hidden = part.after_layer(task, index, hidden)
-            return hidden
-        return after_layer
+        self.parts = ModelParts()
 
     def encoder_parameters(self):
         """The shared encoder's and the towers' parameters, named (what trains at the encoder's rate)."""
@@ -186,15 +161,11 @@ class MultitaskBert(nn.Module):
 
     def embed(self, encoding: dict, embeddings_hook=None, head_name: str | None = None) -> torch.Tensor:
         """The pooled vector of one tokenised sentence through ``head_name``'s tower (None: ``home``'s)."""
+        task = self.home if head_name is None else head_name
+        tower = self.towers[task] if task in self.towers else None
         outputs = self.bert(encoding["input_ids"], encoding["attention_mask"], encoding.get("token_type_ids"),
-                            embeddings_hook=embeddings_hook,
-                            top_layers=self.towers[head_name] if head_name in self.towers else None,
-                            layer_hook=self.layer_hook(head_name))
-        vector = pool(outputs, encoding["attention_mask"], self.pooling)
-        for part in self.parts.values():
-            if part.site == "pooled":
-                vector = part.on_pooled(self.home if head_name is None else head_name, vector)
-        return vector
+                            embeddings_hook=embeddings_hook, top_layers=tower, layer_hook=self.parts.layer_hook(task))
+        return self.parts.on_pooled(task, pool(outputs, encoding["attention_mask"], self.pooling))
 
     def forward(self, head_name: str | None | tuple[str, ...], inputs, embeddings_hook=None):
         """The named head's output on ``inputs`` (one encoding per sentence of the task).

@@ -245,3 +245,13 @@ def decay_groups(named_parameters: Iterable[tuple[str, torch.nn.Parameter]], wei
     groups = [{"params": decay, "weight_decay": weight_decay, **options},
               {"params": no_decay, "weight_decay": 0.0, **options}]
     return [group for group in groups if group["params"]]
+
+
+def check_all_trained(model: torch.nn.Module, optimizer) -> None:
+    """A parameter that would get gradients but no update is a mistake (a module added to the model, in no group):
+    refuse it, naming it, unless it is frozen."""
+    held = {id(p) for group in (optimizer.param_groups if optimizer is not None else ()) for p in group["params"]}
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad and id(parameter) not in held:
+            raise ValueError(f"model parameter {name} is trained by no optimizer group: add it to a ParamSet or "
+                             f"freeze it (requires_grad False)")

@@ -94,7 +94,7 @@ def test_adapters_start_as_the_identity_and_a_task_passes_through_its_own(tiny_m
     _, inputs = inputs_of(tiny_model_dir, "--private_layers", private_layers)
     plain = inputs.model.eval()
     adapted = copy.deepcopy(plain)
-    adapted.add_parts(ADAPTERS.model_parts(ADAPTERS.settings(adapter_size=4), None, adapted))
+    adapted.parts.add(ADAPTERS.model_parts(ADAPTERS.settings(adapter_size=4), None, adapted))
     batch = {name: [encoding(words)] * (2 if name != "sst" else 1)
              for name, words in (("sst", "a fine film ."), ("qqp", "is it ?"), ("sts", "a man plays ."))}
     with torch.no_grad():
@@ -163,10 +163,10 @@ def test_a_toy_extension_adds_a_part_on_the_pooled_vector(tiny_model_dir, monkey
 def test_a_part_must_say_where_it_acts(tiny_model_dir):
     _, inputs = inputs_of(tiny_model_dir)
     with pytest.raises(ValueError, match="model part 'linear' must be a heads.model_parts.ModelPart"):
-        inputs.model.add_parts({"linear": torch.nn.Linear(2, 2)})
-    inputs.model.add_parts({"a": TaskAdapters(["sst"], 2, 16, 4)})
+        inputs.model.parts.add({"linear": torch.nn.Linear(2, 2)})
+    inputs.model.parts.add({"a": TaskAdapters(["sst"], 2, 16, 4)})
     with pytest.raises(ValueError, match="two model parts are named 'a'"):
-        inputs.model.add_parts({"a": TaskAdapters(["sst"], 2, 16, 4)})
+        inputs.model.parts.add({"a": TaskAdapters(["sst"], 2, 16, 4)})
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -44,7 +44,7 @@ class LoadedRun:
         texts, single = sentence_list(sentences)
         vectors = encode(self.model.bert, self.tokenizer, texts, pooling or self.model.pooling, reduction,
                          batch_size, max_length or self.config.data.max_length, progress,
-                         self.model.layer_hook(None))   # the home task's parts at the layers, as its tower
+                         self.model.parts.layer_hook(self.model.home))   # the home task's parts at the layers
         if normalize_embeddings:
             vectors = unit_rows(vectors)
         result = torch.from_numpy(vectors) if convert_to_tensor else vectors

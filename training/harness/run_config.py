@@ -180,7 +180,7 @@ class RunConfig(RunSettings):
         (``Extension.model_parts``), in registry order: when it is built for training and when ``load_run`` builds it
         again, before weights load."""
         for extension, settings in self.switched_on():
-            model.add_parts(extension.model_parts(settings, self.core(), model))
+            model.parts.add(extension.model_parts(settings, self.core(), model))
 
     def held_out(self) -> list[tuple[str, float]]:
         """(name, fraction) of each enabled extension that holds a split out of every training file

@@ -31,7 +31,7 @@ def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], 
     """Pooled vectors, float32 ``(len(sentences), width)`` in their order, from the encoder in eval mode
     (restored after) on its own device. ``progress``: a tqdm bar, with this description if a string;
     None: one from ``PROGRESS_FROM`` sentences. ``layer_hook``: a multi-task model's parts at its layers
-    (``MultitaskBert.layer_hook``), or None."""
+    (``heads.model_parts.ModelParts.layer_hook``), or None."""
     if reduction not in TOKEN_REDUCTIONS:
         raise ValueError(f"unknown reduction {reduction!r}; choose one of {list(TOKEN_REDUCTIONS)}")
     applied_reduction(pooling, reduction)  # an unknown mode fails here, even for an empty list

@@ -21,6 +21,7 @@ import torch
 
 from heads import MultitaskBert
 from minbert import AdamW, BertTokenizer, decay_groups
+from minbert.optimizer import check_all_trained
 from minbert.model import set_attention, set_dropout
 from training.data.batching import make_loader
 from training.data.readers import Example
@@ -116,16 +117,6 @@ def run_adamw(config: RunSettings, model: MultitaskBert, weighting: torch.nn.Mod
                                          *(ParamSet(part.named_parameters(prefix=f"parts.{name}"),
                                                     lr=t.head_lr if part.lr is None else part.lr)
                                            for name, part in model.parts.items())], lr=t.lr)
-
-
-def check_all_trained(model: torch.nn.Module, optimizer) -> None:
-    """A parameter that would get gradients but no update is a mistake (a part added but left out of the groups):
-    refuse it, naming it, unless it is frozen."""
-    held = {id(p) for group in (optimizer.param_groups if optimizer is not None else ()) for p in group["params"]}
-    for name, parameter in model.named_parameters():
-        if parameter.requires_grad and id(parameter) not in held:
-            raise ValueError(f"model parameter {name} is trained by no optimizer group: add it to a ParamSet or "
-                             f"freeze it (requires_grad False)")
 
 
 def encoder_sets(model: MultitaskBert, lr: float, decay: float) -> list[ParamSet]:
