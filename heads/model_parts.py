@@ -62,9 +62,26 @@ class ModelParts(nn.ModuleDict):
             return hidden
         return after_layer
 
+    def encoder(self, bert: nn.Module, task: str) -> nn.Module:
+        """``bert`` as ``task``'s batches see it, for what calls the encoder alone (``encode``): itself when no part
+        acts at the layers."""
+        hook = self.layer_hook(task)
+        return bert if hook is None else _EncoderWithParts(bert, hook)
+
     def on_pooled(self, task: str, vector: torch.Tensor) -> torch.Tensor:
         """``vector`` through the "pooled" parts in order, as ``task``'s head is to read it."""
         for part in self.values():
             if part.site == "pooled":
                 vector = part.on_pooled(task, vector)
         return vector
+
+
+class _EncoderWithParts(nn.Module):
+    """A ``BertModel`` whose every call applies ``hook`` (``ModelParts.layer_hook``) to its layers' outputs."""
+
+    def __init__(self, bert: nn.Module, hook):
+        super().__init__()
+        self.bert, self.hook, self.config = bert, hook, bert.config
+
+    def forward(self, *args, **kwargs):
+        return self.bert(*args, layer_hook=self.hook, **kwargs)

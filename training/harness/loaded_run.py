@@ -42,9 +42,9 @@ class LoadedRun:
         as sentence-transformers' ``encode`` takes them: a str gives one vector (width,); a list, pandas
         Series or 1-D numpy array of str gives (n, width), float32 numpy unless ``convert_to_tensor``."""
         texts, single = sentence_list(sentences)
-        vectors = encode(self.model.bert, self.tokenizer, texts, pooling or self.model.pooling, reduction,
-                         batch_size, max_length or self.config.data.max_length, progress,
-                         self.model.parts.layer_hook(self.model.home))   # the home task's parts at the layers
+        bert = self.model.parts.encoder(self.model.bert, self.model.home)   # with the home task's parts, if any
+        vectors = encode(bert, self.tokenizer, texts, pooling or self.model.pooling, reduction,
+                         batch_size, max_length or self.config.data.max_length, progress)
         if normalize_embeddings:
             vectors = unit_rows(vectors)
         result = torch.from_numpy(vectors) if convert_to_tensor else vectors

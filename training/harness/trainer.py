@@ -256,6 +256,14 @@ def epoch_saver(folder: RunFolder, model: MultitaskBert, tokenizer: BertTokenize
     return on_epoch_end
 
 
+def say_stopped(run: Run, stopped: dict, metrics: dict) -> None:
+    """Why multi-task training ended before its last epoch: in metrics.json ("early_stopped") and the log."""
+    metrics["early_stopped"] = stopped
+    why = ("stopped by the search's scheduler" if stopped.get("by") == "scheduler"
+           else f"no better overall dev score in {stopped['patience']} evaluations")
+    run.log.result(f"early stopping at step {stopped['step']} (epoch {stopped['epoch']}): {why}")
+
+
 def train_and_predict(run: Run, folder: RunFolder) -> None:
     """Multi-task training; the best epoch's weights, trained further by the extensions' stages after it (if any),
     write the predictions and the final metrics."""
@@ -276,10 +284,7 @@ def train_and_predict(run: Run, folder: RunFolder) -> None:
     at = f"step {best['step']} (epoch {best['epoch']})" if best["step"] is not None else f"epoch {best['epoch']}"
     stopped = result["stopped"]
     if stopped:
-        metrics["early_stopped"] = stopped
-        why = ("stopped by the search's scheduler" if stopped.get("by") == "scheduler"
-               else f"no better overall dev score in {stopped['patience']} evaluations")
-        run.log.result(f"early stopping at step {stopped['step']} (epoch {stopped['epoch']}): {why}")
+        say_stopped(run, stopped, metrics)
     then = f", then {', '.join(name for name, _ in after)}" if after else ""
     run.log(f"best {at} (dev overall {best['score']:.4f}){then}; writing predictions")
     def predict_split(task, examples, label):

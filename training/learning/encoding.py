@@ -27,11 +27,10 @@ def model_max_length(max_length: int, bert: BertModel) -> int:
 @torch.no_grad()
 def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], pooling: str = "mean",
            reduction: str = "mean", batch_size: int = 64, max_length: int = 128,
-           progress: bool | str | None = None, layer_hook=None) -> np.ndarray:
+           progress: bool | str | None = None) -> np.ndarray:
     """Pooled vectors, float32 ``(len(sentences), width)`` in their order, from the encoder in eval mode
     (restored after) on its own device. ``progress``: a tqdm bar, with this description if a string;
-    None: one from ``PROGRESS_FROM`` sentences. ``layer_hook``: a multi-task model's parts at its layers
-    (``heads.model_parts.ModelParts.layer_hook``), or None."""
+    None: one from ``PROGRESS_FROM`` sentences."""
     if reduction not in TOKEN_REDUCTIONS:
         raise ValueError(f"unknown reduction {reduction!r}; choose one of {list(TOKEN_REDUCTIONS)}")
     applied_reduction(pooling, reduction)  # an unknown mode fails here, even for an empty list
@@ -51,8 +50,7 @@ def encode(bert: BertModel, tokenizer: BertTokenizer, sentences: Sequence[str], 
         for batch in tqdm(loader, desc=progress if isinstance(progress, str) else "encode", leave=False,
                           dynamic_ncols=True, disable=not show):
             encoding = to_device(batch["inputs"][0], device)
-            outputs = bert(encoding["input_ids"], encoding["attention_mask"], encoding["token_type_ids"],
-                           layer_hook=layer_hook)
+            outputs = bert(encoding["input_ids"], encoding["attention_mask"], encoding["token_type_ids"])
             pooled = pool(outputs, encoding["attention_mask"], pooling, reduction)
             vectors[[int(i) for i in batch["ids"]]] = pooled.float().cpu().numpy()
     finally:
