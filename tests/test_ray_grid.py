@@ -450,18 +450,61 @@ def test_a_fresh_quick_grid_is_estimated_from_its_documented_measurement(tmp_pat
                                   ["--grid", "quick", "--cpus_per_run", "2"],
                                   ["--grid", "quick", "--gpus_per_run", "0.25"],
                                   ["--grid", "ablation"], []])
-def test_a_grid_not_run_as_measured_has_no_estimate_until_a_run_finishes(tmp_path, argv):
+def test_a_grid_not_run_as_measured_has_no_estimate_until_a_run_finishes(tmp_path, argv, monkeypatch):
     """The measured time holds for its grid's pinned budget on CPUs, one thread a run: another budget, more threads a
-    run, a GPU, or a grid without a measured time say there is no estimate yet, and when the time left comes."""
+    run, a GPU, or a grid without a measured time, with no finished run of its model to take a pace from (none
+    beside the grid's folder, no documented ones), say there is no estimate yet, and when the time left comes."""
+    from training.tools import run_budget
     from training.tools.grid import measured_time, plan
+    monkeypatch.setattr(run_budget, "DOCUMENTED_RUNS", tmp_path / "no-documented-runs")
     args = ray_grid.parse_args(argv)
     assert measured_time(args) is None
-    runs = plan(args)
-    guess = ray_grid.estimate(runs, [], tmp_path, args)
+    runs, out_dir = plan(args), tmp_path / "grid"
+    guess = ray_grid.estimate(runs, [], out_dir, args)
     assert guess.each is None
-    assert guess.line == (f"time: no estimate yet ({len(runs)} runs; none of this grid has finished in {tmp_path}, and "
-                          "none of its runs as given has a measured time written down): from the first finished run "
-                          "on, each run's line says the time left")
+    assert guess.line == (f"time: no estimate yet ({len(runs)} runs; none of this grid has finished in {out_dir}, none "
+                          "of its runs as given has a measured time written down, and no finished run of their model, "
+                          "max length and device gives a pace): from the first finished run on, each run's line says "
+                          "the time left")
+
+
+def reference_run(folder: Path, wall: float, examples: int, max_length: int = 128, device: str = "cpu") -> None:
+    """A finished run's metrics.json of the embedded model, as a run writes one (the fields the pace reads)."""
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({
+        "status": "finished", "wall_seconds": wall, "train_examples": examples, "device": device, "torch_threads": 1,
+        "config": {"model": {"model": None}, "data": {"max_length": max_length}}}))
+
+
+def test_a_fresh_grid_is_estimated_from_its_budget_and_the_pace_of_finished_runs_like_its_own(tmp_path, monkeypatch):
+    """Issue 87 item 2, the third source: no run of the grid finished, no measured time; each run trains 2 epochs of
+    3 rounds of 3 tasks at batch 2 (36 examples, its flags as the run resolves them, on the fixture data), at the
+    median wall time a trained example took in finished runs of the same model, max length and device beside the
+    grid's folder (0.2 s: 10 s / 100, 30 s / 100, 20 s / 100; not the other max length's, nor the GPU's)."""
+    from argparse import Namespace
+
+    from training.tools import run_budget
+    from training.tools.grid import GridRun
+    documented = tmp_path / "documented"
+    monkeypatch.setattr(run_budget, "DOCUMENTED_RUNS", documented)
+    flags = ("--data_dir", str(FIXTURE_DATA), "--batch_size", "2", "--task_batch_sizes", "none", "--epochs", "2",
+             "--max_steps_per_epoch", "3")
+    todo = [GridRun(f"todo{i}", "ft", flags) for i in range(2)]
+    args = Namespace(address="h:1", cpus_per_run=1.0, gpus_per_run=0.0, grid=None)
+    out_dir = tmp_path / "grid"
+    reference_run(documented / "full" / "ft-s1", wall=1.0, examples=100)   # another machine: this one's come first
+    assert "the documented runs of" in ray_grid.estimate(todo, [], out_dir, args).line
+    for name, wall in [("a", 10.0), ("b", 30.0), ("c", 20.0)]:
+        reference_run(tmp_path / "earlier" / name, wall, 100)
+    reference_run(tmp_path / "short" / "d", 1000.0, 100, max_length=64)
+    reference_run(tmp_path / "gpu" / "e", 1000.0, 100, device="cuda")
+    guess = ray_grid.estimate(todo, [], out_dir, args)
+    assert guess.each == pytest.approx(36 * 0.2) and guess.at_once == 1
+    assert guess.line == (f"time: roughly 0.2 min for 2 runs, 1 at once, from their budgets (36 trained examples a run "
+                          f"on average) at the pace of 3 finished runs of the same model, max length and device in "
+                          f"this machine's finished runs in {tmp_path} (200.0 ms of wall time a trained example, "
+                          "loading and scoring included; 1 torch threads there, 1 here): a rough figure, extension "
+                          "stages and scoring caps not weighed")
 
 
 def ended(name, status, seconds, action="started", overall=None, error=""):

@@ -436,7 +436,8 @@ class Estimate:
 
 def estimate(todo: list[GridRun], kept: list[GridRun], out_dir: Path, args: argparse.Namespace) -> Estimate:
     """The time ``todo`` should take, as many at once as the CPUs hold (one on a cluster), at the pace of this grid's
-    finished runs in ``out_dir``, else of the named grid's documented measurement (``grid.measured_time``)."""
+    finished runs in ``out_dir``, else of the named grid's documented measurement (``grid.measured_time``), else from
+    the runs' budgets and the pace of finished runs like them (``from_budgets``)."""
     at_once = 1 if args.address else max(1, min(len(todo), int((os.cpu_count() or 1) // args.cpus_per_run)))
     runs = f"{len(todo)} runs, {at_once} at once"
     seconds = [metrics["wall_seconds"] for run in kept
@@ -452,9 +453,36 @@ def estimate(todo: list[GridRun], kept: list[GridRun], out_dir: Path, args: argp
                                        f"the measured time of --grid {args.grid} ({measured.runs} runs in "
                                        f"{minutes(measured.seconds)}, {measured.at_once} at once, one thread each, "
                                        f"on {measured.machine}; this machine may differ)")
+    if (guess := from_budgets(todo, out_dir, args, at_once)) is not None:
+        return guess
     return Estimate(None, at_once, f"time: no estimate yet ({len(todo)} runs; none of this grid has finished in "
-                                   f"{out_dir}, and none of its runs as given has a measured time written down): "
-                                   "from the first finished run on, each run's line says the time left")
+                                   f"{out_dir}, none of its runs as given has a measured time written down, and no "
+                                   "finished run of their model, max length and device gives a pace): from the first "
+                                   "finished run on, each run's line says the time left")
+
+
+def from_budgets(todo: list[GridRun], out_dir: Path, args: argparse.Namespace, at_once: int) -> Estimate | None:
+    """The estimate from each run's budget (the examples it trains) at the pace of finished runs of its model, max
+    length and device (``run_budget``); None unless every run has both."""
+    from .run_budget import budgets, pace, reference_runs
+    if not todo or not any(files for _, files in reference_runs(out_dir)):
+        return None   # nothing to take a pace from: no Python start for the budgets
+    found = budgets(todo, gpus=args.gpus_per_run > 0)
+    kinds = {(b["model"], b["max_length"], b["cuda"]) for b in found if b is not None}
+    known = {kind: pace(out_dir, *kind) for kind in kinds}
+    paces = [b and known[b["model"], b["max_length"], b["cuda"]] for b in found]
+    if any(p is None for p in paces):
+        return None
+    each = sum(b["examples"] * p.seconds for b, p in zip(found, paces)) / len(todo)
+    examples = sum(b["examples"] for b in found) / len(todo)
+    ref = paces[0]
+    return Estimate(each, at_once, f"time: roughly {minutes(time_for(len(todo), each, at_once))} for {len(todo)} runs, "
+                                   f"{at_once} at once, from their budgets ({examples:,.0f} trained examples a run on "
+                                   f"average) at the pace of {ref.runs} finished run{'s' if ref.runs != 1 else ''} of "
+                                   f"the same model, max length and device in {ref.where} ({ref.seconds * 1000:.1f} ms "
+                                   f"of wall time a trained example, loading and scoring included; {ref.threads} "
+                                   f"torch threads there, {max(1, int(args.cpus_per_run))} here): a rough figure, "
+                                   "extension stages and scoring caps not weighed")
 
 
 def time_for(runs: int, each: float, at_once: int) -> float:
