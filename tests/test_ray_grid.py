@@ -539,3 +539,97 @@ def test_the_time_left_takes_the_estimate_until_a_run_of_this_command_finishes(c
     nothing = ray_grid.Progress(2, ray_grid.Estimate(None, 2, ""))   # no estimate, no run finished: no time left
     nothing.finished(ended("y", "failed", 6.0, error="boom"))
     assert capsys.readouterr().out == "[0/2 done, 0 running, 1 failed] y: FAILED after 0.1 min: boom\n"
+
+
+@contextlib.contextmanager
+def own_cluster(head_cpus: int):
+    """A Ray cluster of this test's alone (a test that removes a node would break the module's ``cluster``): its
+    head of ``head_cpus`` CPUs, its session files in a short temporary folder, shut down and removed at the end
+    (every process of it gone: they carry a variable of their own)."""
+    import ray
+    from ray.cluster_utils import Cluster
+    temp_dir = tempfile.mkdtemp(prefix="minbert-ray-lost-")
+    marker = {"MINBERT_TEST_CLUSTER": secrets.token_hex(8), "RAY_AUTH_MODE": "disabled",
+              "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": temp_dir}
+    saved = {key: os.environ.get(key) for key in marker}
+    os.environ.update(marker)
+    (Path(temp_dir) / "ray").mkdir()
+    head = None
+    try:
+        head = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "temp_dir": temp_dir,
+                                                            "include_dashboard": False})
+        yield head, temp_dir
+    finally:
+        if head is not None:
+            head.shutdown()
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        assert_none_left("MINBERT_TEST_CLUSTER=" + marker["MINBERT_TEST_CLUSTER"], seconds=30.0)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_lost_node_is_a_few_lines_naming_its_run_which_resumes_on_another(tiny_model_dir, tmp_path):
+    """Issue 86: a node lost while a run trains on it flooded the driver's terminal (about 75 lines of Ray's and a
+    traceback). The run needs 2 CPUs, which only the second node has; that node is killed outright (a lost machine:
+    no graceful shutdown) once the run has a checkpoint, a node of 2 CPUs having joined meanwhile. The terminal
+    gets the grid's own lines (its start, the estimate, Ray ready, the run's start and end, the summary: 6 when
+    nothing goes wrong) and 2 for the loss (which run, which node, what becomes of it; the run's new start): at most
+    15 leaves room for another loss or a failure's summary lines, not for Ray's raylet log or a traceback (68 lines
+    before). Ray starts the run again on the other node; it resumes its folder and finishes (exit code 0)."""
+    out_dir, run = tmp_path / "grid", tmp_path / "grid" / "ablate-ft"
+    flags = tiny_flags(tiny_model_dir, FIXTURE_DATA, "--save_every", "5")
+    with own_cluster(head_cpus=1) as (cluster, temp_dir):
+        doomed = cluster.add_node(num_cpus=2, temp_dir=temp_dir)
+        cluster.wait_for_nodes()
+        command = grid_command(out_dir, "--address", cluster.address, "--only", "ft", "--cpus_per_run", "2",
+                               "--epochs", "30", "--max_steps_per_epoch", "none", extra=flags)
+        driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                                  env=env(RAY_AUTH_MODE="disabled"))
+        try:
+            wait_for(lambda: status_or_none(run) == "running" and any((run / "checkpoints").glob("step-*")),
+                     what="ablate-ft training, a checkpoint written")
+            cluster.add_node(num_cpus=2, temp_dir=temp_dir)
+            cluster.wait_for_nodes()
+            cluster.remove_node(doomed, allow_graceful=False)
+            output = driver.communicate(timeout=300)[0]
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.communicate()
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert driver.returncode == 0, output
+    assert len(lines) <= 15 and "Traceback" not in output, output
+    lost = [line for line in lines if "ablate-ft: lost with its Ray worker on node" in line]
+    assert len(lost) == 1 and "Ray starts it again (try 2 of 3)" in lost[0], output
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics.get("resumed"), output
+
+
+def test_a_lost_trial_is_one_line_naming_its_node_and_ray_s_messages_go_to_the_log(tmp_path, capsys):
+    """Issue 86, without a cluster: the line for a run whose worker or node is lost names the node its trial wrote
+    down, and what the cluster sends the driver meanwhile (a raylet's death, with its last 20 log lines) goes to
+    ray.log, not the terminal."""
+    from ray._private import worker
+    (tmp_path / "logs").mkdir()
+    ray_grid.node_file(tmp_path, "ablate-ft").write_text("10.0.0.7 3fb15d794c7197afc8d773e1\n")
+    assert ray_grid.lost_where(tmp_path, "ablate-ft") == "node 10.0.0.7, id 3fb15d79"
+    assert ray_grid.lost_where(tmp_path, "never-started") == "its node"
+    progress = ray_grid.Progress(2)
+    progress.started("ablate-ft")
+    capsys.readouterr()
+    progress.lost("ablate-ft", "node 10.0.0.7, id 3fb15d79", "ActorDiedError", "Ray starts it again (try 2 of 3)")
+    assert capsys.readouterr().out == ("[0/2 done, 0 running, 0 failed] ablate-ft: lost with its Ray worker on node "
+                                       "10.0.0.7, id 3fb15d79 (Ray: ActorDiedError: the node or the worker died); Ray "
+                                       "starts it again (try 2 of 3)\n")
+    printing = worker.print_to_stdstream
+    with ray_grid.ray_messages_to(tmp_path / "ray.log"):
+        worker.print_to_stdstream({"lines": ["Raylet is terminated.", "[state-dump] ..."], "pid": "raylet",
+                                   "is_err": False}, ignore_prefix=False)
+    assert worker.print_to_stdstream is printing
+    assert capsys.readouterr() == ("", "")
+    assert (tmp_path / "ray.log").read_text() == "(raylet) Raylet is terminated.\n(raylet) [state-dump] ...\n"
