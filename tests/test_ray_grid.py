@@ -450,18 +450,61 @@ def test_a_fresh_quick_grid_is_estimated_from_its_documented_measurement(tmp_pat
                                   ["--grid", "quick", "--cpus_per_run", "2"],
                                   ["--grid", "quick", "--gpus_per_run", "0.25"],
                                   ["--grid", "ablation"], []])
-def test_a_grid_not_run_as_measured_has_no_estimate_until_a_run_finishes(tmp_path, argv):
+def test_a_grid_not_run_as_measured_has_no_estimate_until_a_run_finishes(tmp_path, argv, monkeypatch):
     """The measured time holds for its grid's pinned budget on CPUs, one thread a run: another budget, more threads a
-    run, a GPU, or a grid without a measured time say there is no estimate yet, and when the time left comes."""
+    run, a GPU, or a grid without a measured time, with no finished run of its model to take a pace from (none
+    beside the grid's folder, no documented ones), say there is no estimate yet, and when the time left comes."""
+    from training.tools import run_budget
     from training.tools.grid import measured_time, plan
+    monkeypatch.setattr(run_budget, "DOCUMENTED_RUNS", tmp_path / "no-documented-runs")
     args = ray_grid.parse_args(argv)
     assert measured_time(args) is None
-    runs = plan(args)
-    guess = ray_grid.estimate(runs, [], tmp_path, args)
+    runs, out_dir = plan(args), tmp_path / "grid"
+    guess = ray_grid.estimate(runs, [], out_dir, args)
     assert guess.each is None
-    assert guess.line == (f"time: no estimate yet ({len(runs)} runs; none of this grid has finished in {tmp_path}, and "
-                          "none of its runs as given has a measured time written down): from the first finished run "
-                          "on, each run's line says the time left")
+    assert guess.line == (f"time: no estimate yet ({len(runs)} runs; none of this grid has finished in {out_dir}, none "
+                          "of its runs as given has a measured time written down, and no finished run of their model, "
+                          "max length and device gives a pace): from the first finished run on, each run's line says "
+                          "the time left")
+
+
+def reference_run(folder: Path, wall: float, examples: int, max_length: int = 128, device: str = "cpu") -> None:
+    """A finished run's metrics.json of the embedded model, as a run writes one (the fields the pace reads)."""
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({
+        "status": "finished", "wall_seconds": wall, "train_examples": examples, "device": device, "torch_threads": 1,
+        "config": {"model": {"model": None}, "data": {"max_length": max_length}}}))
+
+
+def test_a_fresh_grid_is_estimated_from_its_budget_and_the_pace_of_finished_runs_like_its_own(tmp_path, monkeypatch):
+    """Issue 87 item 2, the third source: no run of the grid finished, no measured time; each run trains 2 epochs of
+    3 rounds of 3 tasks at batch 2 (36 examples, its flags as the run resolves them, on the fixture data), at the
+    median wall time a trained example took in finished runs of the same model, max length and device beside the
+    grid's folder (0.2 s: 10 s / 100, 30 s / 100, 20 s / 100; not the other max length's, nor the GPU's)."""
+    from argparse import Namespace
+
+    from training.tools import run_budget
+    from training.tools.grid import GridRun
+    documented = tmp_path / "documented"
+    monkeypatch.setattr(run_budget, "DOCUMENTED_RUNS", documented)
+    flags = ("--data_dir", str(FIXTURE_DATA), "--batch_size", "2", "--task_batch_sizes", "none", "--epochs", "2",
+             "--max_steps_per_epoch", "3")
+    todo = [GridRun(f"todo{i}", "ft", flags) for i in range(2)]
+    args = Namespace(address="h:1", cpus_per_run=1.0, gpus_per_run=0.0, grid=None)
+    out_dir = tmp_path / "grid"
+    reference_run(documented / "full" / "ft-s1", wall=1.0, examples=100)   # another machine: this one's come first
+    assert "the documented runs of" in ray_grid.estimate(todo, [], out_dir, args).line
+    for name, wall in [("a", 10.0), ("b", 30.0), ("c", 20.0)]:
+        reference_run(tmp_path / "earlier" / name, wall, 100)
+    reference_run(tmp_path / "short" / "d", 1000.0, 100, max_length=64)
+    reference_run(tmp_path / "gpu" / "e", 1000.0, 100, device="cuda")
+    guess = ray_grid.estimate(todo, [], out_dir, args)
+    assert guess.each == pytest.approx(36 * 0.2) and guess.at_once == 1
+    assert guess.line == (f"time: roughly 0.2 min for 2 runs, 1 at once, from their budgets (36 trained examples a run "
+                          f"on average) at the pace of 3 finished runs of the same model, max length and device in "
+                          f"this machine's finished runs in {tmp_path} (200.0 ms of wall time a trained example, "
+                          "loading and scoring included; 1 torch threads there, 1 here): a rough figure, extension "
+                          "stages and scoring caps not weighed")
 
 
 def ended(name, status, seconds, action="started", overall=None, error=""):
@@ -496,3 +539,97 @@ def test_the_time_left_takes_the_estimate_until_a_run_of_this_command_finishes(c
     nothing = ray_grid.Progress(2, ray_grid.Estimate(None, 2, ""))   # no estimate, no run finished: no time left
     nothing.finished(ended("y", "failed", 6.0, error="boom"))
     assert capsys.readouterr().out == "[0/2 done, 0 running, 1 failed] y: FAILED after 0.1 min: boom\n"
+
+
+@contextlib.contextmanager
+def own_cluster(head_cpus: int):
+    """A Ray cluster of this test's alone (a test that removes a node would break the module's ``cluster``): its
+    head of ``head_cpus`` CPUs, its session files in a short temporary folder, shut down and removed at the end
+    (every process of it gone: they carry a variable of their own)."""
+    import ray
+    from ray.cluster_utils import Cluster
+    temp_dir = tempfile.mkdtemp(prefix="minbert-ray-lost-")
+    marker = {"MINBERT_TEST_CLUSTER": secrets.token_hex(8), "RAY_AUTH_MODE": "disabled",
+              "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": temp_dir}
+    saved = {key: os.environ.get(key) for key in marker}
+    os.environ.update(marker)
+    (Path(temp_dir) / "ray").mkdir()
+    head = None
+    try:
+        head = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "temp_dir": temp_dir,
+                                                            "include_dashboard": False})
+        yield head, temp_dir
+    finally:
+        if head is not None:
+            head.shutdown()
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        assert_none_left("MINBERT_TEST_CLUSTER=" + marker["MINBERT_TEST_CLUSTER"], seconds=30.0)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_lost_node_is_a_few_lines_naming_its_run_which_resumes_on_another(tiny_model_dir, tmp_path):
+    """Issue 86: a node lost while a run trains on it flooded the driver's terminal (about 75 lines of Ray's and a
+    traceback). The run needs 2 CPUs, which only the second node has; that node is killed outright (a lost machine:
+    no graceful shutdown) once the run has a checkpoint, a node of 2 CPUs having joined meanwhile. The terminal
+    gets the grid's own lines (its start, the estimate, Ray ready, the run's start and end, the summary: 6 when
+    nothing goes wrong) and 2 for the loss (which run, which node, what becomes of it; the run's new start): at most
+    15 leaves room for another loss or a failure's summary lines, not for Ray's raylet log or a traceback (68 lines
+    before). Ray starts the run again on the other node; it resumes its folder and finishes (exit code 0)."""
+    out_dir, run = tmp_path / "grid", tmp_path / "grid" / "ablate-ft"
+    flags = tiny_flags(tiny_model_dir, FIXTURE_DATA, "--save_every", "5")
+    with own_cluster(head_cpus=1) as (cluster, temp_dir):
+        doomed = cluster.add_node(num_cpus=2, temp_dir=temp_dir)
+        cluster.wait_for_nodes()
+        command = grid_command(out_dir, "--address", cluster.address, "--only", "ft", "--cpus_per_run", "2",
+                               "--epochs", "30", "--max_steps_per_epoch", "none", extra=flags)
+        driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                                  env=env(RAY_AUTH_MODE="disabled"))
+        try:
+            wait_for(lambda: status_or_none(run) == "running" and any((run / "checkpoints").glob("step-*")),
+                     what="ablate-ft training, a checkpoint written")
+            cluster.add_node(num_cpus=2, temp_dir=temp_dir)
+            cluster.wait_for_nodes()
+            cluster.remove_node(doomed, allow_graceful=False)
+            output = driver.communicate(timeout=300)[0]
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.communicate()
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert driver.returncode == 0, output
+    assert len(lines) <= 15 and "Traceback" not in output, output
+    lost = [line for line in lines if "ablate-ft: lost with its Ray worker on node" in line]
+    assert len(lost) == 1 and "Ray starts it again (try 2 of 3)" in lost[0], output
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics.get("resumed"), output
+
+
+def test_a_lost_trial_is_one_line_naming_its_node_and_ray_s_messages_go_to_the_log(tmp_path, capsys):
+    """Issue 86, without a cluster: the line for a run whose worker or node is lost names the node its trial wrote
+    down, and what the cluster sends the driver meanwhile (a raylet's death, with its last 20 log lines) goes to
+    ray.log, not the terminal."""
+    from ray._private import worker
+    (tmp_path / "logs").mkdir()
+    ray_grid.node_file(tmp_path, "ablate-ft").write_text("10.0.0.7 3fb15d794c7197afc8d773e1\n")
+    assert ray_grid.lost_where(tmp_path, "ablate-ft") == "node 10.0.0.7, id 3fb15d79"
+    assert ray_grid.lost_where(tmp_path, "never-started") == "its node"
+    progress = ray_grid.Progress(2)
+    progress.started("ablate-ft")
+    capsys.readouterr()
+    progress.lost("ablate-ft", "node 10.0.0.7, id 3fb15d79", "ActorDiedError", "Ray starts it again (try 2 of 3)")
+    assert capsys.readouterr().out == ("[0/2 done, 0 running, 0 failed] ablate-ft: lost with its Ray worker on node "
+                                       "10.0.0.7, id 3fb15d79 (Ray: ActorDiedError: the node or the worker died); Ray "
+                                       "starts it again (try 2 of 3)\n")
+    printing = worker.print_to_stdstream
+    with ray_grid.ray_messages_to(tmp_path / "ray.log"):
+        worker.print_to_stdstream({"lines": ["Raylet is terminated.", "[state-dump] ..."], "pid": "raylet",
+                                   "is_err": False}, ignore_prefix=False)
+    assert worker.print_to_stdstream is printing
+    assert capsys.readouterr() == ("", "")
+    assert (tmp_path / "ray.log").read_text() == "(raylet) Raylet is terminated.\n(raylet) [state-dump] ...\n"

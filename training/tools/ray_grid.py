@@ -53,6 +53,7 @@ CONNECT_SECONDS = 10.0       # --address: a TCP connection to the cluster's GCS 
 JOIN_SECONDS = 45.0          # --address: ray.init joins within this, or the command ends (with the above: < 1 min)
 LOCAL_START_SECONDS = 300.0  # a local Ray starts within this (5-20 s on 2 loaded cores)
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)   # what a run ends "interrupted" on (exit code 130, 143)
+MAX_FAILURES = 2             # a trial whose worker or node is lost is started again this often (it resumes its run)
 
 
 class GridError(Exception):
@@ -241,6 +242,7 @@ def train_one(config: dict) -> None:
     run, out_dir = GridRun(**{**config["run"], "flags": tuple(config["run"]["flags"])}), Path(config["out_dir"])
     run_dir, log, stop = out_dir / run.name, out_dir / "logs" / f"{run.name}.log", stop_file(out_dir)
     started, node = time.time(), ray.get_runtime_context().get_node_id()
+    node_file(out_dir, run.name).write_text(f"{ray.util.get_node_ip_address()} {node}\n", encoding="utf-8")
     if stop.exists():   # the grid is stopping: a trial Tune starts now runs nothing
         tune.report({**result(run, run_dir, "none", 0, started, node), "status": NOT_STARTED})
         return
@@ -261,6 +263,20 @@ def train_one(config: dict) -> None:
         clear_stale_lock(run_dir)
     tune.report(result(run, run_dir, {"resume": "resumed", "start": "started"}[step], child.returncode, started,
                        node, log, stopping=stop.exists()))
+
+
+def node_file(out_dir: Path, name: str) -> Path:
+    """Where a trial writes the address and id of the Ray node it runs on: the driver names it when a trial is lost."""
+    return out_dir / "logs" / f"{name}.node"
+
+
+def lost_where(out_dir: Path, name: str) -> str:
+    """"node ADDRESS, id ABCDEF12" of the run's last trial, from ``node_file``; "its node" when it never wrote it."""
+    try:
+        address, node = node_file(out_dir, name).read_text(encoding="utf-8").split()
+    except (OSError, ValueError):
+        return "its node"
+    return f"node {address}, id {node[:8]}"
 
 
 def die_with_parent() -> None:
@@ -436,7 +452,8 @@ class Estimate:
 
 def estimate(todo: list[GridRun], kept: list[GridRun], out_dir: Path, args: argparse.Namespace) -> Estimate:
     """The time ``todo`` should take, as many at once as the CPUs hold (one on a cluster), at the pace of this grid's
-    finished runs in ``out_dir``, else of the named grid's documented measurement (``grid.measured_time``)."""
+    finished runs in ``out_dir``, else of the named grid's documented measurement (``grid.measured_time``), else from
+    the runs' budgets and the pace of finished runs like them (``from_budgets``)."""
     at_once = 1 if args.address else max(1, min(len(todo), int((os.cpu_count() or 1) // args.cpus_per_run)))
     runs = f"{len(todo)} runs, {at_once} at once"
     seconds = [metrics["wall_seconds"] for run in kept
@@ -452,9 +469,36 @@ def estimate(todo: list[GridRun], kept: list[GridRun], out_dir: Path, args: argp
                                        f"the measured time of --grid {args.grid} ({measured.runs} runs in "
                                        f"{minutes(measured.seconds)}, {measured.at_once} at once, one thread each, "
                                        f"on {measured.machine}; this machine may differ)")
+    if (guess := from_budgets(todo, out_dir, args, at_once)) is not None:
+        return guess
     return Estimate(None, at_once, f"time: no estimate yet ({len(todo)} runs; none of this grid has finished in "
-                                   f"{out_dir}, and none of its runs as given has a measured time written down): "
-                                   "from the first finished run on, each run's line says the time left")
+                                   f"{out_dir}, none of its runs as given has a measured time written down, and no "
+                                   "finished run of their model, max length and device gives a pace): from the first "
+                                   "finished run on, each run's line says the time left")
+
+
+def from_budgets(todo: list[GridRun], out_dir: Path, args: argparse.Namespace, at_once: int) -> Estimate | None:
+    """The estimate from each run's budget (the examples it trains) at the pace of finished runs of its model, max
+    length and device (``run_budget``); None unless every run has both."""
+    from .run_budget import budgets, pace, reference_runs
+    if not todo or not any(files for _, files in reference_runs(out_dir)):
+        return None   # nothing to take a pace from: no Python start for the budgets
+    found = budgets(todo, gpus=args.gpus_per_run > 0)
+    kinds = {(b["model"], b["max_length"], b["cuda"]) for b in found if b is not None}
+    known = {kind: pace(out_dir, *kind) for kind in kinds}
+    paces = [b and known[b["model"], b["max_length"], b["cuda"]] for b in found]
+    if any(p is None for p in paces):
+        return None
+    each = sum(b["examples"] * p.seconds for b, p in zip(found, paces)) / len(todo)
+    examples = sum(b["examples"] for b in found) / len(todo)
+    ref = paces[0]
+    return Estimate(each, at_once, f"time: roughly {minutes(time_for(len(todo), each, at_once))} for {len(todo)} runs, "
+                                   f"{at_once} at once, from their budgets ({examples:,.0f} trained examples a run on "
+                                   f"average) at the pace of {ref.runs} finished run{'s' if ref.runs != 1 else ''} of "
+                                   f"the same model, max length and device in {ref.where} ({ref.seconds * 1000:.1f} ms "
+                                   f"of wall time a trained example, loading and scoring included; {ref.threads} "
+                                   f"torch threads there, {max(1, int(args.cpus_per_run))} here): a rough figure, "
+                                   "extension stages and scoring caps not weighed")
 
 
 def time_for(runs: int, each: float, at_once: int) -> float:
@@ -511,12 +555,13 @@ def ray_session(address: str | None, lock: GridLock, stop: "Stop", per_run: tupl
         started = start_ray(address, temp_dir, stop.file.parent / "ray.log", release)
         import ray
         try:
-            if per_run is not None:
-                wait_for_room(*per_run, seconds=wait)
-            for sig in HANDLED_SIGNALS:
-                signal.signal(sig, stop.request)
-            inside = True
-            yield
+            with ray_messages_to(stop.file.parent / "ray.log"):
+                if per_run is not None:
+                    wait_for_room(*per_run, seconds=wait)
+                for sig in HANDLED_SIGNALS:
+                    signal.signal(sig, stop.request)
+                inside = True
+                yield
         finally:
             for sig in HANDLED_SIGNALS:   # a signal during Ray's shutdown: at once (no stop file written then)
                 signal.signal(sig, stop.at_once)
@@ -533,6 +578,29 @@ def ray_session(address: str | None, lock: GridLock, stop: "Stop", per_run: tupl
             end_session(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
         lock.hold("")
+
+
+@contextlib.contextmanager
+def ray_messages_to(path: Path):
+    """The messages the cluster sends the driver (a raylet that died, a node marked dead: Ray prints each on stdout
+    with the last 20 lines of the raylet's log) appended to ``path`` for the block; the grid's own line says what
+    they mean for a run (``Progress.lost``). Ray prints them through ``print_to_stdstream`` of its worker module
+    (Ray 2.60); a Ray without it prints them as before."""
+    from ray._private import worker
+    printing = getattr(worker, "print_to_stdstream", None)
+    if printing is None:
+        yield
+        return
+
+    def to_log(data: dict, ignore_prefix: bool = False) -> None:
+        with open(path, "a", encoding="utf-8") as out:
+            out.writelines(f"({data.get('pid', 'ray')}) {line}\n" for line in data.get("lines", ()))
+
+    worker.print_to_stdstream = to_log
+    try:
+        yield
+    finally:
+        worker.print_to_stdstream = printing
 
 
 def wait_for_room(cpus: float, gpus: float, seconds: float) -> None:
@@ -596,6 +664,8 @@ def set_ray_environment(address: str | None, temp_dir: str) -> None:
     # no result files of Tune's own under <out_dir>/logs/tune (its event files made TensorBoard list every run twice;
     # the driver hears each result through its callbacks)
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    # a trial's failure (a lost node: Ray's traceback) is said by the grid's callbacks in a line, not by Tune's logger
+    os.environ["TUNE_PRINT_ALL_TRIAL_ERRORS"] = "0"
     # not SIGKILL (a run left "running", a stale .lock): die_with_parent's SIGTERM ends it "interrupted"
     os.environ["RAY_kill_child_processes_on_worker_exit"] = "0"
     if not address:   # a local Ray's own token: no ~/.ray/auth_token written, nothing else joins it by accident
@@ -685,8 +755,18 @@ def run_trials(args, todo: list[GridRun], out_dir: Path, progress: "Progress", s
         def on_trial_result(self, iteration, trials, trial, result, **info):
             progress.finished(result)
 
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            name = trial.config["run"]["name"]
+            progress.lost(name, lost_where(out_dir, name), ray_error(trial),
+                          f"Ray starts it again (try {trial.num_failures + 1} of {MAX_FAILURES + 1}): it resumes its "
+                          "run folder")
+
         def on_trial_error(self, iteration, trials, trial, **info):
-            progress.crashed(trial.config["run"]["name"], str(trial.error_file or ""))
+            name = trial.config["run"]["name"]
+            then = {"resume": "the same command resumes it", "keep": "its folder says finished: kept",
+                    "start": "the same command starts it again"}[next_step(out_dir / name)]
+            progress.crashed(name, f"{ray_error(trial)} on {lost_where(out_dir, name)}, try {trial.num_failures} of "
+                                   f"{MAX_FAILURES + 1}, Tune's log: {trial.error_file or 'none'}; {then}")
 
     space = {"run": tune.grid_search([asdict(run) for run in todo]), "out_dir": str(out_dir),
              "threads": max(1, int(args.cpus_per_run)), "cwd": os.getcwd(),
@@ -697,7 +777,18 @@ def run_trials(args, todo: list[GridRun], out_dir: Path, progress: "Progress", s
                tune_config=tune.TuneConfig(trial_name_creator=lambda t: t.config["run"]["name"],
                                            trial_dirname_creator=lambda t: t.config["run"]["name"]),
                # a lost worker or machine: the trial again (it resumes its run folder)
-               run_config=run_config("grid", out_dir, Events(), stop.stop_all, max_failures=2)).fit()
+               run_config=run_config("grid", out_dir, Events(), stop.stop_all, max_failures=MAX_FAILURES)).fit()
+
+
+def ray_error(trial) -> str:
+    """The class of the error a Tune trial failed with (``ActorDiedError``, ``ActorUnavailableError``, ...: Ray lost
+    its worker or the node), from the file Tune keeps it in; "Ray error" when that cannot be read."""
+    try:
+        import cloudpickle
+        with open(trial.pickled_error_file, "rb") as file:
+            return type(cloudpickle.load(file)).__name__
+    except Exception:   # no file, or an error that does not load here: the line says less
+        return "Ray error"
 
 
 def run_config(kind: str, out_dir: Path, events, stop_all: Callable[[], bool], max_failures: int):
@@ -745,6 +836,11 @@ class Progress:
             self.line(f"{name}: failed (killed by {result['signal']}) after {took}: {then}{self.left()}")
         else:
             self.line(f"{name}: {result['status'].upper()} after {took}: {result['error']}{self.left()}")
+
+    def lost(self, name: str, where: str, error: str, then: str) -> None:
+        """The run's Ray worker or node is gone (``error``: Ray's, e.g. a node lost) and Tune tries it again."""
+        self.running.discard(name)
+        self.line(f"{name}: lost with its Ray worker on {where} (Ray: {error}: the node or the worker died); {then}")
 
     def crashed(self, name: str, detail: str) -> None:
         self.running.discard(name)
