@@ -16,7 +16,7 @@ CURVE_EVERY = 10  # batches per point of a logged loss curve; steps per point of
 
 class StageWatch:
     """One stage's records, in ``progress`` (JSON-serialisable; the clock hands back a resumed run's saved one), for
-    ``objective`` (a ``loop.Objective``) trained by ``loop`` (the ``TrainingLoop``: its clock and log).
+    ``objective`` (an ``objective.Objective``) trained by ``loop`` (the ``TrainingLoop``: its clock and log).
     This module imports nothing of the loop's: the loop imports it."""
 
     def __init__(self, objective, loop):
