@@ -284,42 +284,11 @@ def test_local_grid_two_rows_two_seeds_same_runs_as_alone_and_nothing_of_ray_lef
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Two Ray nodes of one CPU each on this machine, their session files in a short temporary folder of the
-    test's (Ray's socket paths must fit 107 characters), shut down at the end of the module. Its processes
-    carry a variable of their own, so that the test can tell they are all gone."""
-    import ray
-    from ray.cluster_utils import Cluster
-    temp_dir = tempfile.mkdtemp(prefix="minbert-ray-test-")
-    marker = {"MINBERT_TEST_CLUSTER": secrets.token_hex(8), "RAY_AUTH_MODE": "disabled",
-              "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": temp_dir}   # its address file there, not in /tmp/ray
-    saved = {key: os.environ.get(key) for key in marker}
-    os.environ.update(marker)
-    (Path(temp_dir) / "ray").mkdir()
-    head = None
-    try:
-        head = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "temp_dir": temp_dir,
-                                                            "include_dashboard": False})
+    """Two Ray nodes of one CPU each on this machine (``own_cluster``), shut down at the end of the module."""
+    with own_cluster(head_cpus=1) as (head, temp_dir):
         head.add_node(num_cpus=1, temp_dir=temp_dir)
         head.wait_for_nodes()
         yield head.address, {"RAY_AUTH_MODE": "disabled"}
-    finally:
-        if head is not None:
-            head.shutdown()
-        ray.shutdown()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        name = "MINBERT_TEST_CLUSTER=" + marker["MINBERT_TEST_CLUSTER"]
-        deadline = time.time() + 30
-        while [pid for pid in ray_leftovers(name) if pid != os.getpid()] and time.time() < deadline:
-            time.sleep(0.5)
-        left = [pid for pid in ray_leftovers(name) if pid != os.getpid()]
-        for pid in left:   # ours (they carry the marker): ended, then the test fails saying so
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        assert left == [], "processes of the test cluster outlived it"
 
 
 @pytest.mark.slow
@@ -543,14 +512,14 @@ def test_the_time_left_takes_the_estimate_until_a_run_of_this_command_finishes(c
 
 @contextlib.contextmanager
 def own_cluster(head_cpus: int):
-    """A Ray cluster of this test's alone (a test that removes a node would break the module's ``cluster``): its
-    head of ``head_cpus`` CPUs, its session files in a short temporary folder, shut down and removed at the end
-    (every process of it gone: they carry a variable of their own)."""
+    """A Ray cluster of the caller's alone (a test that removes a node would break the module's ``cluster``): its
+    head of ``head_cpus`` CPUs, its session files in a short temporary folder (Ray's socket paths must fit 107
+    characters), shut down and removed at the end (every process of it gone: they carry a variable of their own)."""
     import ray
     from ray.cluster_utils import Cluster
-    temp_dir = tempfile.mkdtemp(prefix="minbert-ray-lost-")
+    temp_dir = tempfile.mkdtemp(prefix="minbert-ray-test-")
     marker = {"MINBERT_TEST_CLUSTER": secrets.token_hex(8), "RAY_AUTH_MODE": "disabled",
-              "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": temp_dir}
+              "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": temp_dir}   # its address file there, not in /tmp/ray
     saved = {key: os.environ.get(key) for key in marker}
     os.environ.update(marker)
     (Path(temp_dir) / "ray").mkdir()
