@@ -566,6 +566,7 @@ def test_a_lost_node_is_a_few_lines_naming_its_run_which_resumes_on_another(tiny
             cluster.wait_for_nodes()
             cluster.remove_node(doomed, allow_graceful=False)
             output = driver.communicate(timeout=300)[0]
+            print(output)   # the terminal as the user saw it (shown when the test fails)
         finally:
             if driver.poll() is None:
                 driver.kill()
@@ -591,10 +592,11 @@ def test_a_lost_trial_is_one_line_naming_its_node_and_ray_s_messages_go_to_the_l
     progress = ray_grid.Progress(2)
     progress.started("ablate-ft")
     capsys.readouterr()
-    progress.lost("ablate-ft", "node 10.0.0.7, id 3fb15d79", "ActorDiedError", "Ray starts it again (try 2 of 3)")
+    progress.lost("ablate-ft", "node 10.0.0.7, id 3fb15d79", "The actor died unexpectedly before finishing this task.",
+                  "Ray starts it again (try 2 of 3)")
     assert capsys.readouterr().out == ("[0/2 done, 0 running, 0 failed] ablate-ft: lost with its Ray worker on node "
-                                       "10.0.0.7, id 3fb15d79 (Ray: ActorDiedError: the node or the worker died); Ray "
-                                       "starts it again (try 2 of 3)\n")
+                                       "10.0.0.7, id 3fb15d79, the node or the worker died (Ray: The actor died "
+                                       "unexpectedly before finishing this task.); Ray starts it again (try 2 of 3)\n")
     printing = worker.print_to_stdstream
     with ray_grid.ray_messages_to(tmp_path / "ray.log"):
         worker.print_to_stdstream({"lines": ["Raylet is terminated.", "[state-dump] ..."], "pid": "raylet",
@@ -602,3 +604,26 @@ def test_a_lost_trial_is_one_line_naming_its_node_and_ray_s_messages_go_to_the_l
     assert worker.print_to_stdstream is printing
     assert capsys.readouterr() == ("", "")
     assert (tmp_path / "ray.log").read_text() == "(raylet) Raylet is terminated.\n(raylet) [state-dump] ...\n"
+
+
+def test_what_ray_said_of_a_failure_is_read_from_tune_s_text_file_never_unpickled(tmp_path):
+    """The line of a lost or crashed trial quotes Ray from Tune's error.txt (its last failure): the last line naming
+    an error class, else the first; the pickled copy beside it (a payload that would run on loading) is not read."""
+    class Trial:
+        error_file = str(tmp_path / "error.txt")
+        pickled_error_file = str(tmp_path / "error.pkl")
+    (tmp_path / "error.pkl").write_bytes(f"cos\nsystem\n(S'touch {tmp_path / 'pwned'}'\ntR.".encode())
+    assert ray_grid.ray_error(Trial()) == "no reason given"   # no error.txt yet
+    (tmp_path / "error.txt").write_text(
+        "Failure # 1 (occurred at 2026-12-07_14-00-00)\nray::ImplicitFunc.train() (pid=1, ip=10.0.0.7)\n"
+        "  File \"x.py\", line 1, in f\nValueError: boom\n"
+        "Failure # 2 (occurred at 2026-12-07_14-01-00)\nThe actor eb427c35c03bc521a59e6c4c01000000 died unexpectedly "
+        "before finishing this task.\n"
+        "\tclass_name: ImplicitFunc\n")
+    assert ray_grid.ray_error(Trial()) == "The actor died unexpectedly before finishing this task."
+    with open(tmp_path / "error.txt", "a") as more:
+        more.write("Failure # 3 (occurred at 2026-12-07_14-02-00)\nray::ImplicitFunc.train() (pid=2, ip=10.0.0.8)\n"
+                   "  File \"x.py\", line 1, in f\nRuntimeError: " + "x" * 200 + "\n")
+    said = ray_grid.ray_error(Trial())
+    assert said.startswith("RuntimeError: xxx") and len(said) == 100 and said.endswith("…")
+    assert not (tmp_path / "pwned").exists()

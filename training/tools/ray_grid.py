@@ -23,6 +23,7 @@ import ctypes
 import itertools
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -781,14 +782,18 @@ def run_trials(args, todo: list[GridRun], out_dir: Path, progress: "Progress", s
 
 
 def ray_error(trial) -> str:
-    """The class of the error a Tune trial failed with (``ActorDiedError``, ``ActorUnavailableError``, ...: Ray lost
-    its worker or the node), from the file Tune keeps it in; "Ray error" when that cannot be read."""
+    """What Ray said of a trial's last failure, in a line: from the text file Tune keeps (its error.txt; the pickled
+    copy beside it is never loaded), the last line naming an error class (a task's own exception), else the first
+    (``ActorDiedError``'s "The actor died unexpectedly ..."), without Ray's ids, at most 100 characters."""
     try:
-        import cloudpickle
-        with open(trial.pickled_error_file, "rb") as file:
-            return type(cloudpickle.load(file)).__name__
-    except Exception:   # no file, or an error that does not load here: the line says less
-        return "Ray error"
+        text = Path(trial.error_file).read_text(encoding="utf-8", errors="replace")
+    except (OSError, TypeError):   # no file (a trial that never reached its folder)
+        return "no reason given"
+    block = [line.strip() for line in text.rsplit("Failure # ", 1)[-1].splitlines()[1:] if line.strip()]
+    named = [line for line in block if re.match(r"[\w.]+(Error|Exception)\b", line)]
+    said = named[-1] if named else block[0] if block else "no reason given"
+    said = re.sub(r" ?\b[0-9a-f]{16,}\b", "", said)   # an actor's or node's id: the line names the node already
+    return said if len(said) <= 100 else said[:99] + "…"
 
 
 def run_config(kind: str, out_dir: Path, events, stop_all: Callable[[], bool], max_failures: int):
@@ -840,7 +845,7 @@ class Progress:
     def lost(self, name: str, where: str, error: str, then: str) -> None:
         """The run's Ray worker or node is gone (``error``: Ray's, e.g. a node lost) and Tune tries it again."""
         self.running.discard(name)
-        self.line(f"{name}: lost with its Ray worker on {where} (Ray: {error}: the node or the worker died); {then}")
+        self.line(f"{name}: lost with its Ray worker on {where}, the node or the worker died (Ray: {error}); {then}")
 
     def crashed(self, name: str, detail: str) -> None:
         self.running.discard(name)
