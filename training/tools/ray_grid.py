@@ -482,11 +482,12 @@ def from_budgets(todo: list[GridRun], out_dir: Path, args: argparse.Namespace, a
     """The estimate from each run's budget (the examples it trains) at the pace of finished runs of its model, max
     length and device (``run_budget``); None unless every run has both."""
     from .run_budget import budgets, pace, reference_runs
-    if not todo or not any(files for _, files in reference_runs(out_dir)):
+    references = reference_runs(out_dir)
+    if not todo or not any(runs for _, runs in references):
         return None   # nothing to take a pace from: no Python start for the budgets
     found = budgets(todo, gpus=args.gpus_per_run > 0)
     kinds = {(b["model"], b["max_length"], b["cuda"]) for b in found if b is not None}
-    known = {kind: pace(out_dir, *kind) for kind in kinds}
+    known = {kind: pace(references, *kind) for kind in kinds}
     paces = [b and known[b["model"], b["max_length"], b["cuda"]] for b in found]
     if any(p is None for p in paces):
         return None

@@ -83,21 +83,22 @@ def budgets(runs: list[GridRun], gpus: bool) -> list[dict | None]:
     return [None if b is None else {**b, "cuda": b["cuda"] or gpus} for b in found]
 
 
-def reference_runs(out_dir: Path) -> list[tuple[str, list[Path]]]:
-    """(where, metrics.json files) of finished runs to take a pace from: this machine's beside ``out_dir`` (other
-    grids' run folders and runs), then the documented ones."""
+def reference_runs(out_dir: Path) -> list[tuple[str, list[dict]]]:
+    """(where, the metrics.json of each run there) of finished runs to take a pace from: this machine's beside
+    ``out_dir`` (other grids' run folders and runs), then the documented ones. Read once for every kind of run."""
     here = [path for pattern in ("*/metrics.json", "*/*/metrics.json")
             for path in sorted(out_dir.parent.glob(pattern)) if out_dir not in path.parents]
-    return [(f"this machine's finished runs in {out_dir.parent}", here),
-            (f"the documented runs of {DOCUMENTED_RUNS} (another machine)",
-             sorted(DOCUMENTED_RUNS.glob("*/*/metrics.json")))]
+    places = [(f"this machine's finished runs in {out_dir.parent}", here),
+              (f"the documented runs of {DOCUMENTED_RUNS} (another machine)",
+               sorted(DOCUMENTED_RUNS.glob("*/*/metrics.json")))]
+    return [(where, [read_metrics(path.parent) for path in files]) for where, files in places]
 
 
-def pace(out_dir: Path, model: str | None, max_length: int, cuda: bool) -> Pace | None:
-    """The pace of finished runs of ``model`` at ``max_length`` on a GPU (``cuda``) or not, the first place that
-    has one (``reference_runs``); None where none has."""
-    for where, files in reference_runs(out_dir):
-        matching = [m for m in map(read_metrics, (f.parent for f in files)) if same_kind(m, model, max_length, cuda)]
+def pace(references: list[tuple[str, list[dict]]], model: str | None, max_length: int, cuda: bool) -> Pace | None:
+    """The pace of finished runs of ``model`` at ``max_length`` on a GPU (``cuda``) or not, the first place of
+    ``references`` (``reference_runs``) that has one; None where none has."""
+    for where, runs in references:
+        matching = [m for m in runs if same_kind(m, model, max_length, cuda)]
         if matching:
             threads = sorted({str(m.get("torch_threads", "?")) for m in matching})
             return Pace(statistics.median(m["wall_seconds"] / m["train_examples"] for m in matching),
